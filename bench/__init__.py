@@ -1,0 +1,1 @@
+"""Traces, the discrete-event simulator and benchmark commands."""

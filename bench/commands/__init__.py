@@ -1,0 +1,1 @@
+"""`bidaw` subcommands for traces, simulation and benchmarks."""

@@ -1,0 +1,1 @@
+"""Eviction policies, looked up by name (see registry.py)."""

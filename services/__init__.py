@@ -1,0 +1,1 @@
+"""Shared runtime of the Bidaw services: config, gRPC bootstrap, generated stubs, tracing, CLI."""

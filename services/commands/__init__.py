@@ -1,0 +1,1 @@
+"""`bidaw` subcommands of the services."""
