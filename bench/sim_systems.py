@@ -1,0 +1,73 @@
+"""The systems the timed simulator compares, by name, and their ablations.
+
+Both FCFS baselines prefetch: SSD loads start in arrival order among the next 30 queued requests,
+so fcfs-lru and cachedattention differ only in eviction, as in the cache-only table. The
+baselines hold no lease on a queued request's KV (a DRAM hit can be evicted before it runs and
+is then loaded again — what CachedAttention's queue-aware eviction prevents for the next 30);
+Bidaw leases the KV of every queued request, as the KV store service does.
+`fcfs-lru-sync` loads only when a request reaches the head (a synchronous offload connector).
+
+A system = a scheduling queue (scheduler.policy) + an eviction policy (kv_store.eviction) + the
+tensor it stores + how much cache it has. Bidaw's mechanisms switch off by suffix, in any order:
+`-no-io` (FCFS with CachedAttention's look-ahead prefetch instead of the dual queue),
+`-no-answer` (queue-aware LRU instead of answer-based eviction), `-no-tensor6` (store K/V).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+NO_CACHE = "none"          # recompute every history
+TIERED = "tiered"          # DRAM performance layer + SSD capacity layer
+UNBOUNDED = "unbounded"    # every KV in DRAM (the ideal)
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    name: str
+    cache: str
+    queue: str = "fcfs"          # scheduler.policy name: "fcfs" | "bidaw"
+    prefetch_window: int = 1     # fcfs only: loads start among the first N queued (1 = at the head)
+    eviction: str = "lru"        # kv_store.eviction name
+    tensor: str = "kv"           # "kv" | "auto" (the model's choice: tensor 6 for MHA)
+    lookahead: int = 30          # sessions of the next queued requests shown to the eviction policy
+    pin_queued: bool = False     # lease the KV of every queued request (else only loads + running)
+
+
+BASE_SYSTEMS: dict[str, SystemSpec] = {s.name: s for s in (
+    SystemSpec("recompute", NO_CACHE),
+    SystemSpec("fcfs-lru", TIERED, "fcfs", 30, "lru", "kv"),
+    SystemSpec("fcfs-lru-sync", TIERED, "fcfs", 1, "lru", "kv"),
+    SystemSpec("cachedattention", TIERED, "fcfs", 30, "queue-aware", "kv"),
+    SystemSpec("bidaw", TIERED, "bidaw", 1, "bidaw", "auto", pin_queued=True),
+    SystemSpec("bidaw-size", TIERED, "bidaw", 1, "bidaw-size", "auto", pin_queued=True),
+    SystemSpec("ideal", UNBOUNDED, "fcfs", 1, "lru", "auto"),
+    SystemSpec("ideal-kv", UNBOUNDED, "fcfs", 1, "lru", "kv"),
+)}
+
+_ABLATIONS = {
+    "-no-io": dict(queue="fcfs", prefetch_window=30),
+    "-no-answer": dict(eviction="queue-aware"),
+    "-no-tensor6": dict(tensor="kv"),
+}
+
+DEFAULT_SYSTEMS = ("recompute", "fcfs-lru", "cachedattention", "bidaw", "bidaw-size", "ideal")
+
+
+def system_spec(name: str) -> SystemSpec:
+    """The spec for `name`: a base system, or a Bidaw variant with ablation suffixes."""
+    if name in BASE_SYSTEMS:
+        return BASE_SYSTEMS[name]
+    rest, changes = name, {}
+    while rest not in BASE_SYSTEMS:
+        for suffix, change in _ABLATIONS.items():
+            if rest.endswith(suffix):
+                rest = rest[: -len(suffix)]
+                changes.update(change)
+                break
+        else:
+            known = ", ".join(list(BASE_SYSTEMS) + [f"bidaw{s}" for s in _ABLATIONS])
+            raise ValueError(f"unknown system {name!r}; known: {known} (suffixes combine)")
+    base = BASE_SYSTEMS[rest]
+    if not base.name.startswith("bidaw"):
+        raise ValueError(f"ablation suffixes apply to bidaw systems only, not {rest!r}")
+    return replace(base, name=name, **changes)

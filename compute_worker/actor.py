@@ -1,0 +1,75 @@
+"""The engine as a Ray actor: owns the model and runs turns, streaming events back.
+
+The gRPC service stays a thin shell; the model lives in the actor, so a worker can host actors on
+a Ray cluster's GPUs and a dead actor is restarted without taking the service down. Events cross
+the Ray boundary as serialized protobuf bytes: nothing code-executing is deserialized.
+"""
+from __future__ import annotations
+
+import logging
+
+import ray
+
+from services.gen import common_pb2, compute_worker_pb2
+
+log = logging.getLogger("bidaw.compute_worker")
+
+
+def resolve_format(name: str, config) -> int:
+    """KV_FORMAT_* for the worker flag: 'kv', 'tensor6' or 'auto' (from the model config)."""
+    if name == "kv":
+        return common_pb2.KV_FORMAT_KV
+    if name == "tensor6":
+        return common_pb2.KV_FORMAT_TENSOR6
+    if name != "auto":
+        raise ValueError(f"--kv-format must be auto, kv or tensor6, not {name!r}")
+    from .tensor_choice import choose_tensor
+
+    return (common_pb2.KV_FORMAT_TENSOR6 if choose_tensor(config) == "tensor6"
+            else common_pb2.KV_FORMAT_KV)
+
+
+class Engine:
+    """Plain class (testable without Ray); `EngineActor` is its Ray form."""
+
+    def __init__(self, model_spec: str, store_target: str | None, kv_format: str = "auto",
+                 default_max_tokens: int = 256, threads: int = 0, device: str = ""):
+        import os
+
+        import torch
+
+        from .kv_client import KVClient
+        from .loaders.registry import load_model
+        from .turn import TurnRunner
+
+        # Ray pins OMP threads to the actor's CPU count (1); the engine wants the cores it is given.
+        torch.set_num_threads(threads or os.cpu_count() or 1)
+        model, tokenizer = load_model(model_spec, device=device or None)
+        self.model_name = model.config.name or model_spec
+        fmt = resolve_format(kv_format, model.config)
+        store = KVClient(store_target) if store_target else None
+        self.runner = TurnRunner(model, tokenizer, store, self.model_name, fmt,
+                                 default_max_tokens)
+
+    def info(self) -> dict:
+        model = self.runner.model
+        return dict(model=self.model_name, kv_format=self.runner.kv_format,
+                    kv_bytes_per_token=self.runner.bytes_per_token,
+                    max_context=self.runner.max_context, device=str(model.device.type))
+
+    def run_turn(self, request: bytes):
+        """Yields ("event", TurnEvent bytes) ... or ("error", message) for a bad request."""
+        from .turn import TurnError
+
+        req = compute_worker_pb2.WorkerTurnRequest.FromString(request)
+        try:
+            for ids, text, summary in self.runner.run(req.turn, req.since_arrival_s, req.queue_s):
+                event = common_pb2.TurnEvent(token_ids=ids, text=text)
+                if summary is not None:
+                    event.summary.CopyFrom(summary)
+                yield "event", event.SerializeToString()
+        except TurnError as exc:
+            yield "error", str(exc)
+
+
+EngineActor = ray.remote(max_restarts=-1)(Engine)

@@ -1,0 +1,23 @@
+"""The compute worker's configuration (flags, env BIDAW_WORKER_*, or YAML)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class WorkerConfig:
+    listen: str = field(default="127.0.0.1:50053", metadata={"help": "gRPC address to serve on"})
+    store: str = field(default="127.0.0.1:50051", metadata={"help": "KV store address"})
+    model: str = field(default="smollm2-135m", metadata={
+        "help": "model: smollm2-135m, a .gguf file or a Hugging Face checkpoint directory"})
+    worker_id: str = field(default="", metadata={"help": "stable id (default: host:port)"})
+    kv_format: str = field(default="auto", metadata={
+        "help": "auto (chosen from the model config), kv or tensor6"})
+    default_max_tokens: int = field(default=256, metadata={"help": "max_tokens when unset"})
+    threads: int = field(default=0, metadata={"help": "torch threads (0: all cores)"})
+    device: str = field(default="", metadata={"help": "cuda or cpu (default: cuda if present)"})
+    ray_address: str = field(default="", metadata={
+        "help": "Ray cluster to join (default: start a local Ray)"})
+    ray_num_cpus: int = field(default=2, metadata={"help": "CPUs of the local Ray"})
+    ray_object_store_bytes: int = field(default=200 << 20, metadata={
+        "help": "object store of the local Ray"})

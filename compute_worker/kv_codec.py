@@ -1,0 +1,39 @@
+"""KV tensors <-> the store's bytes (token-major, so appending a turn appends bytes).
+
+K/V format: per token [layers, 2, kv_heads, head_dim]. Tensor-6 format: per token
+[layers, hidden], the normalised hidden state that feeds Q/K/V; the model turns it back into K/V.
+Bytes are the model's dtype, little-endian, as torch lays them out.
+"""
+from __future__ import annotations
+
+import torch
+
+from services.gen import common_pb2
+
+from .models.config import ModelConfig
+from .models.kv_cache import kv_from_token_major
+
+KV, TENSOR6 = common_pb2.KV_FORMAT_KV, common_pb2.KV_FORMAT_TENSOR6
+
+
+def bytes_per_token(config: ModelConfig, format: int, dtype: torch.dtype) -> int:
+    size = torch.empty((), dtype=dtype).element_size()
+    if format == TENSOR6:
+        return config.hidden6_bytes_per_token(size)
+    return config.kv_bytes_per_token(size)
+
+
+def to_bytes(token_major: torch.Tensor) -> bytes:
+    """[T, ...] tensor in any dtype -> its raw bytes."""
+    return token_major.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes()
+
+
+def kv_from_bytes(model, format: int, data: bytes, start_pos: int = 0) -> torch.Tensor:
+    """Stored bytes -> K/V [L, 2, H, T, D] on the model's device (converting tensor 6)."""
+    cfg: ModelConfig = model.config
+    flat = torch.frombuffer(bytearray(data), dtype=model.dtype)
+    if format == TENSOR6:
+        hidden6 = flat.view(-1, cfg.num_layers, cfg.hidden_size).to(model.device)
+        return model.kv_from_hidden6(hidden6, start_pos)
+    tm = flat.view(-1, cfg.num_layers, 2, cfg.num_kv_heads, cfg.head_dim).to(model.device)
+    return kv_from_token_major(tm)

@@ -1,0 +1,58 @@
+"""Run a compute worker: `bidaw serve worker`. Joins (or starts) Ray and hosts the engine actor."""
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+
+from services.gen import compute_worker_pb2_grpc
+from services.grpc_util import Server
+from services.runtime import wait_for_signal
+
+from .config import WorkerConfig
+
+log = logging.getLogger("bidaw.compute_worker")
+
+
+def init_ray(config: WorkerConfig) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # else Ray writes a token into $HOME
+    if config.ray_address:
+        ray.init(address=config.ray_address, log_to_driver=True)
+        return
+    ray.init(num_cpus=config.ray_num_cpus, object_store_memory=config.ray_object_store_bytes,
+             include_dashboard=False, _temp_dir=tempfile.mkdtemp(prefix="ray", dir="/tmp"),
+             log_to_driver=True)
+
+
+def start(config: WorkerConfig):
+    import ray
+
+    from .actor import EngineActor
+    from .service import ComputeWorkerService
+
+    init_ray(config)
+    actor = EngineActor.options(num_cpus=1).remote(
+        config.model, config.store, config.kv_format, config.default_max_tokens, config.threads,
+        config.device)
+    ray.get(actor.info.remote())  # fail fast if the model does not load
+    service = ComputeWorkerService(actor, config.worker_id)
+    server = Server(config.listen, [(compute_worker_pb2_grpc.add_ComputeWorkerServicer_to_server,
+                                     service)], name="bidaw.v1.ComputeWorker")
+    service.worker_id = service.worker_id or f"{config.listen.rsplit(':', 1)[0]}:{server.port}"
+    worker_id = service.worker_id
+    log.info("compute worker %s on port %d: model %s, KV format %s", worker_id, server.port,
+             service.info["model"], service.info["kv_format"])
+    return server, service
+
+
+def serve(config: WorkerConfig) -> None:
+    import ray
+
+    server, _ = start(config)
+    wait_for_signal()
+    server.stop()
+    ray.shutdown()

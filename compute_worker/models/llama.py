@@ -1,0 +1,82 @@
+"""Llama family: SmolLM2, Llama 2/3, Mistral, Qwen2 (RMSNorm, SwiGLU, GQA, RoPE, optional biases)."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from compute_worker.models.base import CausalLM, Packed, packed_attention
+from compute_worker.models.config import ModelConfig
+from compute_worker.models.rope import apply_rope, inv_frequencies, rope_cos_sin
+
+ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu, "relu": F.relu,
+               "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh")}
+
+Rope = tuple[torch.Tensor, torch.Tensor]
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(dim, dtype=dtype))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in float32, round to the model dtype, then scale: same rounding as HF.
+        return self.weight * F.rms_norm(x.float(), x.shape[-1:], eps=self.eps).to(x.dtype)
+
+
+class LlamaLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
+        super().__init__()
+        hid, D = cfg.hidden_size, cfg.head_dim
+        self.nh, self.nkv, self.hd = cfg.num_heads, cfg.num_kv_heads, D
+        self.attn_norm = RMSNorm(hid, cfg.rms_norm_eps, dtype)
+        self.q_proj = nn.Linear(hid, self.nh * D, bias=cfg.attention_bias, dtype=dtype)
+        self.k_proj = nn.Linear(hid, self.nkv * D, bias=cfg.attention_bias, dtype=dtype)
+        self.v_proj = nn.Linear(hid, self.nkv * D, bias=cfg.attention_bias, dtype=dtype)
+        self.o_proj = nn.Linear(self.nh * D, hid, bias=cfg.attention_out_bias, dtype=dtype)
+        self.mlp_norm = RMSNorm(hid, cfg.rms_norm_eps, dtype)
+        self.gate_proj = nn.Linear(hid, cfg.intermediate_size, bias=cfg.mlp_bias, dtype=dtype)
+        self.up_proj = nn.Linear(hid, cfg.intermediate_size, bias=cfg.mlp_bias, dtype=dtype)
+        self.down_proj = nn.Linear(cfg.intermediate_size, hid, bias=cfg.mlp_bias, dtype=dtype)
+        self.act = ACTIVATIONS[cfg.hidden_act]
+
+    def kv(self, h: torch.Tensor, rope: Rope) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tensor 6 [N, hidden] -> rotated K and V [N, Hkv, D]."""
+        k = self.k_proj(h).view(-1, self.nkv, self.hd)
+        v = self.v_proj(h).view(-1, self.nkv, self.hd)
+        return apply_rope(k, *rope), v
+
+    def forward(self, x: torch.Tensor, idx: int, packed: Packed, rope: Rope,
+                h6: list[torch.Tensor] | None) -> torch.Tensor:
+        h = self.attn_norm(x)
+        if h6 is not None:
+            h6.append(h)
+        q = apply_rope(self.q_proj(h).view(-1, self.nh, self.hd), *rope)
+        k, v = self.kv(h, rope)
+        x = x + self.o_proj(packed_attention(q, k, v, packed, idx))
+        h = self.mlp_norm(x)
+        return x + self.down_proj(self.act(self.gate_proj(h)) * self.up_proj(h))
+
+
+class LlamaForCausalLM(CausalLM):
+    def _build(self, dtype: torch.dtype) -> None:
+        cfg = self.config
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size, dtype=dtype)
+        self.layers = nn.ModuleList(LlamaLayer(cfg, dtype) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(
+            cfg.hidden_size, cfg.vocab_size, bias=False, dtype=dtype)
+        self._inv_freq: torch.Tensor | None = None  # not a buffer: meta-init would leave it garbage
+
+    def _embed(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return self.embed(ids)
+
+    def _rope(self, positions: torch.Tensor) -> Rope:
+        if self._inv_freq is None or self._inv_freq.device != positions.device:
+            self._inv_freq = inv_frequencies(self.config, positions.device)
+        return rope_cos_sin(self._inv_freq, positions, self.dtype)
+
+    def _final(self, x: torch.Tensor) -> torch.Tensor:
+        return self.norm(x)

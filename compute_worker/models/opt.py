@@ -1,0 +1,78 @@
+"""OPT family: MHA, learned positions (offset 2), LayerNorm (pre- or post-norm), ReLU MLP, biases."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from compute_worker.models.base import CausalLM, Packed, packed_attention
+from compute_worker.models.config import ModelConfig
+from compute_worker.models.llama import ACTIVATIONS
+
+POSITION_OFFSET = 2  # OPT's learned position table reserves two leading rows (fairseq legacy)
+
+
+class OPTLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, dtype: torch.dtype) -> None:
+        super().__init__()
+        hid, D = cfg.hidden_size, cfg.head_dim
+        self.nh, self.hd, self.pre_norm = cfg.num_heads, D, cfg.do_layer_norm_before
+        self.attn_norm = nn.LayerNorm(hid, eps=cfg.layer_norm_eps, dtype=dtype)
+        self.q_proj = nn.Linear(hid, self.nh * D, dtype=dtype)
+        self.k_proj = nn.Linear(hid, self.nh * D, dtype=dtype)
+        self.v_proj = nn.Linear(hid, self.nh * D, dtype=dtype)
+        self.o_proj = nn.Linear(self.nh * D, hid, dtype=dtype)
+        self.mlp_norm = nn.LayerNorm(hid, eps=cfg.layer_norm_eps, dtype=dtype)
+        self.fc1 = nn.Linear(hid, cfg.intermediate_size, dtype=dtype)
+        self.fc2 = nn.Linear(cfg.intermediate_size, hid, dtype=dtype)
+        self.act = ACTIVATIONS[cfg.hidden_act]
+
+    def kv(self, h: torch.Tensor, rope: None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tensor 6 [N, hidden] -> K and V [N, H, D] (no rotary: positions are in the embedding)."""
+        return self.k_proj(h).view(-1, self.nh, self.hd), self.v_proj(h).view(-1, self.nh, self.hd)
+
+    def forward(self, x: torch.Tensor, idx: int, packed: Packed, rope: None,
+                h6: list[torch.Tensor] | None) -> torch.Tensor:
+        h = self.attn_norm(x) if self.pre_norm else x
+        if h6 is not None:
+            h6.append(h)
+        k, v = self.kv(h, rope)
+        q = self.q_proj(h).view(-1, self.nh, self.hd)
+        x = x + self.o_proj(packed_attention(q, k, v, packed, idx))
+        if not self.pre_norm:
+            x = self.attn_norm(x)
+        h = self.mlp_norm(x) if self.pre_norm else x
+        x = x + self.fc2(self.act(self.fc1(h)))
+        return x if self.pre_norm else self.mlp_norm(x)
+
+
+class OPTForCausalLM(CausalLM):
+    def _build(self, dtype: torch.dtype) -> None:
+        cfg = self.config
+        wdim = cfg.word_embed_proj_dim or cfg.hidden_size
+        self.embed = nn.Embedding(cfg.vocab_size, wdim, dtype=dtype)
+        self.pos_embed = nn.Embedding(cfg.max_position + POSITION_OFFSET, cfg.hidden_size, dtype=dtype)
+        proj = wdim != cfg.hidden_size
+        self.project_in = nn.Linear(wdim, cfg.hidden_size, bias=False, dtype=dtype) if proj else None
+        self.project_out = nn.Linear(cfg.hidden_size, wdim, bias=False, dtype=dtype) if proj else None
+        self.layers = nn.ModuleList(OPTLayer(cfg, dtype) for _ in range(cfg.num_layers))
+        # Post-norm OPT (opt-350m) normalises inside every layer and has no final LayerNorm.
+        self.final_norm = nn.LayerNorm(cfg.hidden_size, eps=cfg.layer_norm_eps, dtype=dtype) \
+            if cfg.do_layer_norm_before else None
+        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(
+            wdim, cfg.vocab_size, bias=False, dtype=dtype)
+
+    def _check_positions(self, packed: Packed) -> None:
+        last = packed.max_position
+        if last >= self.config.max_position:
+            raise ValueError(f"position {last} exceeds OPT's learned table ({self.config.max_position})")
+
+    def _embed(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        x = self.embed(ids)
+        if self.project_in is not None:
+            x = self.project_in(x)
+        return x + self.pos_embed(positions + POSITION_OFFSET)
+
+    def _final(self, x: torch.Tensor) -> torch.Tensor:
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return self.project_out(x) if self.project_out is not None else x

@@ -1,0 +1,57 @@
+"""The ComputeWorker gRPC service: a thin shell over the engine actor on Ray."""
+from __future__ import annotations
+
+import logging
+import threading
+
+import grpc
+import ray
+
+from services.gen import common_pb2, compute_worker_pb2, compute_worker_pb2_grpc
+
+log = logging.getLogger("bidaw.compute_worker")
+
+
+class ComputeWorkerService(compute_worker_pb2_grpc.ComputeWorkerServicer):
+    def __init__(self, actor, worker_id: str, max_running: int = 1):
+        self.actor = actor
+        self.worker_id = worker_id
+        self.max_running = max_running
+        self.info = ray.get(actor.info.remote())
+        self._running = 0
+        self._lock = threading.Lock()
+
+    def RunTurn(self, request, context):
+        if not request.turn.session_id:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "turn.session_id is empty")
+        with self._lock:
+            self._running += 1
+        stream = self.actor.run_turn.remote(request.SerializeToString())
+        try:
+            for ref in stream:
+                kind, payload = ray.get(ref)
+                if kind == "error":
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, payload)
+                event = common_pb2.TurnEvent.FromString(payload)
+                if event.HasField("summary"):
+                    event.summary.worker_id = self.worker_id
+                yield event
+        except ray.exceptions.RayActorError as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"engine actor died: {exc}")
+        finally:
+            if not context.is_active():  # the client went away: stop generating
+                try:
+                    ray.cancel(stream)
+                except Exception:  # already finished
+                    pass
+            with self._lock:
+                self._running -= 1
+
+    def Info(self, request, context):
+        with self._lock:
+            running = self._running
+        return compute_worker_pb2.WorkerInfo(
+            worker_id=self.worker_id, model=self.info["model"],
+            kv_format=self.info["kv_format"], kv_bytes_per_token=self.info["kv_bytes_per_token"],
+            max_context=self.info["max_context"], running=running, max_running=self.max_running,
+            device=self.info["device"])

@@ -1,0 +1,27 @@
+"""Errors of the store core, each carrying the gRPC status the service answers with."""
+from __future__ import annotations
+
+import grpc
+
+
+class StoreError(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def invalid(message: str) -> StoreError:
+    return StoreError(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def not_found(message: str) -> StoreError:
+    return StoreError(grpc.StatusCode.NOT_FOUND, message)
+
+
+def precondition(message: str) -> StoreError:
+    return StoreError(grpc.StatusCode.FAILED_PRECONDITION, message)
+
+
+def exhausted(message: str) -> StoreError:
+    return StoreError(grpc.StatusCode.RESOURCE_EXHAUSTED, message)

@@ -1,0 +1,221 @@
+"""Bidaw: previous-answer-based eviction (the paper's mechanism).
+
+For every access the policy measures the session's weighted reuse distance (ReuseDistanceMeter)
+and files it into the small / promising / extreme regions (ReuseRegions). A ghost cache replays
+the recent past under Belady and learns each promising bucket's hit rate. When a turn finishes
+with an answer of `a` tokens, the session's next reuse distance is bounded below by
+LB = (recent distinct bytes accessed per second) × (a low quantile of the think time after
+answers of that length) — people read before they reply. The session's bucket distribution comes
+from its own history of distances plus, as a prior, what sessions did after answers of that
+length; buckets below LB's are zeroed and the rest renormalised. Hit potential =
+P(small) + Σ P(promising_i) · hitrate_i; the lowest potential is evicted first (ties: the session
+accessed most recently, whose return is furthest away, then order of entry).
+
+Potentials are computed when a session is accessed or answers, with the hit rates known then, so
+every call is O(log n) (a heap with lazy deletion).
+"""
+from __future__ import annotations
+
+import math
+from itertools import islice
+from typing import Iterable
+
+from kv_store.eviction.base import EvictionPolicy, Key
+from kv_store.eviction.lazy_heap import LazyHeap
+from kv_store.ghost_cache import GhostCache
+from kv_store.reuse_distance import ReuseDistanceMeter
+from kv_store.reuse_regions import ReuseRegions
+from kv_store.session_registry import SessionRegistry
+from kv_store.think_time_model import ANSWER_EDGES, N_ANSWER_BUCKETS, ThinkTimeModel, answer_bucket
+
+GIB = 1 << 30
+# An answer length inside each answer bucket, to look up that bucket's statistics.
+_ANSWER_REPR = [0] + list(ANSWER_EDGES)
+
+
+class _Session:
+    __slots__ = ("last", "answer", "history", "potential")
+
+    def __init__(self) -> None:
+        self.last: float | None = None      # time of the latest access
+        self.answer: int | None = None      # tokens of the latest answer
+        self.history: list[float] | None = None  # decayed counts of this session's reuse buckets
+        self.potential: float | None = None  # hit potential computed at the latest answer
+
+
+class BidawPolicy(EvictionPolicy):
+    name = "bidaw"
+
+    def __init__(self, capacity_bytes: int = 200 * GIB, watermark_bytes: int = 2 * GIB,
+                 bucket_width: float = 0.2, n_promising: int = 7, lb_quantile: float = 0.05,
+                 prior_weight: float = 2.0, history_decay: float = 0.8, ghost_lag_s: float = 300.0,
+                 ghost_window: float = 4000.0, rate_window_s: float = 120.0,
+                 protect_queue: int = 30, tie_break: str = "return") -> None:
+        self.tie_break = tie_break
+        self.regions = ReuseRegions(capacity_bytes, bucket_width, n_promising)
+        nb = self.regions.n_buckets
+        self.ghost = GhostCache(capacity_bytes, nb, watermark_bytes, ghost_lag_s, ghost_window)
+        self.meter = ReuseDistanceMeter()
+        self.think = ThinkTimeModel()
+        self.lb_quantile = lb_quantile
+        self.prior_weight = prior_weight
+        self.history_decay = history_decay
+        # What sessions did after answers of each length: decayed counts per reuse bucket.
+        self._prior = [[1.0 / nb] * nb for _ in range(N_ANSWER_BUCKETS + 1)]  # +1: unknown answer
+        self._prior_gamma = 1.0 - 1.0 / 2000.0
+        self._prior_inc = [1.0] * (N_ANSWER_BUCKETS + 1)
+        # Distinct bytes accessed per second, from (distance, gap) pairs, decayed over rate_window_s.
+        self._rate_bytes = 0.0
+        self._rate_secs = 0.0
+        self._rate_window = rate_window_s
+        self._sessions: SessionRegistry[_Session] = SessionRegistry(_Session)
+        self._heap = LazyHeap()
+        self._entered: dict[Key, int] = {}
+        self._seq = 0
+        self._protect = protect_queue
+        self._protected: frozenset = frozenset()
+        self.refresh_every = 64
+        self._until_refresh = 0
+
+    # ---- optional hooks -------------------------------------------------------------------
+    def set_capacity(self, capacity_bytes: int) -> None:
+        """Optional hook: the size of the tier this policy orders (defines the small region)."""
+        self.regions.set_capacity(capacity_bytes)
+        self.ghost.set_capacity(capacity_bytes)
+        self._until_refresh = 0
+
+    # ---- the interface --------------------------------------------------------------------
+    def admit(self, key: Key, size: int, now: float) -> None:
+        self._seq += 1
+        self._entered[key] = self._seq
+        self._access(key, size, now)
+
+    def touch(self, key: Key, size: int, now: float) -> None:
+        if key not in self._entered:
+            self.admit(key, size, now)
+            return
+        self._access(key, size, now)
+
+    def observe_answer(self, key: Key, answer_tokens: int, now: float) -> None:
+        s = self._sessions.touch(key, now, self.__contains__)
+        s.answer = answer_tokens
+        s.last = now if s.last is None else max(s.last, now)
+        if key in self._entered:
+            self._rank(key, s)
+
+    def observe_queue(self, upcoming: Iterable[Key], now: float) -> None:
+        if self._protect:
+            self._protected = frozenset(islice(upcoming, self._protect))
+
+    def remove(self, key: Key) -> None:
+        if self._entered.pop(key, None) is not None:
+            self._heap.discard(key)
+
+    def victim(self, now: float, exclude: frozenset | set = frozenset()) -> Key | None:
+        protected = self._protected | exclude if exclude else self._protected
+        return self._heap.peek(protected)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entered
+
+    def __len__(self) -> int:
+        return len(self._entered)
+
+    # ---- learning -------------------------------------------------------------------------
+    def _access(self, key: Key, size: int, now: float) -> None:
+        s = self._sessions.touch(key, now, self.__contains__)
+        distance = self.meter.access(key, size)
+        bucket = self.regions.bucket(distance) if distance is not None else None
+        self.ghost.record(key, size, bucket, now)
+        if s.last is not None and distance is not None:
+            gap = now - s.last
+            self.think.observe(s.answer, gap)
+            self._observe_rate(distance, gap)
+            self._observe_bucket(s, bucket)
+        s.last = now
+        # Keep the potential computed at the last answer (recomputed when this turn's answer is
+        # known); only the recency tie-break moves.
+        if s.potential is None:
+            self._rank(key, s)
+        else:
+            self._heap.set(key, (s.potential, -self._tie(s), self._entered[key]))
+
+    def _observe_rate(self, distance: int, gap: float) -> None:
+        # Weight each pair by its gap: the ratio of sums is bytes per second over recent pairs.
+        g = math.exp(-max(gap, 0.0) / self._rate_window / 50.0)
+        self._rate_bytes = self._rate_bytes * g + distance
+        self._rate_secs = self._rate_secs * g + max(gap, 1e-3)
+
+    def _observe_bucket(self, s: _Session, bucket: int) -> None:
+        # Population prior: lazy exponential decay (the increment grows instead of every count
+        # shrinking); only ratios are used, so the scale never matters.
+        a = self._answer_index(s.answer)
+        inc = self._prior_inc[a] / self._prior_gamma
+        if inc > 1e100:
+            self._prior[a] = [x / inc for x in self._prior[a]]
+            inc = 1.0
+        self._prior_inc[a] = inc
+        self._prior[a][bucket] += inc
+        if s.history is None:
+            s.history = [0.0] * self.regions.n_buckets
+        else:
+            d = self.history_decay
+            s.history = [x * d for x in s.history]
+        s.history[bucket] += 1.0
+
+    @staticmethod
+    def _answer_index(answer: int | None) -> int:
+        return N_ANSWER_BUCKETS if answer is None else answer_bucket(answer)
+
+    def lower_bound(self, answer: int | None) -> float:
+        """Predicted lower bound (bytes) of the next reuse distance after an answer."""
+        if self._rate_secs <= 0.0:
+            return 0.0
+        gap_lb = self.think.stats(answer).quantiles[self.lb_quantile]
+        return self._rate_bytes / self._rate_secs * gap_lb
+
+    def hit_potential(self, answer: int | None, history: list[float] | None) -> float:
+        """P(small) + Σ P(promising_i)·hitrate_i over the buckets at or above the lower bound's."""
+        self._maybe_refresh()
+        a = self._answer_index(answer)
+        first = self._lb_bucket[a]
+        num, mass = self._prior_num[a], self._prior_mass[a]
+        if history is not None:
+            hr = self._hr
+            for j in range(first, len(history)):
+                x = history[j]
+                if x:
+                    num += x * hr[j]
+                    mass += x
+        return num / mass if mass > 0.0 else self._hr[first]
+
+    def _maybe_refresh(self) -> None:
+        """Re-derive hit rates, normalised priors and lower-bound buckets every few accesses."""
+        self._until_refresh -= 1
+        if self._until_refresh > 0:
+            return
+        self._until_refresh = self.refresh_every
+        nb, ext = self.regions.n_buckets, self.regions.extreme
+        self._hr = [1.0] + [self.ghost.hit_rate(j) for j in range(1, ext)] + [0.0]
+        self._lb_bucket = [self.regions.bucket(self.lower_bound(None if a == N_ANSWER_BUCKETS else
+                                                                   _ANSWER_REPR[a]))
+                           for a in range(N_ANSWER_BUCKETS + 1)]
+        # The prior's share of each potential: numerator and mass above the lower bound.
+        self._prior_num, self._prior_mass = [], []
+        for a, prior in enumerate(self._prior):
+            w = self.prior_weight / (sum(prior) or 1.0)
+            first = self._lb_bucket[a]
+            self._prior_num.append(sum(prior[j] * w * self._hr[j] for j in range(first, nb)))
+            self._prior_mass.append(sum(prior[j] * w for j in range(first, nb)))
+
+    def _rank(self, key: Key, s: _Session) -> None:
+        potential = self.hit_potential(s.answer, s.history)
+        s.potential = potential
+        self._heap.set(key, (potential, -self._tie(s), self._entered[key]))
+
+    def _tie(self, s: _Session) -> float:
+        """Among equal potentials, evict the session expected back last."""
+        last = s.last if s.last is not None else 0.0
+        if self.tie_break == "recency":
+            return last
+        return last + self.think.stats(s.answer).mean

@@ -1,0 +1,165 @@
+"""Bidaw-size (beyond the paper): evict the largest expected remaining wait × KV size.
+
+The same answer-length signal as Bidaw, in time instead of reuse-distance buckets. A session that
+finished a turn at `last` with an answer of `a` tokens is expected back after the mean think time
+for answers of that length (ThinkTimeModel, learned online per answer bucket), scaled by the
+user's own reading pace (a decayed mean of how its past gaps compared with the model's median).
+Holding a KV of `s` bytes for a remaining wait `w` costs s·w of DRAM-time per hit, so the victim
+is the entry with the largest w · s^β (β = `size_exponent`, 1 by default).
+
+Stale rule: a session idle past a high quantile of its predicted gap has probably ended (a live
+system never learns that a conversation is over) and goes first, oldest deadline first.
+
+O(log n) decisions: entries sit in one max-heap per size class (classes `1/classes_per_octave`
+octave wide) keyed by predicted return time, which orders them by remaining wait at any `now`;
+the victim is the best of the class tops (a few dozen), plus one min-heap of stale deadlines.
+"""
+from __future__ import annotations
+
+import math
+from itertools import islice
+from typing import Iterable
+
+from kv_store.eviction.base import EvictionPolicy, Key
+from kv_store.eviction.lazy_heap import LazyHeap
+from kv_store.session_registry import SessionRegistry
+from kv_store.think_time_model import ThinkTimeModel
+
+
+class _Session:
+    __slots__ = ("last", "answer", "pace", "size", "cls", "t_next")
+
+    def __init__(self) -> None:
+        self.last: float | None = None   # time of the latest access or answer
+        self.answer: int | None = None   # tokens of the latest answer
+        self.pace = 0.0                  # log(own gap / model median), decayed mean
+        self.size = 0
+        self.cls = -1
+        self.t_next = 0.0
+
+
+class BidawSizePolicy(EvictionPolicy):
+    name = "bidaw-size"
+
+    def __init__(self, size_exponent: float = 1.0, stale_quantile: float | None = 0.99,
+                 stale_factor: float = 1.0, pace_decay: float = 0.5, classes_per_octave: int = 2,
+                 protect_queue: int = 30) -> None:
+        self.size_exponent = size_exponent
+        self.stale_quantile = stale_quantile
+        self.stale_factor = stale_factor
+        self.pace_decay = pace_decay
+        self.classes_per_octave = classes_per_octave
+        self.think = ThinkTimeModel()
+        self._sessions: SessionRegistry[_Session] = SessionRegistry(_Session)
+        self._classes: dict[int, LazyHeap] = {}
+        self._stale = LazyHeap()
+        self._entered: dict[Key, int] = {}
+        self._seq = 0
+        self._protect = protect_queue
+        self._protected: frozenset = frozenset()
+
+    # ---- the interface --------------------------------------------------------------------
+    def admit(self, key: Key, size: int, now: float) -> None:
+        self._seq += 1
+        self._entered[key] = self._seq
+        self._access(key, size, now)
+
+    def touch(self, key: Key, size: int, now: float) -> None:
+        if key not in self._entered:
+            self.admit(key, size, now)
+            return
+        self._access(key, size, now)
+
+    def observe_answer(self, key: Key, answer_tokens: int, now: float) -> None:
+        s = self._sessions.touch(key, now, self.__contains__)
+        s.answer = answer_tokens
+        s.last = now if s.last is None else max(s.last, now)
+        if key in self._entered:
+            self._rank(key, s)
+
+    def observe_queue(self, upcoming: Iterable[Key], now: float) -> None:
+        if self._protect:
+            self._protected = frozenset(islice(upcoming, self._protect))
+
+    def remove(self, key: Key) -> None:
+        if self._entered.pop(key, None) is None:
+            return
+        self._stale.discard(key)
+        s = self._sessions.get(key)
+        if s is not None and s.cls in self._classes:
+            heap = self._classes[s.cls]
+            heap.discard(key)
+            if not len(heap):
+                del self._classes[s.cls]
+
+    def victim(self, now: float, exclude: frozenset | set = frozenset()) -> Key | None:
+        protected = self._protected | exclude if exclude else self._protected
+        if self.stale_quantile is not None:
+            k = self._stale.peek(protected)
+            if k is not None and self._stale.priority(k)[0] <= now:
+                return k
+        best, best_score = None, -1.0
+        beta = self.size_exponent
+        for heap in self._classes.values():
+            k = heap.peek(protected)
+            if k is None:
+                continue
+            s = self._sessions.get(k)
+            score = self.expected_remaining(s, now) * (s.size ** beta if beta != 1.0 else s.size)
+            if score > best_score or (score == best_score and self._entered[k] < self._entered[best]):
+                best, best_score = k, score
+        return best
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entered
+
+    def __len__(self) -> int:
+        return len(self._entered)
+
+    # ---- prediction -----------------------------------------------------------------------
+    def expected_remaining(self, s: _Session, now: float) -> float:
+        """Seconds until the session's next turn, given it has been idle since `s.last`."""
+        w = s.t_next - now
+        if w > 0.0:
+            return w
+        f = math.exp(s.pace)
+        idle = (now - (s.last or now)) / f
+        return self.think.stats(s.answer).remaining(idle) * f
+
+    def _access(self, key: Key, size: int, now: float) -> None:
+        s = self._sessions.touch(key, now, self.__contains__)
+        if s.last is not None and s.answer is not None:
+            gap = now - s.last
+            self.think.observe(s.answer, gap)
+            median = self.think.stats(s.answer).quantiles[0.5]
+            r = math.log(max(gap, 0.5) / median)
+            s.pace = self.pace_decay * s.pace + (1.0 - self.pace_decay) * r
+        s.last = now
+        s.size = size
+        self._rank(key, s)
+
+    def _rank(self, key: Key, s: _Session) -> None:
+        stats = self.think.stats(s.answer)
+        f = math.exp(s.pace)
+        last = s.last if s.last is not None else 0.0
+        s.t_next = last + stats.mean * f
+        order = self._entered[key]
+        cls = self._size_class(s.size)
+        if cls != s.cls and s.cls in self._classes:
+            old = self._classes[s.cls]
+            old.discard(key)
+            if not len(old):
+                del self._classes[s.cls]
+        s.cls = cls
+        heap = self._classes.get(cls)
+        if heap is None:
+            heap = self._classes[cls] = LazyHeap()
+        heap.set(key, (-s.t_next, order))
+        if self.stale_quantile is not None:
+            deadline = last + stats.quantiles[self.stale_quantile] * f * self.stale_factor
+            self._stale.set(key, (deadline, order))
+
+    def _size_class(self, size: int) -> int:
+        if size <= 0:
+            return -1
+        return int(math.log2(size) * self.classes_per_octave)

@@ -1,0 +1,163 @@
+"""The KVStore gRPC service: translates bidaw.v1 messages into KVStore calls."""
+from __future__ import annotations
+
+import functools
+import logging
+import queue
+import threading
+
+import grpc
+
+from services.gen import kv_store_pb2, kv_store_pb2_grpc
+from services.grpc_util import CHUNK_BYTES
+
+from .errors import StoreError, invalid
+from .store import KVStore, LoadDone, Location
+
+log = logging.getLogger("bidaw.kv_store")
+MAX_WRITE_BYTES = 16 << 30  # one turn's KV; anything larger is a client bug
+
+
+def _status(method):
+    """Answer StoreErrors with their gRPC status and message."""
+    @functools.wraps(method)
+    def wrapper(self, request, context):
+        try:
+            return method(self, request, context)
+        except StoreError as exc:
+            context.abort(exc.code, exc.message)
+    return wrapper
+
+
+def _location_msg(loc: Location) -> kv_store_pb2.SessionLocation:
+    return kv_store_pb2.SessionLocation(session_id=loc.session_id, tier=loc.tier,
+                                        num_bytes=loc.num_bytes, num_tokens=loc.num_tokens,
+                                        load_estimate_s=loc.load_estimate_s)
+
+
+def _event_msg(event) -> kv_store_pb2.StoreEvent:
+    if isinstance(event, LoadDone):
+        return kv_store_pb2.StoreEvent(load_finished=kv_store_pb2.LoadFinished(
+            session_id=event.session_id, ok=event.ok, load_s=event.load_s))
+    return kv_store_pb2.StoreEvent(location=_location_msg(event))
+
+
+class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
+    def __init__(self, store: KVStore):
+        self.store = store
+
+    @_status
+    def Lookup(self, request, context):
+        meta, tier, lease_id = self.store.lookup(request.session_id, request.lease,
+                                                 request.lease_seconds)
+        if meta is None:
+            return kv_store_pb2.LookupReply(tier=tier)
+        return kv_store_pb2.LookupReply(
+            tier=tier, num_bytes=meta.num_bytes, num_tokens=meta.num_tokens, format=meta.format,
+            bytes_per_token=meta.bytes_per_token, token_ids=meta.token_ids, model=meta.model,
+            lease_id=lease_id)
+
+    def ReadKV(self, request, context):
+        try:
+            meta, data, tier = self.store.read(request.session_id, request.max_tokens)
+        except StoreError as exc:
+            context.abort(exc.code, exc.message)
+        ntok = len(data) // meta.bytes_per_token
+        yield kv_store_pb2.KVChunk(header=kv_store_pb2.KVHeader(
+            session_id=meta.session_id, start_token=0, num_tokens=ntok,
+            token_ids=meta.token_ids[:ntok], format=meta.format,
+            bytes_per_token=meta.bytes_per_token, model=meta.model, tier=tier))
+        view = memoryview(data)
+        for offset in range(0, len(data), CHUNK_BYTES):
+            yield kv_store_pb2.KVChunk(data=bytes(view[offset:offset + CHUNK_BYTES]),
+                                       offset=offset)
+
+    def WriteKV(self, request_iterator, context):
+        try:
+            header, payload = self._receive(request_iterator)
+            loc = self.store.write(header.session_id, header.start_token, list(header.token_ids),
+                                   header.format, header.bytes_per_token, header.model, payload)
+        except StoreError as exc:
+            context.abort(exc.code, exc.message)
+        return kv_store_pb2.WriteKVReply(num_tokens=loc.num_tokens, num_bytes=loc.num_bytes,
+                                         tier=loc.tier)
+
+    @staticmethod
+    def _receive(request_iterator) -> tuple[kv_store_pb2.KVHeader, bytes]:
+        first = next(request_iterator, None)
+        if first is None or first.WhichOneof("kind") != "header":
+            raise invalid("the first message of a KV write must be its header")
+        header = first.header
+        if header.num_tokens != len(header.token_ids):
+            raise invalid(f"header.num_tokens={header.num_tokens} but "
+                          f"{len(header.token_ids)} token ids")
+        total = header.num_tokens * header.bytes_per_token
+        if total > MAX_WRITE_BYTES:
+            raise invalid(f"write of {total} bytes exceeds the {MAX_WRITE_BYTES} byte limit")
+        buf = bytearray()
+        for chunk in request_iterator:
+            if chunk.WhichOneof("kind") != "data":
+                raise invalid("a KV write carries exactly one header, first")
+            if chunk.offset != len(buf):
+                raise invalid(f"chunk at offset {chunk.offset}, expected {len(buf)}: chunks "
+                              "must arrive in order without gaps")
+            if len(buf) + len(chunk.data) > total:
+                raise invalid(f"more KV bytes than the header's {total}")
+            buf += chunk.data
+        if len(buf) != total:
+            raise invalid(f"stream ended after {len(buf)} of {total} KV bytes")
+        return header, bytes(buf)
+
+    @_status
+    def Promote(self, request, context):
+        loc = self.store.promote(request.session_id)
+        return kv_store_pb2.PromoteReply(tier=loc.tier, load_estimate_s=loc.load_estimate_s)
+
+    @_status
+    def ReleaseLease(self, request, context):
+        self.store.release(request.lease_id)
+        return kv_store_pb2.ReleaseLeaseReply()
+
+    def Awareness(self, request_iterator, context):
+        events = self.store.subscribe()
+
+        def consume() -> None:
+            try:
+                for event in request_iterator:
+                    self._on_compute_event(event)
+            except grpc.RpcError:
+                pass
+            except Exception:  # a bad event must not kill the stream silently
+                log.exception("awareness: bad compute event")
+            finally:
+                events.put(None)
+
+        threading.Thread(target=consume, name="awareness-in", daemon=True).start()
+        try:
+            yield kv_store_pb2.StoreEvent(snapshot=kv_store_pb2.Snapshot(
+                sessions=[_location_msg(loc) for loc in self.store.snapshot()]))
+            while context.is_active():
+                try:
+                    event = events.get(timeout=1.0)
+                except queue.Empty:
+                    continue
+                if event is None:
+                    return
+                yield _event_msg(event)
+        finally:
+            self.store.unsubscribe(events)
+
+    def _on_compute_event(self, event: kv_store_pb2.ComputeEvent) -> None:
+        kind = event.WhichOneof("kind")
+        if kind == "hello":
+            log.info("awareness: %s connected", event.hello.client_id)
+        elif kind == "arrival" and event.arrival.session_id:
+            self.store.on_arrival(event.arrival.session_id)
+        elif kind == "turn_complete" and event.turn_complete.session_id:
+            self.store.on_turn_complete(event.turn_complete.session_id,
+                                        event.turn_complete.answer_tokens)
+        elif kind == "session_end" and event.session_end.session_id:
+            self.store.on_session_end(event.session_end.session_id)
+
+    def Stats(self, request, context):
+        return kv_store_pb2.StoreStats(**self.store.stats())

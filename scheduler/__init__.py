@@ -1,0 +1,7 @@
+"""The scheduler: which request runs next on the compute workers.
+
+`scheduler.policy` holds the pure queueing policies (no I/O, no clocks: time is an argument) that
+both the scheduler service and the discrete-event simulator drive: the Bidaw dual queue (ready
+queue FCFS + preparing queue in disk-HRRN order) and the FCFS baseline, chosen by name with
+`scheduler.policy.make_queue`.
+"""

@@ -1,0 +1,120 @@
+"""The compute side of the Awareness stream: one long-lived bidirectional stream to the store.
+
+Store -> us: every session's KV location and size (a snapshot on each connection, then changes)
+and finished loads. Us -> store: arrivals, turn completions with answer lengths, session ends.
+The stream reconnects with backoff; on reconnection the store's snapshot replaces our map and we
+re-announce the turns still queued, so both sides resynchronise after either restarts.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from typing import Callable
+
+import grpc
+
+from services.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc
+from services.grpc_util import channel
+
+log = logging.getLogger("bidaw.scheduler")
+
+
+class AwarenessClient:
+    def __init__(self, target: str, client_id: str,
+                 on_load_finished: Callable[[str, bool], None] = lambda s, ok: None,
+                 queued_sessions: Callable[[], list[str]] = lambda: []):
+        self.target = target
+        self.client_id = client_id
+        self.on_load_finished = on_load_finished
+        self.queued_sessions = queued_sessions
+        self.locations: dict[str, kv_store_pb2.SessionLocation] = {}
+        self.connected = threading.Event()
+        self._outbox: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="awareness", daemon=True)
+
+    def start(self) -> "AwarenessClient":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._outbox.put(None)
+        self._thread.join(timeout=5)
+
+    # -- what the scheduler sends -----------------------------------------------------------
+
+    def arrival(self, session_id: str, sequence: int) -> None:
+        self._outbox.put(kv_store_pb2.ComputeEvent(
+            arrival=kv_store_pb2.Arrival(session_id=session_id, sequence=sequence)))
+
+    def turn_complete(self, session_id: str, answer_tokens: int, total_tokens: int) -> None:
+        self._outbox.put(kv_store_pb2.ComputeEvent(turn_complete=kv_store_pb2.TurnComplete(
+            session_id=session_id, answer_tokens=answer_tokens, total_tokens=total_tokens)))
+
+    def tier(self, session_id: str) -> int:
+        with self._lock:
+            loc = self.locations.get(session_id)
+        return common_pb2.TIER_NONE if loc is None else loc.tier
+
+    def location(self, session_id: str) -> kv_store_pb2.SessionLocation | None:
+        with self._lock:
+            return self.locations.get(session_id)
+
+    # -- the stream -------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        backoff = 0.2
+        while not self._stop.is_set():
+            try:
+                with channel(self.target) as ch:
+                    stub = kv_store_pb2_grpc.KVStoreStub(ch)
+                    for event in stub.Awareness(self._requests()):
+                        backoff = 0.2
+                        self._handle(event)
+            except grpc.RpcError as exc:
+                if not self._stop.is_set():
+                    log.info("awareness stream to %s lost (%s); reconnecting", self.target,
+                             exc.code())
+            self.connected.clear()
+            self._outbox.put(None)  # ends the old request iterator if it still waits
+            self._stop.wait(backoff)
+            backoff = min(backoff * 2, 5.0)
+
+    def _requests(self):
+        # What piled up while disconnected: keep completions (answer lengths are the store's
+        # signal); drop arrivals, which the re-announcement of the queue below replaces.
+        backlog = []
+        while not self._outbox.empty():
+            event = self._outbox.get_nowait()
+            if event is not None and event.WhichOneof("kind") != "arrival":
+                backlog.append(event)
+        yield kv_store_pb2.ComputeEvent(hello=kv_store_pb2.Hello(client_id=self.client_id))
+        for seq, session_id in enumerate(self.queued_sessions()):
+            yield kv_store_pb2.ComputeEvent(arrival=kv_store_pb2.Arrival(session_id=session_id,
+                                                                         sequence=seq))
+        yield from backlog
+        while True:
+            event = self._outbox.get()
+            if event is None or self._stop.is_set():
+                return
+            yield event
+
+    def _handle(self, event: kv_store_pb2.StoreEvent) -> None:
+        kind = event.WhichOneof("kind")
+        if kind == "snapshot":
+            with self._lock:
+                self.locations = {loc.session_id: loc for loc in event.snapshot.sessions}
+            self.connected.set()
+        elif kind == "location":
+            loc = event.location
+            with self._lock:
+                if loc.tier == common_pb2.TIER_NONE:
+                    self.locations.pop(loc.session_id, None)
+                else:
+                    self.locations[loc.session_id] = loc
+        elif kind == "load_finished":
+            self.on_load_finished(event.load_finished.session_id, event.load_finished.ok)
+

@@ -1,0 +1,17 @@
+"""The scheduler's configuration (flags, env BIDAW_SCHEDULER_*, or YAML)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class SchedulerConfig:
+    listen: str = field(default="127.0.0.1:50052", metadata={"help": "gRPC address to serve on"})
+    store: str = field(default="127.0.0.1:50051", metadata={"help": "KV store address"})
+    workers: list[str] = field(default_factory=lambda: ["127.0.0.1:50053"], metadata={
+        "help": "compute worker addresses, comma separated"})
+    policy: str = field(default="fcfs", metadata={"help": "scheduling policy: fcfs or bidaw"})
+    max_queue: int = field(default=1024, metadata={
+        "help": "queued turns beyond which new ones are refused (RESOURCE_EXHAUSTED)"})
+    max_tokens_limit: int = field(default=4096, metadata={"help": "largest max_tokens accepted"})
+    scheduler_id: str = field(default="scheduler", metadata={"help": "id on the Awareness stream"})

@@ -1,0 +1,32 @@
+"""Run the scheduler service: `bidaw serve scheduler`."""
+from __future__ import annotations
+
+import logging
+
+from services.gen import scheduler_pb2_grpc
+from services.grpc_util import Server
+from services.runtime import wait_for_signal
+
+from .config import SchedulerConfig
+from .service import SchedulerService
+from .workers import WorkerPool
+
+log = logging.getLogger("bidaw.scheduler")
+
+
+def start(config: SchedulerConfig) -> tuple[Server, SchedulerService]:
+    if config.policy not in ("fcfs", "bidaw"):
+        raise ValueError(f"--policy must be fcfs or bidaw, not {config.policy!r}")
+    service = SchedulerService(config, WorkerPool(config.workers)).start()
+    server = Server(config.listen, [(scheduler_pb2_grpc.add_SchedulerServicer_to_server,
+                                     service)], name="bidaw.v1.Scheduler")
+    log.info("scheduler on port %d, policy %s, workers %s", server.port, config.policy,
+             ",".join(config.workers))
+    return server, service
+
+
+def serve(config: SchedulerConfig) -> None:
+    server, service = start(config)
+    wait_for_signal()
+    server.stop()
+    service.stop()

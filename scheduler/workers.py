@@ -1,0 +1,70 @@
+"""The compute workers the scheduler dispatches to, with their free slots."""
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+
+import grpc
+
+from services.gen import compute_worker_pb2, compute_worker_pb2_grpc
+from services.grpc_util import channel
+
+log = logging.getLogger("bidaw.scheduler")
+
+
+@dataclass
+class Worker:
+    target: str
+    stub: compute_worker_pb2_grpc.ComputeWorkerStub
+    max_running: int = 1
+    running: int = 0
+    healthy: bool = False
+    info: compute_worker_pb2.WorkerInfo = field(default_factory=compute_worker_pb2.WorkerInfo)
+
+
+class WorkerPool:
+    def __init__(self, targets: list[str]):
+        self._lock = threading.Lock()
+        self.workers = [Worker(t, compute_worker_pb2_grpc.ComputeWorkerStub(channel(t)))
+                        for t in targets]
+
+    def refresh(self, timeout: float = 5.0) -> None:
+        """Ask every worker for its info; one that does not answer takes no work."""
+        for w in self.workers:
+            try:
+                info = w.stub.Info(compute_worker_pb2.WorkerInfoRequest(), timeout=timeout)
+            except grpc.RpcError as exc:
+                if w.healthy:
+                    log.warning("worker %s unreachable: %s", w.target, exc.code())
+                w.healthy = False
+                continue
+            with self._lock:
+                w.info, w.max_running, w.healthy = info, max(1, info.max_running), True
+
+    def acquire(self) -> Worker | None:
+        """The least loaded healthy worker with a free slot, its slot taken; None if none."""
+        with self._lock:
+            free = [w for w in self.workers if w.healthy and w.running < w.max_running]
+            if not free:
+                return None
+            worker = min(free, key=lambda w: w.running / w.max_running)
+            worker.running += 1
+            return worker
+
+    def release(self, worker: Worker, failed: bool = False) -> None:
+        with self._lock:
+            worker.running -= 1
+            if failed:
+                worker.healthy = False
+
+    def has_free_slot(self) -> bool:
+        with self._lock:
+            return any(w.healthy and w.running < w.max_running for w in self.workers)
+
+    def running(self) -> int:
+        with self._lock:
+            return sum(w.running for w in self.workers)
+
+    def healthy_count(self) -> int:
+        return sum(w.healthy for w in self.workers)

@@ -1,0 +1,66 @@
+"""A small client of the Scheduler API: one turn of a session, streamed."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .gen import common_pb2, scheduler_pb2_grpc
+from .grpc_util import channel
+
+TIER_NAMES = {common_pb2.TIER_NONE: "none", common_pb2.TIER_DRAM: "dram",
+              common_pb2.TIER_SSD: "ssd", common_pb2.TIER_LOADING: "loading",
+              common_pb2.TIER_UNSPECIFIED: "none"}
+
+
+@dataclass
+class TurnResult:
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    summary: common_pb2.TurnSummary = field(default_factory=common_pb2.TurnSummary)
+
+    @property
+    def tier(self) -> str:
+        return TIER_NAMES[self.summary.kv_tier]
+
+
+class ChatClient:
+    def __init__(self, target: str, timeout: float = 600.0):
+        self._channel = channel(target)
+        self.stub = scheduler_pb2_grpc.SchedulerStub(self._channel)
+        self.timeout = timeout
+
+    def turn(self, session_id: str, messages: list[dict] | None = None,
+             prompt_token_ids: list[int] | None = None, max_tokens: int = 0,
+             temperature: float = 0.0, ignore_eos: bool = False,
+             on_text: Callable[[str], None] | None = None) -> TurnResult:
+        request = common_pb2.TurnRequest(
+            session_id=session_id, max_tokens=max_tokens, temperature=temperature,
+            ignore_eos=ignore_eos, prompt_token_ids=prompt_token_ids or [],
+            messages=[common_pb2.ChatMessage(**m) for m in messages or []])
+        result = TurnResult()
+        for event in self.stub.SubmitTurn(request, timeout=self.timeout):
+            result.token_ids.extend(event.token_ids)
+            result.text += event.text
+            if event.text and on_text:
+                on_text(event.text)
+            if event.HasField("summary"):
+                result.summary = event.summary
+        return result
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+class Conversation:
+    """Keeps the message history of one session, as an OpenAI-style client would."""
+
+    def __init__(self, client: ChatClient, session_id: str, system: str | None = None):
+        self.client = client
+        self.session_id = session_id
+        self.messages: list[dict] = [{"role": "system", "content": system}] if system else []
+
+    def say(self, text: str, **kwargs) -> TurnResult:
+        self.messages.append({"role": "user", "content": text})
+        result = self.client.turn(self.session_id, self.messages, **kwargs)
+        self.messages.append({"role": "assistant", "content": result.text})
+        return result

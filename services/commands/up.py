@@ -1,0 +1,40 @@
+"""`bidaw up`: the embedded single-machine deployment, until Ctrl-C."""
+from __future__ import annotations
+
+
+def register(sub, groups) -> None:
+    p = sub.add_parser("up", help="run KV store, compute worker and scheduler on this machine",
+                       description="Start the KV store, one compute worker (on a local Ray) and "
+                       "the scheduler as processes on loopback; Ctrl-C stops them cleanly.")
+    p.add_argument("--data-dir", default="./data", help="SSD tier and logs (default: ./data)")
+    p.add_argument("--host", default="127.0.0.1", help="address to serve on")
+    p.add_argument("--scheduler-port", type=int, default=50052, help="scheduler gRPC port")
+    p.add_argument("--store-port", type=int, default=50051, help="KV store gRPC port")
+    p.add_argument("--worker-port", type=int, default=50053, help="compute worker gRPC port")
+    p.add_argument("--dram-bytes", default="2GiB", help="DRAM tier capacity")
+    p.add_argument("--ssd-bytes", default="64GiB", help="SSD tier capacity")
+    p.add_argument("--eviction", default="lru", help="DRAM eviction policy")
+    p.add_argument("--policy", default="fcfs", choices=["fcfs", "bidaw"],
+                   help="scheduling policy")
+    p.add_argument("--model", default="smollm2-135m", help="model to serve")
+    p.add_argument("--verbose", action="store_true", help="service logs on the terminal")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from services.launcher import LocalDeployment
+    from services.runtime import wait_for_signal
+
+    dep = LocalDeployment(data_dir=args.data_dir, host=args.host, store_port=args.store_port,
+                          scheduler_port=args.scheduler_port, worker_port=args.worker_port,
+                          dram_bytes=args.dram_bytes, ssd_bytes=args.ssd_bytes,
+                          eviction=args.eviction, policy=args.policy, model=args.model,
+                          quiet=not args.verbose)
+    print("starting KV store, compute worker, scheduler ...", flush=True)
+    with dep:
+        print(f"scheduler  {dep.scheduler_target}   (bidaw chat --target {dep.scheduler_target})")
+        print(f"KV store   {dep.store_target}\nworker     {dep.worker_target}")
+        print(f"logs in {args.data_dir}/logs; Ctrl-C to stop", flush=True)
+        wait_for_signal()
+        print("stopping ...", flush=True)
+    return 0

@@ -1,0 +1,88 @@
+"""Typed service configuration, loaded in one place: defaults < YAML file < environment < flags.
+
+Every service declares one dataclass; `add_config_args` turns its fields into `--kebab-case` flags
+(with help from the field's `metadata["help"]`), and `load_config` builds the object. Fields whose
+name ends in `_bytes` accept sizes such as `64MiB` or `2GB`.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import typing
+
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
+          "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
+          "tib": 2**40}
+
+
+def parse_size(text: str | int) -> int:
+    """'64MiB' -> 67108864. Plain integers are bytes."""
+    if isinstance(text, int):
+        return text
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+    if not match or match.group(2).lower() not in _UNITS:
+        raise ValueError(f"not a size: {text!r} (examples: 1048576, 64MiB, 2GB)")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _convert(field: dataclasses.Field, hint: typing.Any, raw: typing.Any) -> typing.Any:
+    if field.name.endswith("_bytes"):
+        return parse_size(raw)
+    if hint is bool:
+        return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes", "on")
+    if hint is int:
+        return int(raw)
+    if hint is float:
+        return float(raw)
+    if typing.get_origin(hint) is list:
+        return raw if isinstance(raw, list) else [s for s in str(raw).split(",") if s]
+    return raw if raw is None else str(raw)
+
+
+def add_config_args(parser: argparse.ArgumentParser, cls: type) -> None:
+    """Add one flag per field of the config dataclass `cls`, plus `--config FILE.yaml`."""
+    parser.add_argument("--config", metavar="FILE", help="YAML file with the same keys as the flags")
+    for field in dataclasses.fields(cls):
+        help_text = field.metadata.get("help", "")
+        default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+        parser.add_argument(_flag(field.name), dest=f"cfg_{field.name}", default=None,
+                            metavar=field.name.upper(), help=f"{help_text} (default: {default})")
+
+
+def load_config(cls: type, args: argparse.Namespace | None = None, env_prefix: str = "",
+                **overrides: typing.Any):
+    """Build `cls` from its defaults, the YAML file in args.config, env vars, flags, overrides."""
+    hints = typing.get_type_hints(cls)
+    values: dict[str, typing.Any] = {}
+    path = getattr(args, "config", None) if args is not None else None
+    if path:
+        import yaml
+
+        with open(path) as fh:
+            data = yaml.safe_load(fh) or {}
+        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
+        values.update(data)
+    for field in dataclasses.fields(cls):
+        env = os.environ.get(f"{env_prefix}{field.name.upper()}") if env_prefix else None
+        if env is not None:
+            values[field.name] = env
+        flag = getattr(args, f"cfg_{field.name}", None) if args is not None else None
+        if flag is not None:
+            values[field.name] = flag
+    values.update(overrides)
+    converted = {}
+    for field in dataclasses.fields(cls):
+        if field.name in values:
+            try:
+                converted[field.name] = _convert(field, hints[field.name], values[field.name])
+            except ValueError as exc:
+                raise ValueError(f"{_flag(field.name)}: {exc}") from None
+    return cls(**converted)

@@ -1,0 +1,111 @@
+"""The embedded single-machine deployment: KV store, compute worker and scheduler as three
+processes on loopback, started in dependency order and stopped in reverse."""
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
+
+from .grpc_util import wait_healthy
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class LocalDeployment:
+    data_dir: str = "./data"
+    host: str = "127.0.0.1"
+    store_port: int = 0  # 0: pick a free port
+    scheduler_port: int = 0
+    worker_port: int = 0
+    dram_bytes: str = "2GiB"
+    ssd_bytes: str = "64GiB"
+    eviction: str = "lru"
+    policy: str = "fcfs"
+    model: str = "smollm2-135m"
+    default_max_tokens: int = 256
+    quiet: bool = True  # service logs go to data_dir/logs instead of the terminal
+    extra_env: dict[str, str] = field(default_factory=dict)
+    procs: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.store_port = self.store_port or free_port(self.host)
+        self.worker_port = self.worker_port or free_port(self.host)
+        self.scheduler_port = self.scheduler_port or free_port(self.host)
+
+    @property
+    def store_target(self) -> str:
+        return f"{self.host}:{self.store_port}"
+
+    @property
+    def worker_target(self) -> str:
+        return f"{self.host}:{self.worker_port}"
+
+    @property
+    def scheduler_target(self) -> str:
+        return f"{self.host}:{self.scheduler_port}"
+
+    def _spawn(self, name: str, args: list[str]) -> None:
+        logs = pathlib.Path(self.data_dir) / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        out = open(logs / f"{name}.log", "ab") if self.quiet else None
+        env = {**os.environ, "RAY_AUTH_MODE": "disabled", **self.extra_env}
+        proc = subprocess.Popen([sys.executable, "-m", "services.cli", "serve", name, *args],
+                                stdout=out, stderr=subprocess.STDOUT if out else None, env=env,
+                                start_new_session=True)
+        self.procs.append((name, proc))
+
+    def start(self, timeout: float = 180.0) -> "LocalDeployment":
+        try:
+            self._spawn("store", ["--listen", self.store_target, "--data-dir",
+                                  str(pathlib.Path(self.data_dir) / "kv"), "--dram-bytes",
+                                  str(self.dram_bytes), "--ssd-bytes", str(self.ssd_bytes),
+                                  "--eviction", self.eviction])
+            self._wait("store", self.store_target, timeout)
+            self._spawn("worker", ["--listen", self.worker_target, "--store", self.store_target,
+                                   "--model", self.model, "--default-max-tokens",
+                                   str(self.default_max_tokens)])
+            self._wait("worker", self.worker_target, timeout)
+            self._spawn("scheduler", ["--listen", self.scheduler_target, "--store",
+                                      self.store_target, "--workers", self.worker_target,
+                                      "--policy", self.policy])
+            self._wait("scheduler", self.scheduler_target, timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait(self, name: str, target: str, timeout: float) -> None:
+        proc = dict(self.procs)[name]
+        try:
+            wait_healthy(target, timeout, alive=lambda: proc.poll() is None)
+        except TimeoutError:
+            log = pathlib.Path(self.data_dir) / "logs" / f"{name}.log"
+            tail = log.read_text()[-3000:] if log.exists() else ""
+            raise RuntimeError(f"{name} did not become healthy at {target}\n{tail}") from None
+
+    def stop(self, timeout: float = 20.0) -> None:
+        for _, proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for _, proc in reversed(self.procs):
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self.procs.clear()
+
+    def __enter__(self) -> "LocalDeployment":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

