@@ -29,7 +29,8 @@ class Job:
     """One turn from arrival to its last token."""
 
     __slots__ = ("i", "user", "arrival", "dispatch", "first_token", "hist", "new_tokens",
-                 "ctx", "pcie_bytes", "restore_tokens", "gpu_bytes", "remaining", "load_start")
+                 "ctx", "pcie_bytes", "restore_tokens", "gpu_bytes", "remaining", "load_start",
+                 "hit")
 
     def __init__(self, i: int, user: int, arrival: float) -> None:
         self.i, self.user, self.arrival = i, user, arrival
@@ -37,6 +38,7 @@ class Job:
         self.hist = self.new_tokens = self.ctx = self.restore_tokens = self.remaining = 0
         self.pcie_bytes = self.gpu_bytes = 0
         self.load_start = -1.0
+        self.hit = False  # counted as a DRAM hit at arrival
 
 
 class TimedSimulation:
@@ -56,12 +58,15 @@ class TimedSimulation:
         self.events = EventHeap()
         self.log = TurnLog()
         self.jobs: dict[int, Job] = {}
+        self.queued: dict[int, Job] = {}  # user -> its queued job (one per user at a time)
         self.running: list[Job] = []
         self.gpu_busy = False
         self.gpu_used = 0
         self.ctx_sum = 0
         self.seq = 0
         self.ssd_version = 0
+        self.reads_in_flight = 0
+        self.ssd_bytes_written = 0
         self.left_to_measure = workload.measured_count
         self.now = 0.0
 
@@ -115,12 +120,15 @@ class TimedSimulation:
             if w.measured[i]:
                 if loc == DRAM:
                     self.log.hits += 1
+                    job.hit = True
                 else:
                     self.log.misses += 1
-            store.pinned.add(user)
+            if self.spec.pin_queued:
+                store.pinned.add(user)
         elif hist > 0 and w.measured[i]:
             self.log.misses += 1  # recompute: nothing cached
         self.jobs[i] = job
+        self.queued[user] = job
         self.seq += 1
         kv_bytes = store.size(user) if where == KV_SSD else 0
         self.queue.add(i, user, self.seq, now, where, kv_bytes)
@@ -130,15 +138,17 @@ class TimedSimulation:
     def _start_loads(self, now: float) -> None:
         started = False
         while True:
-            req = self.queue.next_load(now, len(self.ssd))
+            req = self.queue.next_load(now, self.reads_in_flight)
             if req is None:
                 break
             job = self.jobs[req.request_id]
+            self.store.pinned.add(job.user)  # a load in flight or landed stays until it runs
             nbytes = self.store.read_from_ssd(job.user, now)
             job.load_start = now
             if self.w.measured[job.i]:
                 self.log.ssd_bytes += nbytes
             self.ssd.start(req.request_id, nbytes, now)
+            self.reads_in_flight += 1
             started = True
         if started:
             self._arm_ssd()
@@ -151,18 +161,33 @@ class TimedSimulation:
 
     def _loads_done(self, now: float) -> None:
         for rid in self.ssd.finish_due(now):
+            if isinstance(rid, tuple):
+                continue  # a write finished; it only took bandwidth
+            self.reads_in_flight -= 1
             job = self.jobs[rid]
             self.store.admit_loaded(job.user, now)
             if self.w.measured[job.i]:
                 self.log.load_s.append(now - job.load_start)
             self.queue.load_finished(rid)
-        self.store.evict(now, self._upcoming)
+        self._evict(now)
         self._arm_ssd()
         self._start_loads(now)
         self._schedule_gpu(now)
 
     def _upcoming(self) -> list:
         return self.queue.upcoming(self.spec.lookahead)
+
+    def _evict(self, now: float) -> None:
+        """Evict to the DRAM limit; a queued DRAM hit that lost its KV must now load it again."""
+        store = self.store
+        for user in store.evict(now, self._upcoming):
+            job = self.queued.get(user)
+            if job is None or user not in store.ssd:
+                continue  # nothing queued, or the KV is gone for good (recomputed at dispatch)
+            if self.queue.kv_evicted(job.i, store.ssd[user]) is not None and job.hit:
+                job.hit = False
+                self.log.hits -= 1
+                self.log.misses += 1
 
     # ---- the GPU -----------------------------------------------------------------------------
     def _schedule_gpu(self, now: float) -> None:
@@ -185,7 +210,9 @@ class TimedSimulation:
                 break
             job = self.jobs[req.request_id]
             i = job.i
-            cached = req.kv_location != KV_NONE  # DRAM hit, or loaded from SSD
+            store = self.store
+            # a DRAM hit or a finished load; KV that fell out of every tier is recomputed
+            cached = req.kv_location != KV_NONE and store.location(job.user) == DRAM
             new = w.query[i] + (0 if cached else job.hist)
             gpu_bytes = (job.hist + w.query[i] + w.answer[i]) * cost.kv_bytes_per_token
             alone = not batch and not self.running
@@ -193,6 +220,9 @@ class TimedSimulation:
                               or (batch and tokens + new > cost.max_prefill_tokens)):
                 break
             queue.pop_ready()
+            del self.queued[job.user]
+            if store is not None:
+                store.pinned.add(job.user)
             job.dispatch = now
             job.new_tokens = new
             job.gpu_bytes = gpu_bytes
@@ -268,13 +298,20 @@ class TimedSimulation:
         if store is not None:
             user = job.user
             tokens = min(w.history[i] + w.query[i] + w.answer[i], self.cost.max_kv_tokens)
+            if store.ssd_policy is not None:  # the new tokens are appended to the SSD copy
+                written = (tokens - job.hist) * self.stored_bpt
+                if written > 0:
+                    self.ssd.start(("w", i), written, now)
+                    self.ssd_bytes_written += written
+                    self._arm_ssd()
             store.pinned.discard(user)
             store.write_back(user, tokens * self.stored_bpt, now)
             if store.policy is not None:
                 store.policy.observe_answer(user, w.answer[i], now)
             if self.end_oracle and w.last[i]:
                 store.free(user)
-            store.evict(now, self._upcoming)
+            self._evict(now)
+            self._start_loads(now)
         j = w.next_turn[i]
         if j >= 0:
             self.events.push(w.next_arrival(i, j, now), ARRIVAL, j)

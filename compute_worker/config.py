@@ -21,3 +21,5 @@ class WorkerConfig:
     ray_num_cpus: int = field(default=2, metadata={"help": "CPUs of the local Ray"})
     ray_object_store_bytes: int = field(default=200 << 20, metadata={
         "help": "object store of the local Ray"})
+    metrics_listen: str = field(default="", metadata={
+        "help": "host:port for Prometheus /metrics (empty: off)"})

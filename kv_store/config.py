@@ -15,3 +15,5 @@ class StoreConfig:
     promote_concurrency: int = field(default=2, metadata={"help": "SSD->DRAM loads at once"})
     ssd_read_gbps: float = field(default=1.5, metadata={"help": "SSD read bandwidth assumed "
                                                         "for load estimates (GB/s)"})
+    metrics_listen: str = field(default="", metadata={
+        "help": "host:port for Prometheus /metrics (empty: off)"})

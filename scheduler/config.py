@@ -15,3 +15,5 @@ class SchedulerConfig:
         "help": "queued turns beyond which new ones are refused (RESOURCE_EXHAUSTED)"})
     max_tokens_limit: int = field(default=4096, metadata={"help": "largest max_tokens accepted"})
     scheduler_id: str = field(default="scheduler", metadata={"help": "id on the Awareness stream"})
+    metrics_listen: str = field(default="", metadata={
+        "help": "host:port for Prometheus /metrics (empty: off)"})

@@ -75,13 +75,19 @@ def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed: 
     Appends k/v to each sequence's cache (layer `layer`) and attends over the cache.
     """
     N, Hq, D = q.shape
-    gqa = k.shape[1] != Hq
+    group = Hq // k.shape[1]
     out = q.new_empty(N, Hq, D)
     for s in packed.seqs:
         K, V = s.cache.append(layer, k[s.sl].transpose(0, 1), v[s.sl].transpose(0, 1))
-        o = F.scaled_dot_product_attention(q[s.sl].transpose(0, 1), K, V, attn_mask=s.mask,
-                                           is_causal=s.is_causal, enable_gqa=gqa)
-        out[s.sl] = o.transpose(0, 1)
+        # 4-D inputs reach the fused (flash) kernels; 3-D ones fall back to the math path on CPU.
+        # Decode: enable_gqa reads the shared K/V in place. Prefill (T>1): the fused causal kernel
+        # wants equal head counts and the K/V copy is cheap next to the T x S attention.
+        if group > 1 and s.sl.stop - s.sl.start > 1:
+            K, V = K.repeat_interleave(group, 0), V.repeat_interleave(group, 0)
+        o = F.scaled_dot_product_attention(q[s.sl].transpose(0, 1)[None], K[None], V[None],
+                                           attn_mask=s.mask, is_causal=s.is_causal,
+                                           enable_gqa=K.shape[0] != Hq)
+        out[s.sl] = o[0].transpose(0, 1)
     return out.view(N, Hq * D)
 
 

@@ -12,7 +12,7 @@ SCRIPT = [
 def register(sub, groups) -> None:
     p = sub.add_parser("demo", help="start, chat three turns, stop (what `make run` does)")
     p.add_argument("--data-dir", default="", help="where the SSD tier goes (default: temp dir)")
-    p.add_argument("--dram-bytes", default="6MiB",
+    p.add_argument("--dram-bytes", default="3MiB",
                    help="DRAM tier, small so that the third turn's KV comes from SSD")
     p.add_argument("--max-tokens", type=int, default=48, help="answer length limit")
     p.add_argument("--model", default="smollm2-135m", help="model to serve")
