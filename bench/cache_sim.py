@@ -22,6 +22,16 @@ from kv_store.eviction.base import EvictionPolicy
 GIB = 1 << 30
 
 
+def parse_window(text: str | None) -> tuple[float, float] | None:
+    """'START:END' seconds -> (start, end); either side may be empty (unbounded)."""
+    if not text:
+        return None
+    lo, sep, hi = text.partition(":")
+    if not sep:
+        raise ValueError(f"window must be START:END, got {text!r}")
+    return (float(lo) if lo else float("-inf"), float(hi) if hi else float("inf"))
+
+
 @dataclass
 class AccessLog:
     """The trace turned into parallel lists, prepared once and replayed under every policy."""

@@ -29,18 +29,21 @@ def resolve_format(name: str, config) -> int:
             else common_pb2.KV_FORMAT_KV)
 
 
-class Engine:
-    """Plain class (testable without Ray); `EngineActor` is its Ray form."""
+class EngineHost:
+    """Loads the model and runs the engine; plain class (testable without Ray).
+    `EngineActor` is its Ray form."""
 
     def __init__(self, model_spec: str, store_target: str | None, kv_format: str = "auto",
-                 default_max_tokens: int = 256, threads: int = 0, device: str = ""):
+                 default_max_tokens: int = 256, threads: int = 0, device: str = "",
+                 max_batch: int = 16):
         import os
 
         import torch
 
+        from .engine import Engine
         from .kv_client import KVClient
+        from .kv_io import KVSessionIO
         from .loaders.registry import load_model
-        from .turn import TurnRunner
 
         # Ray pins OMP threads to the actor's CPU count (1); the engine wants the cores it is given.
         torch.set_num_threads(threads or os.cpu_count() or 1)
@@ -48,22 +51,23 @@ class Engine:
         self.model_name = model.config.name or model_spec
         fmt = resolve_format(kv_format, model.config)
         store = KVClient(store_target) if store_target else None
-        self.runner = TurnRunner(model, tokenizer, store, self.model_name, fmt,
-                                 default_max_tokens)
+        kv_io = KVSessionIO(store, model, self.model_name, fmt)
+        self.engine = Engine(model, tokenizer, kv_io, default_max_tokens, max_batch)
 
     def info(self) -> dict:
-        model = self.runner.model
-        return dict(model=self.model_name, kv_format=self.runner.kv_format,
-                    kv_bytes_per_token=self.runner.bytes_per_token,
-                    max_context=self.runner.max_context, device=str(model.device.type))
+        model, kv_io = self.engine.model, self.engine.kv_io
+        return dict(model=self.model_name, kv_format=kv_io.kv_format,
+                    kv_bytes_per_token=kv_io.bytes_per_token, max_context=self.engine.max_context,
+                    device=str(model.device.type), max_batch=self.engine.max_batch,
+                    running=self.engine.running)
 
     def run_turn(self, request: bytes):
         """Yields ("event", TurnEvent bytes) ... or ("error", message) for a bad request."""
-        from .turn import TurnError
+        from .prompt import TurnError
 
         req = compute_worker_pb2.WorkerTurnRequest.FromString(request)
         try:
-            for ids, text, summary in self.runner.run(req.turn, req.since_arrival_s, req.queue_s):
+            for ids, text, summary in self.engine.run(req.turn, req.since_arrival_s, req.queue_s):
                 event = common_pb2.TurnEvent(token_ids=ids, text=text)
                 if summary is not None:
                     event.summary.CopyFrom(summary)
@@ -72,4 +76,4 @@ class Engine:
             yield "error", str(exc)
 
 
-EngineActor = ray.remote(max_restarts=-1)(Engine)
+EngineActor = ray.remote(max_restarts=-1)(EngineHost)

@@ -14,6 +14,7 @@ class WorkerConfig:
     kv_format: str = field(default="auto", metadata={
         "help": "auto (chosen from the model config), kv or tensor6"})
     default_max_tokens: int = field(default=256, metadata={"help": "max_tokens when unset"})
+    max_batch: int = field(default=16, metadata={"help": "turns decoded together in one batch"})
     threads: int = field(default=0, metadata={"help": "torch threads (0: all cores)"})
     device: str = field(default="", metadata={"help": "cuda or cpu (default: cuda if present)"})
     ray_address: str = field(default="", metadata={

@@ -11,6 +11,8 @@ class Detokenizer:
     def add(self, token_id: int) -> str:
         """Append a token; returns the new text it completes ('' while a character is partial)."""
         self.ids.append(token_id)
+        if self.tokenizer is None:  # token-id-only models (benchmarks, random-weight tests)
+            return ""
         full = self.tokenizer.decode(self.ids, skip_special_tokens=True)
         if full.endswith("\ufffd"):
             return ""  # a multi-byte character is still incomplete

@@ -35,9 +35,11 @@ def start(config: WorkerConfig):
     from .service import ComputeWorkerService
 
     init_ray(config)
-    actor = EngineActor.options(num_cpus=1).remote(
+    # Threaded actor: each running turn's generator waits in its own thread while the engine's
+    # step loop batches them all.
+    actor = EngineActor.options(num_cpus=1, max_concurrency=config.max_batch + 4).remote(
         config.model, config.store, config.kv_format, config.default_max_tokens, config.threads,
-        config.device)
+        config.device, config.max_batch)
     ray.get(actor.info.remote())  # fail fast if the model does not load
     service = ComputeWorkerService(actor, config.worker_id)
     server = Server(config.listen, [(compute_worker_pb2_grpc.add_ComputeWorkerServicer_to_server,

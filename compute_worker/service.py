@@ -13,11 +13,11 @@ log = logging.getLogger("bidaw.compute_worker")
 
 
 class ComputeWorkerService(compute_worker_pb2_grpc.ComputeWorkerServicer):
-    def __init__(self, actor, worker_id: str, max_running: int = 1):
+    def __init__(self, actor, worker_id: str):
         self.actor = actor
         self.worker_id = worker_id
-        self.max_running = max_running
         self.info = ray.get(actor.info.remote())
+        self.max_running = self.info["max_batch"]
         self._running = 0
         self._lock = threading.Lock()
 

@@ -35,6 +35,8 @@ class GhostCache:
         self._size: dict[Key, int] = {}
         self._free = capacity_bytes
         self._entries = 0
+        # Decayed hit and access counts per bucket, started from a weak prior.
+        self._prior_hit_rate = prior_hit_rate
         self._hits = [prior_hit_rate * prior_weight] * n_buckets
         self._total = [prior_weight] * n_buckets
         self.replayed = 0
@@ -53,12 +55,17 @@ class GhostCache:
             self._heap.set(key, (-pos, self._heap.priority(key)[1]))
         self._last_pos[key] = pos
         self._buf.append([key, size, bucket, now, NEVER])
-        horizon = now - self.lag_s
         # Replay what is old enough; at most a few per call so one call never does much work.
-        for _ in range(4):
-            if not self._buf or self._buf[0][3] > horizon:
-                break
+        self.advance(now, max_steps=4)
+
+    def advance(self, now: float, max_steps: int | None = None) -> int:
+        """Replay buffered accesses at least `lag_s` old (all of them if max_steps is None)."""
+        horizon = now - self.lag_s
+        done = 0
+        while self._buf and self._buf[0][3] <= horizon and (max_steps is None or done < max_steps):
             self._replay_one()
+            done += 1
+        return done
 
     def _replay_one(self) -> None:
         key, size, bucket, _, nxt = self._buf.popleft()
@@ -88,10 +95,15 @@ class GhostCache:
             self._free += self._size.pop(v)
 
     def hit_rate(self, bucket: int) -> float:
-        return self._hits[bucket] / self._total[bucket]
+        total = self._total[bucket]
+        return self._hits[bucket] / total if total > 0 else self._prior_hit_rate
 
     def hit_rates(self) -> list[float]:
-        return [h / t for h, t in zip(self._hits, self._total)]
+        return [self.hit_rate(b) for b in range(len(self._total))]
+
+    def __len__(self) -> int:
+        """Entries in the replayed cache."""
+        return len(self._size)
 
     def samples(self, bucket: int) -> float:
         """Decayed number of replayed accesses seen in `bucket` (including the prior)."""

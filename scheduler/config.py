@@ -10,7 +10,8 @@ class SchedulerConfig:
     store: str = field(default="127.0.0.1:50051", metadata={"help": "KV store address"})
     workers: list[str] = field(default_factory=lambda: ["127.0.0.1:50053"], metadata={
         "help": "compute worker addresses, comma separated"})
-    policy: str = field(default="fcfs", metadata={"help": "scheduling policy: fcfs or bidaw"})
+    policy: str = field(default="bidaw", metadata={"help": "scheduling policy: fcfs or bidaw"})
+    max_loads: int = field(default=2, metadata={"help": "SSD->DRAM loads in flight at once"})
     max_queue: int = field(default=1024, metadata={
         "help": "queued turns beyond which new ones are refused (RESOURCE_EXHAUSTED)"})
     max_tokens_limit: int = field(default=4096, metadata={"help": "largest max_tokens accepted"})

@@ -1,8 +1,11 @@
 """The Scheduler gRPC service: queues turns, dispatches them to workers, relays their tokens.
 
-Each SubmitTurn call waits in its own handler thread until the dispatcher hands it a worker slot;
-the dispatcher thread is the only place that decides order. Turns of one session run one at a
-time, so a session's KV is never written by two turns at once.
+Each SubmitTurn call waits in its own handler thread until the dispatcher hands it a worker slot.
+The dispatcher thread is the only place that decides order, through the pure queue policy
+(scheduler/policy: "bidaw" = ready queue + disk-HRRN preparing queue, or "fcfs"): it starts SSD
+loads (KVStore.Promote) the policy picks, moves a request to ready when the store reports its
+load finished on the Awareness stream, and dispatches ready requests to workers with room.
+Turns of one session run one at a time, so a session's KV is never written by two turns at once.
 """
 from __future__ import annotations
 
@@ -10,21 +13,27 @@ import itertools
 import logging
 import threading
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 import grpc
 
-from services.gen import common_pb2, compute_worker_pb2, scheduler_pb2, scheduler_pb2_grpc
+from services.gen import (common_pb2, compute_worker_pb2, kv_store_pb2, kv_store_pb2_grpc,
+                          scheduler_pb2, scheduler_pb2_grpc)
+from services.grpc_util import channel
 
 from .awareness import AwarenessClient
 from .config import SchedulerConfig
+from .policy import make_queue
 from .workers import Worker, WorkerPool
 
 log = logging.getLogger("bidaw.scheduler")
 ROLES = ("system", "user", "assistant")
 MAX_SESSION_ID = 256
-MAX_RETRIES = 2  # a turn whose worker dies before streaming anything is re-run elsewhere
+RETRY_WINDOW_S = 120.0  # how long after arrival a turn whose worker died is re-run
+LOAD_TIMEOUT_S = 30.0  # a load not reported finished by then is assumed done (or lost)
+LOCATION = {common_pb2.TIER_NONE: "none", common_pb2.TIER_DRAM: "dram",
+            common_pb2.TIER_SSD: "ssd", common_pb2.TIER_LOADING: "loading"}
 
 
 @dataclass
@@ -62,13 +71,17 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     def __init__(self, config: SchedulerConfig, pool: WorkerPool):
         self.config = config
         self.pool = pool
-        self._queue: deque[Pending] = deque()  # FCFS
+        self.queue = make_queue(config.policy, max_concurrent_loads=config.max_loads)
+        self._pending: dict[int, Pending] = {}  # queued, by request id (= seq)
+        self._loading: dict[int, tuple[str, float]] = {}  # request id -> (session, start)
         self._cond = threading.Condition()
         self._seq = itertools.count()
         self._session_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
         self.finished = 0
         self.failed = 0
+        self.store = kv_store_pb2_grpc.KVStoreStub(channel(config.store))
         self.awareness = AwarenessClient(config.store, config.scheduler_id,
+                                         on_load_finished=self._on_load_finished,
                                          queued_sessions=self._queued_sessions)
         self._stop = threading.Event()
         self._dispatcher = threading.Thread(target=self._dispatch_loop, name="dispatch",
@@ -88,7 +101,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
 
     def _queued_sessions(self) -> list[str]:
         with self._cond:
-            return [p.session_id for p in self._queue]
+            return [str(s) for s in self.queue.upcoming(len(self.queue))]
 
     # -- dispatch ---------------------------------------------------------------------------
 
@@ -98,15 +111,53 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             if time.monotonic() - last_refresh > 2.0:
                 self.pool.refresh(timeout=2.0)  # picks up workers that came back
                 last_refresh = time.monotonic()
+            loads = []
             with self._cond:
-                while self._queue:
+                now = time.monotonic()
+                self._reconcile_loads(now)
+                while (r := self.queue.next_load(now, len(self._loading))) is not None:
+                    self._loading[r.request_id] = (str(r.session_id), now)
+                    loads.append(r)
+                while self.queue.peek_ready() is not None:
                     worker = self.pool.acquire()
                     if worker is None:
                         break
-                    pending = self._queue.popleft()
+                    pending = self._pending.pop(self.queue.pop_ready().request_id)
                     pending.worker = worker
                     pending.dispatched.set()
-                self._cond.wait(timeout=0.5)
+                if not loads:
+                    self._cond.wait(timeout=0.1)
+            for r in loads:  # RPCs outside the lock
+                self._start_load(r.request_id, str(r.session_id))
+
+    def _start_load(self, request_id: int, session_id: str) -> None:
+        try:
+            reply = self.store.Promote(kv_store_pb2.PromoteRequest(session_id=session_id),
+                                       timeout=5.0)
+            if reply.tier in (common_pb2.TIER_SSD, common_pb2.TIER_LOADING):
+                return  # LoadFinished will follow on the Awareness stream
+        except grpc.RpcError as exc:  # the worker will read from SSD itself
+            log.warning("promotion of %r failed: %s", session_id, exc.code())
+        self._finish_load(request_id)
+
+    def _finish_load(self, request_id: int) -> None:
+        with self._cond:
+            if self._loading.pop(request_id, None) is not None:
+                self.queue.load_finished(request_id)
+                self._cond.notify_all()
+
+    def _on_load_finished(self, session_id: str, ok: bool) -> None:
+        with self._cond:
+            for rid in [r for r, (s, _) in self._loading.items() if s == session_id]:
+                self._finish_load(rid)
+
+    def _reconcile_loads(self, now: float) -> None:
+        """Loads whose end we missed (stream reconnects, store restarts) must not hang turns."""
+        for rid, (session_id, started) in list(self._loading.items()):
+            tier = self.awareness.tier(session_id)
+            if now - started > LOAD_TIMEOUT_S or tier in (common_pb2.TIER_DRAM,
+                                                          common_pb2.TIER_NONE):
+                self._finish_load(rid)
 
     def _wake(self) -> None:
         with self._cond:
@@ -123,7 +174,11 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             yield from self._serve(request, context, arrival)
 
     def _serve(self, request, context, arrival: float):
-        for attempt in range(MAX_RETRIES + 1):
+        """Run the turn; if its worker dies, re-run it (elsewhere or on the restarted actor) and
+        skip the tokens the client already has, checking they are the same ones."""
+        sent: list[int] = []
+        backoff = 0.5
+        while True:
             pending = self._enqueue(request.session_id, arrival, context)
             if pending is None:
                 return
@@ -131,10 +186,19 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 request_id=f"{self.config.scheduler_id}-{pending.seq}", turn=request,
                 queue_s=time.monotonic() - arrival, since_arrival_s=time.monotonic() - arrival)
             call = pending.worker.stub.RunTurn(worker_request)
-            streamed = lost_worker = False
+            replayed = 0
+            lost_worker = False
             try:
                 for event in call:
-                    streamed = True
+                    if replayed < len(sent) and event.token_ids:
+                        if list(event.token_ids) != sent[replayed:replayed + len(event.token_ids)]:
+                            self.failed += 1
+                            context.abort(grpc.StatusCode.UNAVAILABLE, "the worker was lost "
+                                          "mid-turn and the re-run diverged; retry the turn")
+                        replayed += len(event.token_ids)
+                        continue
+                    sent.extend(event.token_ids)
+                    replayed = len(sent)
                     if event.HasField("summary"):
                         self.finished += 1
                         self.awareness.turn_complete(
@@ -146,9 +210,12 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 code = exc.code()
                 lost_worker = code == grpc.StatusCode.UNAVAILABLE or (
                     code == grpc.StatusCode.CANCELLED and context.is_active())
-                if lost_worker and not streamed and attempt < MAX_RETRIES:
-                    log.warning("worker %s lost a turn of %r; re-running", pending.worker.target,
-                                request.session_id)
+                if lost_worker and time.monotonic() - arrival < RETRY_WINDOW_S \
+                        and context.is_active() and (not sent or request.temperature == 0):
+                    log.warning("worker %s lost a turn of %r after %d tokens; re-running",
+                                pending.worker.target, request.session_id, len(sent))
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, 5.0)
                     continue
                 self.failed += 1
                 if context.is_active():
@@ -161,19 +228,25 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 self._wake()
 
     def _enqueue(self, session_id: str, arrival: float, context) -> Pending | None:
+        loc = self.awareness.location(session_id)
+        where = LOCATION.get(loc.tier, "none") if loc is not None else "none"
         with self._cond:
-            if len(self._queue) >= self.config.max_queue:
+            if len(self.queue) >= self.config.max_queue:
                 context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                              f"{len(self._queue)} turns queued; retry later")
+                              f"{len(self.queue)} turns queued; retry later")
             pending = Pending(next(self._seq), session_id, arrival)
-            self._queue.append(pending)
+            self.queue.add(pending.seq, session_id, pending.seq, arrival, where,
+                           loc.num_bytes if loc is not None else 0)
+            self._pending[pending.seq] = pending
             self._cond.notify_all()
         self.awareness.arrival(session_id, pending.seq)
         while not pending.dispatched.wait(0.25):
             if not context.is_active() or self._stop.is_set():
                 with self._cond:
-                    if pending in self._queue:
-                        self._queue.remove(pending)
+                    if pending.seq in self._pending:
+                        del self._pending[pending.seq]
+                        self.queue.remove(pending.seq)
+                        self._loading.pop(pending.seq, None)
                         return None
                 pending.dispatched.wait()  # dispatched in the meantime: give the slot back
                 self.pool.release(pending.worker)
@@ -182,9 +255,9 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
 
     def Stats(self, request, context):
         with self._cond:
-            queued = len(self._queue)
+            lengths = self.queue.lengths()
         return scheduler_pb2.SchedulerStats(
-            ready_queue=queued, preparing_queue=0, running=self.pool.running(),
+            ready_queue=lengths["ready"], preparing_queue=lengths["waiting"] + lengths["loading"], running=self.pool.running(),
             turns_finished=self.finished, turns_failed=self.failed,
             workers=self.pool.healthy_count(), sessions_known=len(self.awareness.locations),
             awareness_connected=self.awareness.connected.is_set(), policy=self.config.policy)

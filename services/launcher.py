@@ -29,7 +29,7 @@ class LocalDeployment:
     dram_bytes: str = "2GiB"
     ssd_bytes: str = "64GiB"
     eviction: str = "lru"
-    policy: str = "fcfs"
+    policy: str = "bidaw"
     model: str = "smollm2-135m"
     default_max_tokens: int = 256
     quiet: bool = True  # service logs go to data_dir/logs instead of the terminal

@@ -58,6 +58,21 @@ def test_hf_dir_matches_transformers(tmp_path, kind, shard):
     assert m2.dtype == torch.float32 and type(m2) is type(model)
 
 
+def test_hf_dir_tokenizer_json(tmp_path):
+    from compute_worker.tokenizer import ChatTokenizer
+
+    save_tiny("llama", tmp_path)
+    gguf_tok = ChatTokenizer.from_gguf(default_model_path())
+    gguf_tok.tokenizer.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(
+        {"chat_template": gguf_tok.chat_template, "eos_token": "<|im_end|>", "bos_token": "<|im_start|>"}))
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": 0}))
+    _, tok = load_hf_dir(tmp_path, device="cpu")
+    msgs = [{"role": "user", "content": "Héllo 42?"}]
+    assert tok.apply_chat_template(msgs) == gguf_tok.apply_chat_template(msgs)
+    assert tok.bos_token_id == 1 and set(tok.eos_token_ids) == {0, 2, 5}
+
+
 def test_hf_dir_missing_tensor_is_an_error(tmp_path):
     save_tiny("llama", tmp_path)
     from safetensors.torch import load_file, save_file

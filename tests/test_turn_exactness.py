@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from compute_worker.kv_client import KVClient
-from compute_worker.turn import TurnRunner
+from compute_worker.engine import Engine
+from compute_worker.kv_io import KVSessionIO
 from kv_store.config import StoreConfig
 from kv_store.main import start
 from services.gen import common_pb2
@@ -26,6 +27,10 @@ def stores(tmp_path):
         core.close()
 
 
+def make_engine(model, tok, store, fmt=KV):
+    return Engine(model, tok, KVSessionIO(store, model, "smol", fmt))
+
+
 def run_turn(runner, session, messages, max_tokens=20):
     turn = common_pb2.TurnRequest(session_id=session, max_tokens=max_tokens, messages=[
         common_pb2.ChatMessage(role=r, content=c) for r, c in messages])
@@ -40,9 +45,9 @@ def run_turn(runner, session, messages, max_tokens=20):
 def test_dram_ssd_and_recompute_answers_are_identical(smollm, stores):
     model, tok = smollm
     runners = {
-        "dram": TurnRunner(model, tok, stores[0], "smol", KV),
-        "ssd": TurnRunner(model, tok, stores[1], "smol", KV),
-        "recompute": TurnRunner(model, tok, None, "smol", KV),
+        "dram": make_engine(model, tok, stores[0]),
+        "ssd": make_engine(model, tok, stores[1]),
+        "recompute": make_engine(model, tok, None),
     }
     q1 = "List three colours of the rainbow."
     q2 = "Which of them is the warmest, and why?"
@@ -63,8 +68,8 @@ def test_dram_ssd_and_recompute_answers_are_identical(smollm, stores):
 
 def test_edited_history_does_not_reuse_kv_past_the_edit(smollm, stores):
     model, tok = smollm
-    runner = TurnRunner(model, tok, stores[0], "smol", KV)
-    fresh = TurnRunner(model, tok, None, "smol", KV)
+    runner = make_engine(model, tok, stores[0])
+    fresh = make_engine(model, tok, None)
     _, text1, _ = run_turn(runner, "edit", [("user", "Say hello in French.")], max_tokens=8)
     edited = [("user", "Say hello in Spanish."), ("assistant", text1), ("user", "Thanks!")]
     ids, _, summary = run_turn(runner, "edit", edited, max_tokens=12)

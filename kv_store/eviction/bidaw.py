@@ -50,8 +50,13 @@ class BidawPolicy(EvictionPolicy):
                  bucket_width: float = 0.2, n_promising: int = 7, lb_quantile: float = 0.05,
                  prior_weight: float = 2.0, history_decay: float = 0.8, ghost_lag_s: float = 300.0,
                  ghost_window: float = 4000.0, rate_window_s: float = 120.0,
-                 protect_queue: int = 30, tie_break: str = "return") -> None:
+                 protect_queue: int = 30, tie_break: str = "return",
+                 stale_quantile: float | None = None) -> None:
         self.tie_break = tie_break
+        # Not in the paper (its scripts free ended sessions, an oracle): a session idle past this
+        # quantile of the think time after its answer is taken as ended and evicted first.
+        self.stale_quantile = stale_quantile
+        self._stale = LazyHeap()
         self.regions = ReuseRegions(capacity_bytes, bucket_width, n_promising)
         nb = self.regions.n_buckets
         self.ghost = GhostCache(capacity_bytes, nb, watermark_bytes, ghost_lag_s, ghost_window)
@@ -110,9 +115,14 @@ class BidawPolicy(EvictionPolicy):
     def remove(self, key: Key) -> None:
         if self._entered.pop(key, None) is not None:
             self._heap.discard(key)
+            self._stale.discard(key)
 
     def victim(self, now: float, exclude: frozenset | set = frozenset()) -> Key | None:
         protected = self._protected | exclude if exclude else self._protected
+        if self.stale_quantile is not None:
+            k = self._stale.peek(protected)
+            if k is not None and self._stale.priority(k)[0] <= now:
+                return k
         return self._heap.peek(protected)
 
     def __contains__(self, key: object) -> bool:
@@ -212,6 +222,10 @@ class BidawPolicy(EvictionPolicy):
         potential = self.hit_potential(s.answer, s.history)
         s.potential = potential
         self._heap.set(key, (potential, -self._tie(s), self._entered[key]))
+        if self.stale_quantile is not None:
+            last = s.last if s.last is not None else 0.0
+            deadline = last + self.think.stats(s.answer).quantiles[self.stale_quantile]
+            self._stale.set(key, (deadline, self._entered[key]))
 
     def _tie(self, s: _Session) -> float:
         """Among equal potentials, evict the session expected back last."""

@@ -41,8 +41,8 @@ class _Session:
 class BidawSizePolicy(EvictionPolicy):
     name = "bidaw-size"
 
-    def __init__(self, size_exponent: float = 1.0, stale_quantile: float | None = 0.99,
-                 stale_factor: float = 1.0, pace_decay: float = 0.5, classes_per_octave: int = 2,
+    def __init__(self, size_exponent: float = 0.5, stale_quantile: float | None = 0.99,
+                 stale_factor: float = 1.0, pace_decay: float = 0.7, classes_per_octave: int = 2,
                  protect_queue: int = 30) -> None:
         self.size_exponent = size_exponent
         self.stale_quantile = stale_quantile

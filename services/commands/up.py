@@ -14,7 +14,7 @@ def register(sub, groups) -> None:
     p.add_argument("--dram-bytes", default="2GiB", help="DRAM tier capacity")
     p.add_argument("--ssd-bytes", default="64GiB", help="SSD tier capacity")
     p.add_argument("--eviction", default="lru", help="DRAM eviction policy")
-    p.add_argument("--policy", default="fcfs", choices=["fcfs", "bidaw"],
+    p.add_argument("--policy", default="bidaw", choices=["fcfs", "bidaw"],
                    help="scheduling policy")
     p.add_argument("--model", default="smollm2-135m", help="model to serve")
     p.add_argument("--verbose", action="store_true", help="service logs on the terminal")

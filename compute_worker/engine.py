@@ -1,0 +1,136 @@
+"""The engine: continuous batching over one model.
+
+Callers (one thread per turn) prepare a Sequence — prompt ids, KV restored from the store — and
+hand it to the step loop. Each step runs ONE forward over every active sequence: prefill chunks
+of new sequences next to single decode tokens of running ones, so a new turn joins the batch at
+the next step and a finished one leaves without stalling the others. KV restore and save happen
+in the callers' threads, overlapping with the batch.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from typing import Iterator
+
+import torch
+
+from services.gen import common_pb2
+
+from .detokenizer import Detokenizer
+from .kv_io import KVSessionIO
+from .prompt import prompt_ids
+from .sampling import Sampler
+from .sequence import DONE, Sequence
+
+log = logging.getLogger("bidaw.compute_worker")
+
+
+class Engine:
+    def __init__(self, model, tokenizer, kv_io: KVSessionIO, default_max_tokens: int = 256,
+                 max_batch: int = 16, max_prefill_tokens: int = 512):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.kv_io = kv_io
+        self.default_max_tokens = default_max_tokens
+        self.max_batch = max_batch
+        self.max_prefill_tokens = max_prefill_tokens
+        self._inbox: queue.Queue[Sequence] = queue.Queue()
+        self._active: list[Sequence] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="engine-steps", daemon=True)
+        self._thread.start()
+
+    @property
+    def max_context(self) -> int:
+        return self.model.config.max_position
+
+    @property
+    def running(self) -> int:
+        return len(self._active) + self._inbox.qsize()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    # -- one turn (caller's thread) ---------------------------------------------------------
+
+    def run(self, turn, since_arrival_s: float = 0.0, queue_s: float = 0.0) -> Iterator:
+        """Yields (token_ids, text, None) as tokens come, then ([], '', TurnSummary)."""
+        arrived = time.monotonic() - since_arrival_s
+        cfg = self.model.config
+        prompt = prompt_ids(turn, self.tokenizer, cfg.vocab_size, self.max_context)
+        restored = self.kv_io.restore(turn.session_id, prompt)
+        seq = Sequence(
+            session_id=turn.session_id, prompt=prompt, cache=restored.cache,
+            pending=prompt[restored.tokens:], sampler=Sampler(turn.temperature, turn.seed),
+            detok=Detokenizer(self.tokenizer),
+            max_new=min(turn.max_tokens or self.default_max_tokens,
+                        self.max_context - len(prompt)),
+            eos=set() if turn.ignore_eos else set(cfg.eos_token_ids),
+            stops=[s for s in turn.stop if s], arrived=arrived,
+            want_hidden6=self.kv_io.kv_format == common_pb2.KV_FORMAT_TENSOR6)
+        self._inbox.put(seq)
+        try:
+            while (item := seq.out.get()) is not DONE:
+                yield item[0], item[1], None
+        finally:
+            seq.cancelled = True  # a caller that leaves early frees the batch slot
+        if seq.error is not None:
+            raise seq.error
+        self.kv_io.save(turn.session_id, prompt + seq.generated, restored.tokens, seq.cache,
+                        seq.hidden6)
+        yield [], "", common_pb2.TurnSummary(
+            prompt_tokens=len(prompt), cached_tokens=restored.tokens,
+            completion_tokens=len(seq.generated), kv_tier=restored.tier,
+            kv_format=restored.format, ttft_s=seq.ttft, queue_s=queue_s,
+            kv_load_s=restored.load_s, finish_reason=seq.finish_reason,
+            latency_s=time.monotonic() - arrived)
+
+    # -- the step loop ----------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._admit()
+            self._active = [s for s in self._active if not s.cancelled]
+            if not self._active:
+                continue
+            try:
+                self._step()
+            except Exception as exc:  # fail this batch's turns, keep serving the next ones
+                log.exception("engine step failed")
+                for seq in self._active:
+                    seq.fail(exc)
+                self._active = []
+
+    def _admit(self) -> None:
+        block = not self._active
+        while len(self._active) < self.max_batch:
+            try:
+                seq = self._inbox.get(timeout=0.05) if block else self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            block = False
+            self._active.append(seq)
+
+    def _step(self) -> None:
+        budget = self.max_prefill_tokens
+        batch, inputs = [], []
+        for seq in self._active:
+            tokens = seq.next_input(budget)
+            if seq.pending:
+                if budget <= 0:
+                    continue  # this step's prefill budget is spent; decodes still run
+                budget -= len(tokens)
+            batch.append(seq)
+            inputs.append((torch.tensor(tokens), seq.cache))
+        want6 = any(s.want_hidden6 for s in batch)
+        outs = self.model.forward(inputs, want_hidden6=want6, logits_last_only=True)
+        for seq, (tokens, _), out in zip(batch, inputs, outs):
+            if not seq.fed(len(tokens), out.hidden6 if seq.want_hidden6 else None):
+                continue  # more prompt to prefill before the first token
+            seq.accept(seq.sampler(out.logits[-1]))
+            if seq.finished:
+                seq.out.put(DONE)
+        self._active = [s for s in self._active if not s.finished]
