@@ -1,7 +1,7 @@
 """Cache-only replay: accesses in trace order, no timing, the paper's analysis-script methodology.
 
-- users = those whose round 0 is in the trace; `sample_users=F` keeps those whose rank in
-  ascending id order satisfies rank % 10 < round(10 F);
+- users = those whose round 0 is in the trace (see `sampled_users` for excerpts); `sample_users=F`
+  keeps those whose rank in ascending id order satisfies rank % 10 < round(10 F);
 - a user's KV size at an access = min(tokens of all previous rounds, max_kv_tokens) × bytes/token;
 - hit if in DRAM; a miss (evicted earlier) brings it back; a first access is neither;
 - with the end oracle, a user's KV is freed right after its last access in the trace;
@@ -47,9 +47,18 @@ class AccessLog:
         return len(self.times)
 
 
-def sampled_users(turns: Iterable[Turn], sample_users: float | None) -> set[int]:
-    """Users whose round 0 is in the trace, optionally the scripts' deterministic 1-in-10 sample."""
+def sampled_users(turns: Iterable[Turn], sample_users: float | None,
+                  partial_users: str = "auto") -> set[int]:
+    """Users whose round 0 is in the trace, optionally the scripts' deterministic 1-in-10 sample.
+
+    partial_users: "drop" keeps only users whose round 0 is in the trace (the scripts' rule);
+    "keep" also keeps users first seen mid-conversation; "auto" keeps them only when no user
+    starts in the trace (an excerpt such as bidaw_sample.txt would otherwise be empty).
+    """
+    turns = list(turns)
     users = sorted({t.user for t in turns if t.round == 0})
+    if partial_users == "keep" or (partial_users == "auto" and not users):
+        users = sorted({t.user for t in turns})
     if sample_users is None or sample_users >= 1.0:
         return set(users)
     keep = round(10 * sample_users)
@@ -57,14 +66,19 @@ def sampled_users(turns: Iterable[Turn], sample_users: float | None) -> set[int]
 
 
 def prepare_accesses(turns: list[Turn], kv_bytes_per_token: int = 819200, max_kv_tokens: int = 2048,
-                     sample_users: float | None = None) -> AccessLog:
-    keep = sampled_users(turns, sample_users)
+                     sample_users: float | None = None, partial_users: str = "auto") -> AccessLog:
+    """The replayable access log. A user first seen at round r > 0 (only with partial users) is
+    given r × the trace's mean tokens per turn of earlier history."""
+    keep = sampled_users(turns, sample_users, partial_users)
+    per_turn = (sum(t.query_len + t.answer_len for t in turns) / len(turns)) if turns else 0.0
     history: dict[int, int] = {}
     times, users, sizes, answers = [], [], [], []
     for t in turns:
         if t.user not in keep:
             continue
-        prev = history.get(t.user, 0)
+        prev = history.get(t.user)
+        if prev is None:
+            prev = int(t.round * per_turn)
         times.append(t.time)
         users.append(t.user)
         sizes.append(min(prev, max_kv_tokens) * kv_bytes_per_token)
@@ -181,6 +195,7 @@ class CacheSimConfig:
     sample_users: float | None = None
     end_oracle: bool = True
     lookahead: int = 30
+    partial_users: str = "auto"
     policy_kwargs: dict[str, dict] = field(default_factory=dict)
 
 
@@ -191,7 +206,8 @@ def simulate_policies(turns: list[Turn], policies: Iterable[str], cfg: CacheSimC
     from kv_store.eviction.registry import make_policy
 
     if log is None:
-        log = prepare_accesses(turns, cfg.kv_bytes_per_token, cfg.max_kv_tokens, cfg.sample_users)
+        log = prepare_accesses(turns, cfg.kv_bytes_per_token, cfg.max_kv_tokens, cfg.sample_users,
+                               cfg.partial_users)
     out: dict[str, CacheResult] = {}
     for name in policies:
         kwargs = dict(cfg.policy_kwargs.get(name, {}))

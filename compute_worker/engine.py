@@ -38,6 +38,7 @@ class Engine:
         self.max_prefill_tokens = max_prefill_tokens
         self._inbox: queue.Queue[Sequence] = queue.Queue()
         self._active: list[Sequence] = []
+        self.peak_batch = 0  # most sequences ever run in one step (stats, tests)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="engine-steps", daemon=True)
         self._thread.start()
@@ -125,6 +126,7 @@ class Engine:
                 budget -= len(tokens)
             batch.append(seq)
             inputs.append((torch.tensor(tokens), seq.cache))
+        self.peak_batch = max(self.peak_batch, len(batch))
         want6 = any(s.want_hidden6 for s in batch)
         outs = self.model.forward(inputs, want_hidden6=want6, logits_last_only=True)
         for seq, (tokens, _), out in zip(batch, inputs, outs):

@@ -6,6 +6,8 @@ from concurrent import futures
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from . import tracing
+
 # KV moves in chunks of at most 2 MiB; the 4 MiB default message limit stays as it is.
 CHUNK_BYTES = 2 << 20
 MAX_MESSAGE_BYTES = 4 << 20
@@ -20,14 +22,16 @@ _OPTIONS = [
 
 
 class Server:
-    """A started gRPC server with the standard health service; `port` is the bound port."""
+    """A started gRPC server with the standard health service; `port` is the bound port.
+    When tracing is on (services.tracing.init_tracing ran first) it continues callers' traces."""
 
     def __init__(self, address: str, services: list[tuple[object, object]], *, name: str,
                  max_workers: int = 64, interceptors: tuple = ()):
         self.name = name
         self.grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
                                                            thread_name_prefix=name),
-                                options=_OPTIONS, interceptors=interceptors)
+                                options=_OPTIONS,
+                                interceptors=(*tracing.server_interceptors(), *interceptors))
         for add_fn, servicer in services:
             add_fn(servicer, self.grpc)
         self.health = health.HealthServicer()
@@ -53,8 +57,9 @@ class Server:
 
 
 def channel(target: str) -> grpc.Channel:
-    """An insecure channel with our message limits and keepalives."""
-    return grpc.insecure_channel(target, options=_OPTIONS)
+    """An insecure channel with our message limits and keepalives; each call is a span and
+    carries the trace context when tracing is on."""
+    return tracing.intercept_channel(grpc.insecure_channel(target, options=_OPTIONS))
 
 
 def wait_healthy(target: str, timeout: float = 60.0, service: str = "",

@@ -1,16 +1,15 @@
 """Process-level helpers for a service: logging and running until SIGINT/SIGTERM."""
 from __future__ import annotations
 
-import logging
-import os
 import signal
 import threading
 
 
 def setup_logging(service: str) -> None:
-    level = os.environ.get("BIDAW_LOG_LEVEL", "INFO").upper()
-    logging.basicConfig(level=level, format=f"%(asctime)s {service} %(levelname)s %(name)s: "
-                        "%(message)s")
+    """Structured (JSON) logs carrying the trace id; see services/logs.py."""
+    from .logs import setup_logging as setup
+
+    setup(service)
 
 
 def wait_for_signal() -> None:

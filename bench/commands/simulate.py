@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
                    help="after each access evict until this much DRAM is free")
     g.add_argument("--lookahead", type=int, default=30,
                    help="queued requests a policy may see (queue-aware never evicts them)")
+    g.add_argument("--partial-users", choices=("auto", "drop", "keep"), default="auto",
+                   help="users first seen mid-conversation: drop (the paper's scripts), keep (with "
+                   "an estimated history), auto (keep only if no user starts in the trace)")
     g.add_argument("--policy-arg", action="append", default=[], metavar="POLICY.KEY=VALUE",
                    help="constructor argument, e.g. bidaw.stale_quantile=0.99 (repeatable)")
     try:
@@ -98,7 +101,8 @@ def run_cache_only(args: argparse.Namespace) -> dict:
     capacities = [float(x) for x in str(args.dram_gib).split(",") if x.strip()]
     kwargs = parse_policy_args(args.policy_arg)
     turns = _load_turns(args)
-    log = prepare_accesses(turns, args.kv_bytes_per_token, args.max_kv_tokens, args.sample_users)
+    log = prepare_accesses(turns, args.kv_bytes_per_token, args.max_kv_tokens, args.sample_users,
+                           args.partial_users)
     window = parse_window(args.window)
     end_oracle = not args.no_end_oracle
     runs = []

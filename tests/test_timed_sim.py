@@ -1,0 +1,154 @@
+"""The timed simulator: invariants on a small run, a case built to show I/O-aware scheduling, the
+closed-loop arrival rule, the SSD's shared bandwidth, profiles and the command contract."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from bench.cost_profile import load_profile
+from bench.sim_ssd import SharedBandwidth
+from bench.sim_systems import DEFAULT_SYSTEMS, system_spec
+from bench.sim_workload import build_workload
+from bench.timed_sim import add_arguments, run, simulate, simulate_system
+from bench.traces import SynthConfig, Turn, synthesize
+
+CONTRACT_KEYS = {"ttft_mean", "ttft_p99", "latency_mean", "latency_p50", "latency_p90",
+                 "latency_p95", "latency_p99", "queueing_mean", "hit_rate",
+                 "throughput_turns_per_s"}
+
+
+@pytest.fixture(scope="module")
+def small_trace() -> list[Turn]:
+    return synthesize(SynthConfig(users=150, users_per_min=30, seed=1))
+
+
+@pytest.fixture(scope="module")
+def small_run(small_trace):
+    # A DRAM tier small enough that the tiered systems miss, and a busy enough replay.
+    cost = load_profile("opt13b-a800", {"host.dram_gib": 12, "host.watermark_gib": 0.5})
+    return simulate(small_trace, DEFAULT_SYSTEMS + ("bidaw-no-io",), cost, window=(600, 4000),
+                    time_scale=2.0)
+
+
+def test_every_system_measures_the_same_turns_with_sane_metrics(small_run):
+    counts = {m["turns"] for m in small_run.values()}
+    assert len(counts) == 1 and counts.pop() > 500
+    for name, m in small_run.items():
+        assert CONTRACT_KEYS <= set(m), name
+        assert 0.0 <= m["hit_rate"] <= 1.0
+        assert 0.0 <= m["queueing_mean"] <= m["ttft_mean"] <= m["latency_mean"]
+        assert m["latency_p50"] <= m["latency_p90"] <= m["latency_p95"] <= m["latency_p99"]
+
+
+def test_ideal_is_a_lower_bound_and_hit_rates_are_consistent(small_run):
+    ideal = small_run["ideal"]
+    assert ideal["hit_rate"] == 1.0 and ideal["ssd_bytes_read"] == 0
+    for name, m in small_run.items():
+        assert ideal["latency_mean"] <= m["latency_mean"] * (1 + 1e-9), name
+        assert ideal["ttft_mean"] <= m["ttft_mean"] * (1 + 1e-9), name
+    rec = small_run["recompute"]
+    assert rec["hits"] == 0 and rec["hit_rate"] == 0.0 and rec["ssd_bytes_read"] == 0
+    tiered = [n for n in small_run if n not in ("ideal", "recompute")]
+    assert any(small_run[n]["misses"] > 0 for n in tiered)  # the small DRAM tier did bite
+    for n in tiered:
+        assert small_run[n]["ssd_bytes_read"] > 0 or small_run[n]["misses"] == 0
+
+
+def _blocking_case() -> list[Turn]:
+    """One user's large KV (2,010 tokens: 1.6 GB of K/V) sits on SSD when its second turn
+    arrives; right behind it, 20 new users whose first turns need no KV at all."""
+    turns = [Turn(0, 0.0, 2000, 10, 0), Turn(0, 100.0, 10, 10, 1)]
+    turns += [Turn(u, 101.0 + 0.01 * u, 20, 20, 0) for u in range(1, 21)]  # after its arrival
+    return sorted(turns, key=lambda t: t.time)
+
+
+def test_io_aware_scheduling_lets_ready_requests_pass_a_slow_load():
+    # DRAM smaller than that KV (so it lives on SSD), and a slow SSD: the load takes seconds.
+    cost = load_profile("opt13b-a800", {"host.dram_gib": 0.5, "host.watermark_gib": 0,
+                                        "host.ssd_read_gbps": 0.2})
+    res = simulate(_blocking_case(), ["bidaw", "bidaw-no-io", "fcfs-lru", "ideal"], cost,
+                   window=(50, 1000))
+    assert res["bidaw"]["misses"] == 1 and res["fcfs-lru"]["misses"] == 1
+    assert res["bidaw"]["queueing_mean"] <= res["fcfs-lru"]["queueing_mean"]
+    # same eviction and tensor, only the queue differs: FCFS makes 20 requests wait for the load
+    assert res["bidaw"]["queueing_mean"] < 0.2 * res["bidaw-no-io"]["queueing_mean"]
+    assert res["ideal"]["latency_mean"] <= res["bidaw"]["latency_mean"]
+
+
+def test_closed_and_open_loop_arrivals():
+    turns = [Turn(7, 10.0, 30, 40, 0), Turn(7, 110.0, 30, 40, 1)]
+    cost = load_profile("opt13b-a800")
+    closed = build_workload(turns, time_scale=2.0)
+    log = simulate_system(closed, cost, "ideal")
+    first_done = log.done[0]
+    assert log.arrival[0] == pytest.approx(5.0)
+    assert log.arrival[1] == pytest.approx(first_done + 50.0)  # answer + the trace's gap / 2
+    log = simulate_system(build_workload(turns, time_scale=2.0, arrival_mode="open"), cost, "ideal")
+    assert log.arrival[1] == pytest.approx(55.0)                # its own trace time / 2
+
+
+def test_sample_users_and_window_select_turns(small_trace):
+    full = build_workload(small_trace, window=(600, 1200))
+    sampled = build_workload(small_trace, window=(600, 1200), sample_users=0.3)
+    assert 0 < sampled.measured_count < full.measured_count
+    assert all(600 <= full.trace_time[i] < 1200 for i in range(len(full)) if full.measured[i])
+
+
+def test_shared_bandwidth_splits_evenly():
+    ssd = SharedBandwidth(100.0)
+    ssd.start("a", 100.0, 0.0)
+    ssd.start("b", 50.0, 0.0)
+    assert ssd.next_completion() == pytest.approx(1.0)   # b: 50 bytes at 50 B/s
+    assert ssd.finish_due(1.0) == ["b"]
+    assert ssd.next_completion() == pytest.approx(1.5)   # a: 50 bytes left, alone at 100 B/s
+    assert ssd.finish_due(1.5) == ["a"] and len(ssd) == 0
+
+
+def test_profiles_and_overrides():
+    cost = load_profile("opt13b-a800")
+    assert cost.tensors.tensor == "tensor6" and cost.kv_bytes_per_token == 819200
+    assert cost.stored_bytes_per_token("tensor6") == 409600
+    assert cost.ssd_bytes_per_s == 1.5e9 and cost.dram_bytes == 200 << 30
+    assert cost.decode_step_time(8, 10_000) < cost.decode_step_time(8, 20_000)
+    nvme = load_profile("opt13b-a800-nvme", {"host.dram_gib": 120})
+    assert nvme.ssd_bytes_per_s > cost.ssd_bytes_per_s and nvme.dram_bytes == 120 << 30
+    with pytest.raises(KeyError):
+        load_profile("opt13b-a800", {"host.nope": 1})
+
+
+def test_system_names_and_ablations():
+    spec = system_spec("bidaw-no-io-no-tensor6")
+    assert spec.queue == "fcfs" and spec.tensor == "kv" and spec.eviction == "bidaw"
+    assert system_spec("bidaw-no-answer").eviction == "queue-aware"
+    with pytest.raises(ValueError):
+        system_spec("vllm")
+    with pytest.raises(ValueError):
+        system_spec("fcfs-lru-no-io")
+
+
+def test_command_contract(tmp_path, small_trace):
+    from bench.traces.bidaw_format import write_bidaw
+
+    path = tmp_path / "trace.txt"
+    write_bidaw(small_trace, path)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--trace", str(path), "--format", "bidaw", "--systems",
+                              "recompute,bidaw,ideal", "--window", "600:1800", "--time-scale", "2",
+                              "--plot", str(tmp_path / "plots"), "--json"])
+    out = json.loads(json.dumps(run(args)))
+    assert set(out["systems"]) == {"recompute", "bidaw", "ideal"}
+    for m in out["systems"].values():
+        assert CONTRACT_KEYS <= set(m)
+    assert all((tmp_path / "plots" / f).exists() for f in ("latency_cdf.png", "queueing.png"))
+
+
+def test_sweep_finds_more_sustainable_load_for_the_ideal(small_trace):
+    from bench.sim_sweep import sweep
+
+    cost = load_profile("opt13b-a800")
+    res = sweep(small_trace, ["recompute", "ideal"], cost, target_s=3.0, metric="latency_mean",
+                bisect_steps=1, window=(0, 1800))
+    assert res["ideal"]["users_per_min"] >= res["recompute"]["users_per_min"] > 0
