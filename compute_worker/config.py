@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 @dataclass
 class WorkerConfig:
     listen: str = field(default="127.0.0.1:50053", metadata={"help": "gRPC address to serve on"})
-    store: str = field(default="127.0.0.1:50051", metadata={"help": "KV store address"})
+    store: str = field(default="127.0.0.1:50051", metadata={
+        "help": "KV store address (empty: no store, recompute every prompt)"})
     model: str = field(default="smollm2-135m", metadata={
         "help": "model: smollm2-135m, a .gguf file or a Hugging Face checkpoint directory"})
     worker_id: str = field(default="", metadata={"help": "stable id (default: host:port)"})

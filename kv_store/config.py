@@ -10,10 +10,25 @@ class StoreConfig:
     data_dir: str = field(default="./data/kv", metadata={"help": "directory of the SSD tier"})
     dram_bytes: int = field(default=2 << 30, metadata={"help": "DRAM tier capacity"})
     ssd_bytes: int = field(default=64 << 30, metadata={"help": "SSD tier capacity"})
-    eviction: str = field(default="lru", metadata={"help": "DRAM eviction policy by name"})
+    eviction: str = field(default="bidaw-size", metadata={
+        "help": "DRAM eviction policy: bidaw-size, bidaw, lru, fifo or queue-aware"})
     lease_seconds: float = field(default=60.0, metadata={"help": "default lease lifetime"})
     promote_concurrency: int = field(default=2, metadata={"help": "SSD->DRAM loads at once"})
     ssd_read_gbps: float = field(default=1.5, metadata={"help": "SSD read bandwidth assumed "
-                                                        "for load estimates (GB/s)"})
+                                                        "for load estimates until measured (GB/s)"})
+    ssd_read_gbps_cap: float = field(default=0.0, metadata={
+        "help": "cap SSD reads at this rate (GB/s) to emulate a slower disk; 0: no cap"})
+    ssd_direct_io: bool = field(default=True, metadata={
+        "help": "O_DIRECT SSD I/O where the filesystem allows it"})
+    ssd_io_bytes: int = field(default=8 << 20, metadata={"help": "size of one aligned SSD read"})
+    ssd_read_depth: int = field(default=4, metadata={"help": "SSD reads in flight per load"})
+    ssd_write_concurrency: int = field(default=2, metadata={
+        "help": "sessions whose SSD writes run at once"})
+    shm_dir: str = field(default="/dev/shm", metadata={
+        "help": "tmpfs for the DRAM tier's shared-memory regions (co-located workers map them)"})
+    index: str = field(default="embedded", metadata={
+        "help": "session index: 'embedded' (rebuilt from the SSD files) or redis://host:port/db"})
+    index_namespace: str = field(default="bidaw", metadata={
+        "help": "key prefix in a shared index (one per data directory)"})
     metrics_listen: str = field(default="", metadata={
         "help": "host:port for Prometheus /metrics (empty: off)"})

@@ -1,5 +1,6 @@
-"""Leases: KV a queued or running request needs is not evicted under it; a dead holder's lease
-expires. Pure bookkeeping: time is an argument."""
+"""Leases: KV a queued or running request needs is not evicted under it, and shared-memory regions
+a co-located worker reads are not freed under it; a dead holder's lease expires. Pure
+bookkeeping: time is an argument."""
 from __future__ import annotations
 
 import itertools
@@ -8,33 +9,41 @@ from collections import Counter
 
 class Leases:
     def __init__(self):
-        self._leases: dict[str, tuple[str, float]] = {}  # lease id -> (session, expiry)
+        self._leases: dict[str, tuple[str, float, bool]] = {}  # id -> (session, expiry, pins)
         self._held: Counter[str] = Counter()
         self._ids = itertools.count(1)
 
-    def acquire(self, session_id: str, now: float, seconds: float) -> str:
+    def acquire(self, session_id: str, now: float, seconds: float, pin: bool = True) -> str:
+        """A lease on `session_id` until `now + seconds`; `pin` keeps the session's KV from
+        being evicted (a read lease only keeps the regions it names, which the store tracks)."""
         lease_id = f"lease-{next(self._ids)}"
-        self._leases[lease_id] = (session_id, now + seconds)
-        self._held[session_id] += 1
+        self._leases[lease_id] = (session_id, now + seconds, pin)
+        if pin:
+            self._held[session_id] += 1
         return lease_id
 
     def release(self, lease_id: str) -> bool:
         entry = self._leases.pop(lease_id, None)
         if entry is None:
             return False
-        self._drop_hold(entry[0])
+        if entry[2]:
+            self._drop_hold(entry[0])
         return True
 
-    def expire(self, now: float) -> None:
-        for lease_id, (session_id, expiry) in list(self._leases.items()):
-            if expiry <= now:
-                del self._leases[lease_id]
-                self._drop_hold(session_id)
+    def expire(self, now: float) -> list[str]:
+        """Drop the leases past their expiry; returns their ids."""
+        gone = [lid for lid, (_, expiry, _) in self._leases.items() if expiry <= now]
+        for lease_id in gone:
+            self.release(lease_id)
+        return gone
 
     def held(self, now: float) -> set[str]:
-        """Sessions under at least one live lease."""
+        """Sessions under at least one live pinning lease."""
         self.expire(now)
         return set(self._held)
+
+    def __contains__(self, lease_id: str) -> bool:
+        return lease_id in self._leases
 
     def __len__(self) -> int:
         return len(self._leases)

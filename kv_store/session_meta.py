@@ -22,3 +22,7 @@ class SessionMeta:
 
     def compatible(self, format: int, bytes_per_token: int, model: str) -> bool:
         return (self.format, self.bytes_per_token, self.model) == (format, bytes_per_token, model)
+
+    def copy(self) -> "SessionMeta":
+        return SessionMeta(self.session_id, self.format, self.bytes_per_token, self.model,
+                           list(self.token_ids))

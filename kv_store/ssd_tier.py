@@ -1,26 +1,55 @@
-"""The SSD (capacity) tier: one append-only file of records per session.
+"""The SSD (capacity) tier: one log file of aligned records per session.
 
-A turn appends one record (its new tokens' KV) and fsyncs before the write is acknowledged. A turn
-whose history diverged from what is stored rewrites the file to a temporary name and renames it
-over the old one, so a crash leaves either the old file or the new one, never a mix. File names
-are a hash of the session id, so no id can name a path outside the data directory.
+Access pattern: each turn appends its new KV; a promotion reads the whole session. So a session
+is one file: a turn is one aligned record written at the committed end with one O_DIRECT
+`pwritev` and an fdatasync before the write is acknowledged, and a read is one sequential pass of
+large aligned reads (`io_bytes` each, `read_depth` in flight) whose checksums are verified as
+the bytes land, overlapping the CPU work with the disk. A write from token 0 (a new session, a
+replaced history, a compaction) goes to a temporary file renamed over the old one, so a crash
+leaves the old file or the new one, never a mix. File names are a hash of the session id, so no
+id can name a path outside the data directory.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import pathlib
+import threading
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from . import ssd_record
-from .session_meta import SessionMeta
+from .aligned_io import ALIGN, DirectFile, align_up, aligned_buffer, fsync_dir
+from .bandwidth import BandwidthCap, BandwidthMeter
+from .ssd_log import SessionLog
 from .ssd_record import CorruptRecord
 
 
+@dataclass
+class ReadResult:
+    log: SessionLog  # tokens and the pieces of the buffer holding them
+    valid_end: int  # bytes of the file that checked out
+    corrupt: str = ""  # why the bytes after valid_end did not (empty: they all did)
+
+
 class SsdTier:
-    def __init__(self, root: str | os.PathLike):
+    def __init__(self, root: str | os.PathLike, direct_io: bool = True, io_bytes: int = 8 << 20,
+                 read_depth: int = 4, cap: BandwidthCap | None = None,
+                 meter: BandwidthMeter | None = None):
         self.root = pathlib.Path(root)
         (self.root / "sessions").mkdir(parents=True, exist_ok=True)
-        self.file_bytes: dict[str, int] = {}  # session -> bytes its file holds
+        self.direct_io = direct_io
+        self.io_bytes = max(align_up(io_bytes), ALIGN)
+        self.read_depth = max(read_depth, 1)
+        self.cap = cap or BandwidthCap(0)
+        self.meter = meter or BandwidthMeter(1.5e9)
+        self.file_bytes: dict[str, int] = {}  # session -> committed bytes of its file
+        self._readers = ThreadPoolExecutor(max_workers=4 * self.read_depth,
+                                           thread_name_prefix="ssd-read")
+        self._active_reads = 0
+        self._lock = threading.Lock()
 
     @property
     def used_bytes(self) -> int:
@@ -32,131 +61,238 @@ class SsdTier:
 
     # -- start-up ---------------------------------------------------------------------------
 
-    def scan(self) -> list[SessionMeta]:
-        """Rebuild the index from the files; cut torn or corrupt tails off (never acknowledged)."""
-        metas = []
+    def scan(self) -> list[tuple[SessionLog, int]]:
+        """Rebuild the index from the files (headers only); cut torn or corrupt tails off,
+        since they were never acknowledged. Returns each session's log and committed length."""
+        found = []
         for path in sorted((self.root / "sessions").glob("*/*.kv")):
-            meta, good_len = self._scan_file(path)
-            if meta is None:
+            log, good_len = self.scan_file(path)
+            if log.meta is None:
                 path.unlink(missing_ok=True)
                 continue
             if good_len < path.stat().st_size:
-                with open(path, "r+b") as fh:
-                    fh.truncate(good_len)
-                    os.fsync(fh.fileno())
-            self.file_bytes[meta.session_id] = good_len
-            metas.append(meta)
+                os.truncate(path, good_len)
+            self.file_bytes[log.meta.session_id] = good_len
+            found.append((log, good_len))
         for tmp in (self.root / "sessions").glob("*/*.tmp"):
             tmp.unlink(missing_ok=True)  # a rewrite that never got renamed into place
-        return metas
+        return found
 
-    def _scan_file(self, path: pathlib.Path) -> tuple[SessionMeta | None, int]:
-        meta: SessionMeta | None = None
-        offset = 0
-        size = path.stat().st_size
+    def scan_file(self, path: pathlib.Path, limit: int | None = None) -> tuple[SessionLog, int]:
+        log = SessionLog()
+        size = path.stat().st_size if limit is None else limit
         with open(path, "rb") as fh:
-            while offset < size:
-                fh.seek(offset)
-                head = fh.read(ssd_record.FIXED_SIZE + 65536)
+            while log.end < size:
+                fh.seek(log.end)
                 try:
-                    header, var_end = ssd_record.decode_header(head)
+                    head = fh.read(ssd_record.FIXED_SIZE)
+                    need = ssd_record.variable_size(head)
+                    header, payload_at = ssd_record.decode_header(head + fh.read(need))
                 except CorruptRecord:
-                    try:  # the token ids may run past the first read
-                        fh.seek(offset)
-                        header, var_end = ssd_record.decode_header(fh.read(size - offset))
-                    except CorruptRecord:
-                        break
-                end = offset + var_end + header.payload_len
-                if end > size or (meta is not None and not self._extends(meta, header)):
                     break
-                if meta is None:
-                    if header.start_token != 0 or self.path(header.session_id) != path:
-                        break
-                    meta = SessionMeta(header.session_id, header.format, header.bytes_per_token,
-                                       header.model, [])
-                meta.token_ids.extend(header.token_ids)
-                offset = end
-        return meta, offset
+                payload_at += log.end
+                end = ssd_record.record_end(payload_at, header.payload_len)
+                if end > size or not log.extends(header):
+                    break
+                if log.meta is None and self.path(header.session_id) != path:
+                    break  # a file under another session's name
+                log.apply(header, payload_at, end)
+        return log, log.end
 
-    @staticmethod
-    def _extends(meta: SessionMeta, header: ssd_record.RecordHeader) -> bool:
-        return (header.session_id == meta.session_id and header.start_token == meta.num_tokens
-                and meta.compatible(header.format, header.bytes_per_token, header.model))
+    # -- writes -----------------------------------------------------------------------------
 
-    # -- I/O --------------------------------------------------------------------------------
-
-    def append(self, meta: SessionMeta, start_token: int, token_ids: list[int],
-               payload: bytes | memoryview, stored_payload: bytes | None = None) -> int:
-        """Store tokens [start_token, ...) of `meta`'s session; durable when this returns.
-
-        `meta` describes the session before the write. Appending (start == stored tokens) adds a
-        record; anything else rewrites the file from the kept prefix (`stored_payload`, read by
-        the caller when it is not given) plus the new record. Returns the bytes written.
-        """
-        record = ssd_record.encode(meta.session_id, meta.format, start_token,
-                                   meta.bytes_per_token, meta.model, token_ids, payload)
-        path = self.path(meta.session_id)
+    def append(self, session_id: str, offset: int, header: bytes, payload: memoryview,
+               payload_aligned: bool) -> int:
+        """Write one record at `offset` (the committed end); durable on return. Offset 0
+        replaces the file atomically. Returns the new committed length."""
+        path = self.path(session_id)
         path.parent.mkdir(exist_ok=True)
-        if start_token == meta.num_tokens and meta.num_tokens > 0 and path.exists():
-            old_size = self.file_bytes.get(meta.session_id, path.stat().st_size)
+        if offset == 0:
+            return self._write_fresh(session_id, path, header, payload, payload_aligned)
+        end = offset + len(header) + align_up(len(payload))
+        with DirectFile(path, os.O_WRONLY, self.direct_io) as f:
             try:
-                with open(path, "ab") as fh:
-                    fh.write(record)
-                    fh.flush()
-                    os.fsync(fh.fileno())
+                f.pwrite_all(self._buffers(header, payload, payload_aligned, f.direct), offset)
+                if os.fstat(f.fd).st_size > end:
+                    f.truncate(end)  # an older tail past the committed end must not replay
+                f.sync()
             except OSError:
-                with open(path, "r+b") as fh:  # leave no partial record behind
-                    fh.truncate(old_size)
+                f.truncate(offset)  # leave no partial record behind (gives the space back)
                 raise
-            self.file_bytes[meta.session_id] = old_size + len(record)
-            return len(record)
-        prefix = b""
-        if start_token > 0:
-            kept = stored_payload if stored_payload is not None else self.read(meta)
-            prefix = ssd_record.encode(meta.session_id, meta.format, 0, meta.bytes_per_token,
-                                       meta.model, meta.token_ids[:start_token],
-                                       kept[:start_token * meta.bytes_per_token])
-        self._write_atomically(path, prefix + record)
-        self.file_bytes[meta.session_id] = len(prefix) + len(record)
-        return len(prefix) + len(record)
+        self.file_bytes[session_id] = end
+        return end
 
-    def _write_atomically(self, path: pathlib.Path, data: bytes) -> None:
+    def _write_fresh(self, session_id: str, path: pathlib.Path, header: bytes,
+                     payload: memoryview, payload_aligned: bool) -> int:
         tmp = path.with_suffix(".tmp")
         try:
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
+            with DirectFile(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, self.direct_io) as f:
+                end = f.pwrite_all(self._buffers(header, payload, payload_aligned, f.direct), 0)
+                f.sync()
             os.replace(tmp, path)
         except OSError:
             tmp.unlink(missing_ok=True)
             raise
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        fsync_dir(path.parent)
+        self.file_bytes[session_id] = end
+        return end
 
-    def read(self, meta: SessionMeta, max_tokens: int = 0) -> bytes:
-        """The session's KV bytes (first `max_tokens` tokens if > 0), every checksum verified."""
-        data = self.path(meta.session_id).read_bytes()
-        want = meta.num_tokens if max_tokens <= 0 else min(max_tokens, meta.num_tokens)
-        out = bytearray()
-        offset, tokens = 0, 0
-        view = memoryview(data)
-        while tokens < want:
-            header, var_end = ssd_record.decode_header(view, offset)
-            payload = view[var_end:var_end + header.payload_len]
-            ssd_record.check_payload(header, payload)
-            if header.session_id != meta.session_id or header.start_token != tokens:
-                raise CorruptRecord(f"records of session {meta.session_id!r} out of order")
-            take = min(header.num_tokens, want - tokens)
-            out += payload[:take * header.bytes_per_token]
-            tokens += header.num_tokens
-            offset = var_end + header.payload_len
-        return bytes(out)
+    @staticmethod
+    def _buffers(header: bytes, payload: memoryview, aligned: bool, direct: bool) -> list:
+        """The record as buffers O_DIRECT accepts: page-aligned, whole pages."""
+        pad = align_up(len(payload)) - len(payload)
+        if not direct:
+            return [header, payload, bytes(pad)]
+        head = aligned_buffer(len(header))
+        head[:len(header)] = header
+        if not aligned:  # bytes from a socket: one copy into aligned memory
+            body = aligned_buffer(len(payload))
+            body[:len(payload)] = payload
+            return [head, body]
+        whole = len(payload) - len(payload) % ALIGN
+        tail = aligned_buffer(len(payload) - whole)
+        tail[:len(payload) - whole] = payload[whole:]
+        return [head, payload[:whole], tail]
+
+    def truncate(self, session_id: str, length: int) -> None:
+        """Drop everything past `length` (records that failed their checksum)."""
+        if length <= 0:
+            self.delete(session_id)
+            return
+        os.truncate(self.path(session_id), length)
+        self.file_bytes[session_id] = length
 
     def delete(self, session_id: str) -> int:
         """Remove the session's file; returns the bytes freed."""
         self.path(session_id).unlink(missing_ok=True)
         return self.file_bytes.pop(session_id, 0)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def read(self, session_id: str, length: int, into) -> ReadResult:
+        """Read the first `length` bytes of the session's file into `into` (page-aligned,
+        at least align_up(length) bytes) and verify every record as its bytes arrive."""
+        view = memoryview(into).cast("B")[:align_up(length)]
+        start = time.monotonic()
+        with self._lock:
+            self._active_reads += 1
+            overlap = self._active_reads
+        try:
+            with DirectFile(self.path(session_id), os.O_RDONLY, self.direct_io) as f:
+                result = self._read_verified(f, view, length)
+        finally:
+            with self._lock:
+                self._active_reads -= 1
+        self.meter.observe(result.valid_end, time.monotonic() - start, overlap)
+        return result
+
+    def _read_chunk(self, f: DirectFile, view: memoryview, offset: int) -> int:
+        wait = self.cap.reserve(len(view), time.monotonic())
+        if wait > 0:
+            time.sleep(wait)
+        return f.pread_into(view, offset)
+
+    def _read_verified(self, f: DirectFile, view: memoryview, length: int) -> ReadResult:
+        offsets = list(range(0, len(view), self.io_bytes))
+        futures = {}
+
+        def submit(k: int) -> None:
+            if k < len(offsets):
+                off = offsets[k]
+                futures[k] = self._readers.submit(self._read_chunk, f, view[off:off + self.io_bytes],
+                                                  off)
+
+        for k in range(self.read_depth):
+            submit(k)
+        checker = _Checker(view, length)
+        try:
+            for k, off in enumerate(offsets):
+                got = futures.pop(k).result()
+                submit(k + self.read_depth)
+                checker.advance(off + got)
+                if got < min(self.io_bytes, len(view) - off) or checker.failed:
+                    break
+        finally:
+            for fut in futures.values():  # stop early on a bad record; wait for the rest
+                fut.cancel()
+            for fut in futures.values():
+                if not fut.cancelled():
+                    fut.exception()
+        return checker.result()
+
+    def close(self) -> None:
+        self._readers.shutdown(wait=True, cancel_futures=True)
+
+
+class _Checker:
+    """Parses and checksums records as the bytes before `available` arrive, in order."""
+
+    def __init__(self, view: memoryview, length: int):
+        self.view = view
+        self.length = length
+        self.log = SessionLog()
+        self.failed = ""
+        self._header = None  # the record whose payload is being checksummed
+        self._payload_at = 0
+        self._crc = 0
+        self._crc_pos = 0
+
+    def advance(self, available: int) -> None:
+        available = min(available, self.length)
+        while not self.failed:
+            if self._header is None:
+                if self.log.end >= self.length:
+                    return
+                if not self._parse_header(available):
+                    return
+            if not self._checksum(available):
+                return
+
+    def _parse_header(self, available: int) -> bool:
+        pos = self.log.end
+        head = self.view[pos:available]
+        try:
+            if len(head) < ssd_record.FIXED_SIZE:
+                raise CorruptRecord("truncated header")
+            need = ssd_record.FIXED_SIZE + ssd_record.variable_size(head)
+            if len(head) < need:
+                raise CorruptRecord("truncated header")
+            header, payload_at = ssd_record.decode_header(head)
+        except CorruptRecord as exc:
+            if available >= self.length:
+                self.failed = str(exc)
+            return False  # more bytes may complete it
+        if not self.log.extends(header):
+            self.failed = "record does not continue the session"
+            return False
+        self._header = header
+        self._payload_at = pos + payload_at
+        self._crc, self._crc_pos = 0, self._payload_at
+        if ssd_record.record_end(self._payload_at, header.payload_len) > self.length:
+            self.failed = "record runs past the committed end"
+            return False
+        return True
+
+    def _checksum(self, available: int) -> bool:
+        header = self._header
+        payload_end = self._payload_at + header.payload_len
+        stop = min(available, payload_end)
+        if stop > self._crc_pos:
+            self._crc = zlib.crc32(self.view[self._crc_pos:stop], self._crc)
+            self._crc_pos = stop
+        if self._crc_pos < payload_end:
+            if available >= self.length:
+                self.failed = "truncated payload"
+            return False
+        if self._crc != header.payload_crc:
+            self.failed = f"payload checksum mismatch in session {header.session_id!r}"
+            return False
+        self.log.apply(header, self._payload_at,
+                       ssd_record.record_end(self._payload_at, header.payload_len))
+        self._header = None
+        return True
+
+    def result(self) -> ReadResult:
+        if not self.failed and self.log.end < self.length:
+            self.failed = "file shorter than its committed length"
+        return ReadResult(self.log, self.log.end, self.failed)

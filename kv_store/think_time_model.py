@@ -52,14 +52,19 @@ class GapStats:
         return self.excess[i]
 
 
+DEFAULT_QUANTILES = (0.05, 0.1, 0.5, 0.9, 0.95, 0.99)
+
+
 class ThinkTimeModel:
     def __init__(self, decay_window: float = 2000.0, refresh: int = 32,
                  prior_s_per_token: float = 0.63, prior_base_s: float = 20.0, prior_weight: float = 4.0,
-                 quantiles: tuple[float, ...] = (0.05, 0.1, 0.5, 0.9, 0.95, 0.99)) -> None:
+                 quantiles: tuple[float, ...] = DEFAULT_QUANTILES, extra_quantiles: tuple = ()) -> None:
         # Each bucket forgets with a half-life of about `decay_window` of its own observations.
         self._gamma = 1.0 - 1.0 / decay_window
         self._refresh = refresh
-        self._q = quantiles
+        self._q = tuple(sorted({*quantiles, *(q for q in extra_quantiles if q is not None)}))
+        if any(not 0.0 < q < 1.0 for q in self._q):
+            raise ValueError(f"quantiles must be in (0, 1): {self._q}")
         self._hist = [[0.0] * _N_BINS for _ in range(N_ANSWER_BUCKETS)]
         self._inc = [1.0] * N_ANSWER_BUCKETS   # weight of the next observation (lazy decay)
         self._since = [0] * N_ANSWER_BUCKETS

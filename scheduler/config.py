@@ -11,6 +11,9 @@ class SchedulerConfig:
     workers: list[str] = field(default_factory=lambda: ["127.0.0.1:50053"], metadata={
         "help": "compute worker addresses, comma separated"})
     policy: str = field(default="bidaw", metadata={"help": "scheduling policy: fcfs or bidaw"})
+    prefetch_window: int = field(default=1, metadata={
+        "help": "fcfs only: start SSD loads for the first N queued turns (1: at the head, "
+                "vLLM-style; 30: CachedAttention's look-ahead)"})
     max_loads: int = field(default=2, metadata={"help": "SSD->DRAM loads in flight at once"})
     max_queue: int = field(default=1024, metadata={
         "help": "queued turns beyond which new ones are refused (RESOURCE_EXHAUSTED)"})

@@ -71,7 +71,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     def __init__(self, config: SchedulerConfig, pool: WorkerPool):
         self.config = config
         self.pool = pool
-        self.queue = make_queue(config.policy, max_concurrent_loads=config.max_loads)
+        extra = {"prefetch_window": config.prefetch_window} if config.policy == "fcfs" else {}
+        self.queue = make_queue(config.policy, max_concurrent_loads=config.max_loads, **extra)
         self._pending: dict[int, Pending] = {}  # queued, by request id (= seq)
         self._loading: dict[int, tuple[str, float]] = {}  # request id -> (session, start)
         self._cond = threading.Condition()
@@ -79,6 +80,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self._session_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
         self.finished = 0
         self.failed = 0
+        self.rerun = 0
         self.store = kv_store_pb2_grpc.KVStoreStub(channel(config.store))
         self.awareness = AwarenessClient(config.store, config.scheduler_id,
                                          on_load_finished=self._on_load_finished,
@@ -214,6 +216,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                         and context.is_active() and (not sent or request.temperature == 0):
                     log.warning("worker %s lost a turn of %r after %d tokens; re-running",
                                 pending.worker.target, request.session_id, len(sent))
+                    self.rerun += 1
                     time.sleep(backoff)
                     backoff = min(backoff * 2, 5.0)
                     continue
@@ -260,4 +263,5 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             ready_queue=lengths["ready"], preparing_queue=lengths["waiting"] + lengths["loading"], running=self.pool.running(),
             turns_finished=self.finished, turns_failed=self.failed,
             workers=self.pool.healthy_count(), sessions_known=len(self.awareness.locations),
-            awareness_connected=self.awareness.connected.is_set(), policy=self.config.policy)
+            awareness_connected=self.awareness.connected.is_set(), policy=self.config.policy,
+            turns_rerun=self.rerun)

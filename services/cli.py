@@ -18,6 +18,7 @@ COMMANDS = [
     "bench.commands.trace",
     "bench.commands.simulate",
     "bench.commands.bench_policies",
+    "bench.commands.bench_compute",
 ]
 
 

@@ -1,5 +1,5 @@
-"""The embedded single-machine deployment: KV store, compute worker and scheduler as three
-processes on loopback, started in dependency order and stopped in reverse."""
+"""The embedded single-machine deployment: KV store, compute worker, scheduler and the HTTP
+gateway as four processes on loopback, started in dependency order and stopped in reverse."""
 from __future__ import annotations
 
 import os
@@ -11,6 +11,24 @@ import sys
 from dataclasses import dataclass, field
 
 from .grpc_util import wait_healthy
+
+
+def wait_http(url: str, timeout: float, alive=lambda: True) -> None:
+    """Block until GET `url` answers 200; TimeoutError after `timeout` or once `alive()` fails."""
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2.0) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline or not alive():
+            raise TimeoutError(f"{url} not healthy after {timeout:.0f}s")
+        time.sleep(0.2)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -26,13 +44,19 @@ class LocalDeployment:
     store_port: int = 0  # 0: pick a free port
     scheduler_port: int = 0
     worker_port: int = 0
+    gateway_port: int = 0
+    gateway_api_keys: str = ""  # tenant:key,...; passed by env so keys stay out of `ps`
+    metrics: bool = True  # /metrics of store, worker and scheduler on free ports
     dram_bytes: str = "2GiB"
     ssd_bytes: str = "64GiB"
     eviction: str = "lru"
     policy: str = "bidaw"
     model: str = "smollm2-135m"
     default_max_tokens: int = 256
+    use_store: bool = True  # False: workers recompute every prompt (the no-cache baseline)
     quiet: bool = True  # service logs go to data_dir/logs instead of the terminal
+    # Extra flags per service, e.g. {"store": ["--promote-concurrency", "4"]}.
+    extra_args: dict[str, list[str]] = field(default_factory=dict)
     extra_env: dict[str, str] = field(default_factory=dict)
     procs: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
 
@@ -40,6 +64,9 @@ class LocalDeployment:
         self.store_port = self.store_port or free_port(self.host)
         self.worker_port = self.worker_port or free_port(self.host)
         self.scheduler_port = self.scheduler_port or free_port(self.host)
+        self.gateway_port = self.gateway_port or free_port(self.host)
+        self.metrics_ports = {name: free_port(self.host) if self.metrics else 0
+                              for name in ("store", "worker", "scheduler")}
 
     @property
     def store_target(self) -> str:
@@ -53,11 +80,26 @@ class LocalDeployment:
     def scheduler_target(self) -> str:
         return f"{self.host}:{self.scheduler_port}"
 
-    def _spawn(self, name: str, args: list[str]) -> None:
+    @property
+    def gateway_url(self) -> str:
+        """The OpenAI base URL (what `OpenAI(base_url=...)` takes)."""
+        return f"http://{self.host}:{self.gateway_port}/v1"
+
+    @property
+    def metrics_urls(self) -> dict[str, str]:
+        urls = {n: f"http://{self.host}:{p}/metrics" for n, p in self.metrics_ports.items() if p}
+        return {**urls, "gateway": f"http://{self.host}:{self.gateway_port}/metrics"}
+
+    def _metrics_args(self, name: str) -> list[str]:
+        port = self.metrics_ports[name]
+        return ["--metrics-listen", f"{self.host}:{port}"] if port else []
+
+    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
         logs = pathlib.Path(self.data_dir) / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         out = open(logs / f"{name}.log", "ab") if self.quiet else None
-        env = {**os.environ, "RAY_AUTH_MODE": "disabled", **self.extra_env}
+        env = {**os.environ, "RAY_AUTH_MODE": "disabled", **self.extra_env, **(env or {})}
+        args = [*args, *self.extra_args.get(name, [])]
         proc = subprocess.Popen([sys.executable, "-m", "services.cli", "serve", name, *args],
                                 stdout=out, stderr=subprocess.STDOUT if out else None, env=env,
                                 start_new_session=True)
@@ -68,16 +110,24 @@ class LocalDeployment:
             self._spawn("store", ["--listen", self.store_target, "--data-dir",
                                   str(pathlib.Path(self.data_dir) / "kv"), "--dram-bytes",
                                   str(self.dram_bytes), "--ssd-bytes", str(self.ssd_bytes),
-                                  "--eviction", self.eviction])
+                                  "--eviction", self.eviction, *self._metrics_args("store")])
             self._wait("store", self.store_target, timeout)
-            self._spawn("worker", ["--listen", self.worker_target, "--store", self.store_target,
+            self._spawn("worker", ["--listen", self.worker_target, "--store",
+                                   self.store_target if self.use_store else "",
                                    "--model", self.model, "--default-max-tokens",
-                                   str(self.default_max_tokens)])
+                                   str(self.default_max_tokens), *self._metrics_args("worker")])
             self._wait("worker", self.worker_target, timeout)
             self._spawn("scheduler", ["--listen", self.scheduler_target, "--store",
                                       self.store_target, "--workers", self.worker_target,
-                                      "--policy", self.policy])
+                                      "--policy", self.policy,
+                                      *self._metrics_args("scheduler")])
             self._wait("scheduler", self.scheduler_target, timeout)
+            self._spawn("gateway", ["--listen", f"{self.host}:{self.gateway_port}",
+                                    "--scheduler", self.scheduler_target, "--served-model",
+                                    self.model],
+                        {"BIDAW_GATEWAY_API_KEYS": self.gateway_api_keys} if self.gateway_api_keys
+                        else None)
+            self._wait("gateway", "", timeout)
         except BaseException:
             self.stop()
             raise
@@ -86,7 +136,11 @@ class LocalDeployment:
     def _wait(self, name: str, target: str, timeout: float) -> None:
         proc = dict(self.procs)[name]
         try:
-            wait_healthy(target, timeout, alive=lambda: proc.poll() is None)
+            if name == "gateway":
+                wait_http(f"http://{self.host}:{self.gateway_port}/health", timeout,
+                          alive=lambda: proc.poll() is None)
+            else:
+                wait_healthy(target, timeout, alive=lambda: proc.poll() is None)
         except TimeoutError:
             log = pathlib.Path(self.data_dir) / "logs" / f"{name}.log"
             tail = log.read_text()[-3000:] if log.exists() else ""

@@ -91,13 +91,17 @@ def observe_turn(summary) -> None:
     TURNS.labels("ok").inc()
 
 
+_servers: dict[str, int] = {}  # listen -> bound port: a second call for the same address is a no-op
+
+
 def start_metrics_server(listen: str) -> int:
-    """Serve /metrics at "host:port" (port 0: any free one); returns the port, 0 if `listen` is
-    empty (metrics off)."""
+    """Serve /metrics at "host:port" (port 0: any free one) from a daemon thread; returns the
+    port, 0 if `listen` is empty (metrics off)."""
     if not listen:
         return 0
-    host, _, port = listen.rpartition(":")
-    server, _ = start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0")
-    bound = server.server_port
-    log.info("Prometheus metrics on %s:%d/metrics", host or "0.0.0.0", bound)
-    return bound
+    if listen not in _servers:
+        host, _, port = listen.rpartition(":")
+        server, _ = start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0")
+        _servers[listen] = server.server_port
+        log.info("Prometheus metrics on %s:%d/metrics", host or "0.0.0.0", _servers[listen])
+    return _servers[listen]

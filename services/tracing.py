@@ -12,6 +12,7 @@ Adoption (see docs/observability.md):
         ...; s.set_attribute("bidaw.queue_s", waited)
     carrier = inject()                        # into a Ray actor call ...
     with span("worker.turn", parent=extract(carrier)):     # ... and out on the other side
+    record_span("worker.decode", t_first_token, t_last, parent=ctx, tokens=n)  # after the fact
 """
 from __future__ import annotations
 
@@ -118,6 +119,25 @@ def span(name: str, parent: otel_context.Context | None = None, kind: trace.Span
         return _NOOP
     return _tracer.start_as_current_span(name, context=parent, kind=kind,
                                          attributes=_attributes(attributes))
+
+
+def record_span(name: str, start_monotonic: float, end_monotonic: float,
+                parent: otel_context.Context | None = None, **attributes: Any) -> None:
+    """Emit a finished span after the fact, from two time.monotonic() readings: for work that
+    happens in another thread's loop (a batched engine's prefill and decode of one sequence)."""
+    if _tracer is None:
+        return
+    import time
+
+    offset_ns = time.time_ns() - int(time.monotonic() * 1e9)
+    s = _tracer.start_span(name, context=parent, attributes=_attributes(attributes),
+                           start_time=offset_ns + int(start_monotonic * 1e9))
+    s.end(end_time=offset_ns + int(end_monotonic * 1e9))
+
+
+def current() -> otel_context.Context | None:
+    """The current context, to hand to record_span(parent=...) from another thread."""
+    return otel_context.get_current() if _tracer is not None else None
 
 
 def _attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:

@@ -50,9 +50,10 @@ def test_counting_rules_by_hand():
     # A window counts only accesses in [start, end); the cache stops at the end.
     r = _run(log, "lru", 100, 0, window=(5, 7))
     assert (r.hits, r.misses) == (1, 1)
-    # Without the end oracle nothing is freed; user 3 (size 0) never matters.
+    # Without the end oracle user 2 stays after its last turn: at t=6 it overfills the tier and
+    # LRU drops user 3 (0 bytes, frees nothing) and then user 1, whose last turn then misses.
     r = _run(log, "lru", 100, 0, end_oracle=False)
-    assert (r.hits, r.misses) == (4, 1)
+    assert (r.hits, r.misses) == (3, 2)
 
 
 def test_sampling_keeps_every_tenth_ranks():
@@ -93,7 +94,7 @@ def _script_replay(turns, policy, cap, watermark, window, lookahead=30):
             hits += inside
             free -= size - cache[u][0]
             cache[u][0] = size
-            if policy == "lru":
+            if policy in ("lru", "queue-aware"):
                 cache[u][1] = ts
             cache[u][2] = nxt
         else:
@@ -149,13 +150,14 @@ def test_matches_the_scripts_methodology_exactly(policy):
 def test_no_policy_beats_belady_with_unit_sizes():
     rng = random.Random(5)
     for _ in range(10):
-        turns = _random_trace(rng, users=40)
+        turns = _random_trace(rng, users=120)
         log = prepare_accesses(turns)
         log.sizes = [1] * len(log)  # unit sizes: Belady is optimal
+        # capacity above the 30 protected by queue-aware, which may otherwise overfill the tier
         for end_oracle in (True, False):
-            best = _run(log, "belady", 12, 0, end_oracle=end_oracle).hits
+            best = _run(log, "belady", 40, 0, end_oracle=end_oracle).hits
             for name in POLICY_NAMES:
-                assert _run(log, name, 12, 0, end_oracle=end_oracle).hits <= best, name
+                assert _run(log, name, 40, 0, end_oracle=end_oracle).hits <= best, name
 
 
 def test_sample_trace_end_to_end():

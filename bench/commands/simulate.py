@@ -122,6 +122,7 @@ def run_cache_only(args: argparse.Namespace) -> dict:
             replayed += res.accesses
             policies[name] = res.as_dict()
             bar.update(1)
+        _add_gap_closed(policies)
         runs.append({"dram_gib": cap, "policies": policies})
     bar.close()
     result: dict[str, Any] = {"turns": len(log), "end_oracle": end_oracle,
@@ -137,6 +138,16 @@ def run_cache_only(args: argparse.Namespace) -> dict:
 
         result["plots"] = plot_cache_only(runs, log, window, args.plot, capacities)
     return result
+
+
+def _add_gap_closed(policies: dict[str, dict]) -> None:
+    """Share of the gap between the best of FIFO/LRU/queue-aware and Belady each policy closes."""
+    baselines = [policies[n]["hit_rate"] for n in ("fifo", "lru", "queue-aware") if n in policies]
+    if not baselines or "belady" not in policies:
+        return
+    base, best = max(baselines), policies["belady"]["hit_rate"]
+    for m in policies.values():
+        m["gap_closed"] = (m["hit_rate"] - base) / (best - base) if best > base else None
 
 
 def _load_turns(args: argparse.Namespace) -> list:
@@ -166,8 +177,10 @@ def _print_human(result: dict) -> None:
     for run in runs:
         print(f"DRAM {run['dram_gib']:g} GiB")
         for name, m in run["policies"].items():
+            gap = m.get("gap_closed")
+            gap_text = f"  gap_closed={100 * gap:6.1f}%" if gap is not None else ""
             print(f"  {name:12s} hit_rate={100 * m['hit_rate']:5.1f}%  "
                   f"byte_hit_rate={100 * m['byte_hit_rate']:5.1f}%  hits={m['hits']} "
-                  f"misses={m['misses']}")
+                  f"misses={m['misses']}{gap_text}")
     for path in result.get("plots", []):
         print(f"wrote {path}")

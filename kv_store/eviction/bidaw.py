@@ -51,7 +51,8 @@ class BidawPolicy(EvictionPolicy):
                  prior_weight: float = 2.0, history_decay: float = 0.8, ghost_lag_s: float = 300.0,
                  ghost_window: float = 4000.0, rate_window_s: float = 120.0,
                  protect_queue: int = 30, tie_break: str = "return",
-                 stale_quantile: float | None = None) -> None:
+                 stale_quantile: float | None = None, potential_step: float = 0.1) -> None:
+        self.potential_step = potential_step
         self.tie_break = tie_break
         # Not in the paper (its scripts free ended sessions, an oracle): a session idle past this
         # quantile of the think time after its answer is taken as ended and evicted first.
@@ -61,7 +62,7 @@ class BidawPolicy(EvictionPolicy):
         nb = self.regions.n_buckets
         self.ghost = GhostCache(capacity_bytes, nb, watermark_bytes, ghost_lag_s, ghost_window)
         self.meter = ReuseDistanceMeter()
-        self.think = ThinkTimeModel()
+        self.think = ThinkTimeModel(extra_quantiles=(lb_quantile, stale_quantile))
         self.lb_quantile = lb_quantile
         self.prior_weight = prior_weight
         self.history_decay = history_decay
@@ -220,6 +221,8 @@ class BidawPolicy(EvictionPolicy):
 
     def _rank(self, key: Key, s: _Session) -> None:
         potential = self.hit_potential(s.answer, s.history)
+        if self.potential_step > 0.0:
+            potential = int(potential / self.potential_step)
         s.potential = potential
         self._heap.set(key, (potential, -self._tie(s), self._entered[key]))
         if self.stale_quantile is not None:

@@ -41,7 +41,7 @@ class _Session:
 class BidawSizePolicy(EvictionPolicy):
     name = "bidaw-size"
 
-    def __init__(self, size_exponent: float = 0.5, stale_quantile: float | None = 0.99,
+    def __init__(self, size_exponent: float = 0.3, stale_quantile: float | None = 0.99,
                  stale_factor: float = 1.0, pace_decay: float = 0.7, classes_per_octave: int = 2,
                  protect_queue: int = 30) -> None:
         self.size_exponent = size_exponent
@@ -49,7 +49,7 @@ class BidawSizePolicy(EvictionPolicy):
         self.stale_factor = stale_factor
         self.pace_decay = pace_decay
         self.classes_per_octave = classes_per_octave
-        self.think = ThinkTimeModel()
+        self.think = ThinkTimeModel(extra_quantiles=(stale_quantile,))
         self._sessions: SessionRegistry[_Session] = SessionRegistry(_Session)
         self._classes: dict[int, LazyHeap] = {}
         self._stale = LazyHeap()

@@ -1,4 +1,7 @@
-"""`bidaw serve store|scheduler|worker`: run one service in the foreground."""
+"""`bidaw serve store|scheduler|worker|gateway`: run one service in the foreground.
+
+Every service gets structured logs, tracing (when OTEL_* asks for it; see docs/observability.md)
+and, where its config has `metrics_listen`, a Prometheus /metrics endpoint."""
 from __future__ import annotations
 
 import importlib
@@ -13,7 +16,12 @@ SERVICES = {
                   "BIDAW_SCHEDULER_", "the scheduler: queues turns and dispatches them"),
     "worker": ("compute_worker.config:WorkerConfig", "compute_worker.main:serve",
                "BIDAW_WORKER_", "a compute worker: the model in a Ray actor"),
+    "gateway": ("services.gateway.config:GatewayConfig", "services.gateway.main:serve",
+                "BIDAW_GATEWAY_", "the OpenAI-compatible HTTP API in front of the scheduler"),
 }
+# service.name of each process's spans
+TRACE_NAMES = {"store": "kv-store", "scheduler": "scheduler", "worker": "compute-worker",
+               "gateway": "gateway"}
 
 
 def _load(ref: str):
@@ -33,7 +41,9 @@ def register(sub, groups) -> None:
 
 
 def run(args) -> int:
+    from services.metrics import start_metrics_server
     from services.runtime import setup_logging
+    from services.tracing import init_tracing
 
     config_ref, serve_ref, env, _ = SERVICES[args.service]
     try:
@@ -41,5 +51,7 @@ def run(args) -> int:
     except ValueError as exc:
         raise SystemExit(f"bidaw serve {args.service}: {exc}")
     setup_logging(args.service)
+    init_tracing(TRACE_NAMES[args.service])  # before any gRPC server or channel exists
+    start_metrics_server(getattr(config, "metrics_listen", ""))
     _load(serve_ref)(config)
     return 0

@@ -3,11 +3,17 @@ from __future__ import annotations
 
 
 def register(sub, groups) -> None:
-    p = sub.add_parser("up", help="run KV store, compute worker and scheduler on this machine",
-                       description="Start the KV store, one compute worker (on a local Ray) and "
-                       "the scheduler as processes on loopback; Ctrl-C stops them cleanly.")
+    p = sub.add_parser("up", help="run KV store, compute worker, scheduler and the OpenAI API "
+                       "on this machine",
+                       description="Start the KV store, one compute worker (on a local Ray), "
+                       "the scheduler and the OpenAI-compatible gateway as processes on "
+                       "loopback; Ctrl-C stops them cleanly. API keys: set "
+                       "BIDAW_GATEWAY_API_KEYS=tenant:key,... (without keys the API is open "
+                       "and served on loopback only).")
     p.add_argument("--data-dir", default="./data", help="SSD tier and logs (default: ./data)")
     p.add_argument("--host", default="127.0.0.1", help="address to serve on")
+    p.add_argument("--port", type=int, default=8000,
+                   help="OpenAI-compatible HTTP port: http://HOST:PORT/v1")
     p.add_argument("--scheduler-port", type=int, default=50052, help="scheduler gRPC port")
     p.add_argument("--store-port", type=int, default=50051, help="KV store gRPC port")
     p.add_argument("--worker-port", type=int, default=50053, help="compute worker gRPC port")
@@ -27,13 +33,16 @@ def run(args) -> int:
 
     dep = LocalDeployment(data_dir=args.data_dir, host=args.host, store_port=args.store_port,
                           scheduler_port=args.scheduler_port, worker_port=args.worker_port,
+                          gateway_port=args.port,
                           dram_bytes=args.dram_bytes, ssd_bytes=args.ssd_bytes,
                           eviction=args.eviction, policy=args.policy, model=args.model,
                           quiet=not args.verbose)
-    print("starting KV store, compute worker, scheduler ...", flush=True)
+    print("starting KV store, compute worker, scheduler, gateway ...", flush=True)
     with dep:
+        print(f"OpenAI API {dep.gateway_url}   (OpenAI(base_url=..., api_key=...))")
         print(f"scheduler  {dep.scheduler_target}   (bidaw chat --target {dep.scheduler_target})")
         print(f"KV store   {dep.store_target}\nworker     {dep.worker_target}")
+        print("metrics    " + "  ".join(f"{n} {u}" for n, u in dep.metrics_urls.items()))
         print(f"logs in {args.data_dir}/logs; Ctrl-C to stop", flush=True)
         wait_for_signal()
         print("stopping ...", flush=True)

@@ -1,0 +1,142 @@
+"""Figures of the compute side, measured side by side in one run (`bidaw bench compute`).
+
+- decode throughput of the continuous-batching engine with 1, 4 and 16 concurrent sessions;
+- restoring a 2,000-token OPT history from stored tensor 6 vs stored K/V vs recomputing it;
+- time to first token of a turn after a 1,000-token history: KV from DRAM vs full recompute.
+"""
+from __future__ import annotations
+
+import statistics
+import tempfile
+import threading
+import time
+
+import torch
+
+from compute_worker.engine import Engine
+from compute_worker.kv_client import KVClient
+from compute_worker.kv_io import KVSessionIO
+from compute_worker.models import ModelConfig, build_model
+from kv_store.config import StoreConfig
+from services.gen import common_pb2
+
+KV, T6 = common_pb2.KV_FORMAT_KV, common_pb2.KV_FORMAT_TENSOR6
+OPT_125M_SHAPE = dict(arch="opt", vocab_size=50272, hidden_size=768, intermediate_size=3072,
+                      num_layers=12, num_heads=12, num_kv_heads=12, head_dim=64,
+                      max_position=2048, hidden_act="relu", name="opt-125m-shape-random")
+
+
+def random_opt(seed: int = 0):
+    """OPT-125M's shape with random weights (no download): timing, not quality."""
+    torch.manual_seed(seed)
+    model = build_model(ModelConfig(**OPT_125M_SHAPE), device="cpu", dtype=torch.float32)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(0.02 * torch.randn_like(p))
+    return model
+
+
+def _turn(session: str, ids: list[int], max_tokens: int) -> common_pb2.TurnRequest:
+    return common_pb2.TurnRequest(session_id=session, prompt_token_ids=ids,
+                                  max_tokens=max_tokens, ignore_eos=True)
+
+
+def _drain(engine: Engine, request) -> common_pb2.TurnSummary:
+    summary = None
+    for _, _, s in engine.run(request):
+        summary = s or summary
+    return summary
+
+
+def decode_throughput(model, sessions: int, tokens: int = 32) -> float:
+    """Generated tokens per second with `sessions` turns decoding together."""
+    engine = Engine(model, None, KVSessionIO(None, model, "m", KV), max_batch=max(sessions, 1))
+    gen = torch.Generator().manual_seed(sessions)
+    prompts = [torch.randint(100, 1000, (16,), generator=gen).tolist() for _ in range(sessions)]
+    _drain(engine, _turn("warm", prompts[0], 2))
+    threads = [threading.Thread(target=_drain, args=(engine, _turn(f"d{i}", p, tokens)))
+               for i, p in enumerate(prompts)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - start
+    engine.stop()
+    return sessions * tokens / elapsed
+
+
+def _median_ms(fn, repeat: int = 3) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000
+
+
+def restore_vs_recompute(store: KVClient, history: int = 2000) -> dict:
+    """Tensor-6 restore vs K/V load vs recompute of an OPT history of `history` tokens."""
+    model = random_opt()
+    ids = torch.randint(3, 50000, (history + 1,), generator=torch.Generator().manual_seed(7))
+    ids = ids.tolist()
+    ios = {fmt: KVSessionIO(store, model, "opt-bench", fmt) for fmt in (KV, T6)}
+    cache = model.new_cache(history + 8)
+    out = model.forward([(torch.tensor(ids[:history]), cache)], want_hidden6=True,
+                        logits_last_only=True)[0]
+    ios[KV].save("bench-kv", ids, 0, cache, [])
+    ios[T6].save("bench-t6", ids, 0, cache, [out.hidden6])
+
+    def recompute():
+        model.forward([(torch.tensor(ids[:history]), model.new_cache(history + 8))],
+                      logits_last_only=True)
+
+    kv_ms = _median_ms(lambda: ios[KV].restore("bench-kv", ids))
+    t6_ms = _median_ms(lambda: ios[T6].restore("bench-t6", ids))
+    assert ios[T6].restore("bench-t6", ids).tokens == history
+    return {"kv_load_ms": kv_ms, "tensor6_restore_ms": t6_ms, "recompute_ms": _median_ms(recompute),
+            "kv_bytes": history * ios[KV].bytes_per_token,
+            "tensor6_bytes": history * ios[T6].bytes_per_token}
+
+
+def ttft_dram_vs_recompute(model, tokenizer, store: KVClient, history: int = 1000) -> dict:
+    """TTFT of turn 2 after a `history`-token turn 1: KV from DRAM vs full recompute."""
+    gen = torch.Generator().manual_seed(3)
+    first = torch.randint(100, 40000, (history,), generator=gen).tolist()
+    cached = Engine(model, tokenizer, KVSessionIO(store, model, "smol", KV))
+    plain = Engine(model, tokenizer, KVSessionIO(None, model, "smol", KV))
+    answer = []
+    for ids, _, _ in cached.run(_turn("ttft", first, 8)):
+        answer += ids
+    second = first + answer + torch.randint(100, 40000, (20,), generator=gen).tolist()
+    dram = [_drain(cached, _turn("ttft", second, 1)) for _ in range(3)]
+    full = [_drain(plain, _turn("ttft", second, 1)) for _ in range(3)]
+    assert all(s.kv_tier == common_pb2.TIER_DRAM for s in dram)
+    dram_s = statistics.median(s.ttft_s for s in dram)
+    full_s = statistics.median(s.ttft_s for s in full)
+    cached.stop()
+    plain.stop()
+    return {"ttft_1000_dram_s": dram_s, "ttft_1000_recompute_s": full_s,
+            "ttft_recompute_over_dram": full_s / dram_s}
+
+
+def run(sessions=(1, 4, 16)) -> dict:
+    from compute_worker.loaders.registry import load_model
+    from kv_store.main import start
+
+    model, tokenizer = load_model("smollm2-135m")
+    with tempfile.TemporaryDirectory(prefix="bidaw-bench-") as tmp:
+        server, core = start(StoreConfig(listen="127.0.0.1:0", data_dir=tmp,
+                                         dram_bytes=4 << 30))
+        store = KVClient(f"127.0.0.1:{server.port}")
+        try:
+            result = {"decode_tokens_per_s": {str(n): decode_throughput(model, n)
+                                              for n in sessions}}
+            result.update(restore_vs_recompute(store))
+            result.update(ttft_dram_vs_recompute(model, tokenizer, store))
+        finally:
+            server.stop(0)
+            core.close()
+    tps = result["decode_tokens_per_s"]
+    result["batching_speedup_16_vs_1"] = tps[str(max(sessions))] / tps[str(min(sessions))]
+    return result

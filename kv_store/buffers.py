@@ -1,0 +1,96 @@
+"""The bytes of one write on their way in, and of one read on their way out.
+
+A write's bytes land in a fresh shared-memory segment when the DRAM tier will keep them (then the
+SSD write reads that very memory, page-aligned, with O_DIRECT), else in anonymous aligned memory.
+A read hands out pieces of segments (DRAM) or of an aligned buffer the SSD tier filled; chunks for
+a gRPC stream are read straight out of them.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from .aligned_io import aligned_buffer
+from .dram_tier import ShmPiece
+from .session_meta import SessionMeta
+from .shm_arena import Segment, ShmArena
+
+
+class Payload:
+    """Incoming KV bytes: `write_at` fills them, `view` reads them (page-aligned)."""
+
+    def __init__(self, nbytes: int, arena: ShmArena | None = None,
+                 segment: Segment | None = None):
+        self.nbytes = nbytes
+        self.segment = segment  # holds the creator's reference until `release`
+        self._arena = arena
+        self._fd = -1
+        self._map: mmap.mmap | None = None
+        if segment is None:
+            self._map = aligned_buffer(nbytes)
+        else:
+            self._fd = os.open(arena.path(segment), os.O_RDWR)
+
+    def write_at(self, offset: int, data: bytes) -> None:
+        if self._map is not None:
+            self._map[offset:offset + len(data)] = data
+        else:  # pwrite, not a mapping: a full tmpfs answers ENOSPC instead of SIGBUS
+            os.pwrite(self._fd, data, offset)
+
+    def view(self) -> memoryview:
+        """The bytes, page-aligned (a read-only mapping of the segment, or the buffer)."""
+        if self._map is None:
+            self._map = mmap.mmap(self._fd, self.nbytes, prot=mmap.PROT_READ)
+        return memoryview(self._map)[:self.nbytes]
+
+    def release(self, unref: Callable[[Segment], None] | None = None) -> None:
+        """Let go of the memory (`unref` gives the segment reference back, under the lock)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self._map = None  # closed by the collector once no view is left
+        if self.segment is not None and unref is not None:
+            unref(self.segment)
+            self.segment = None
+
+
+@dataclass
+class ReadHandle:
+    """What a read serves: the session's metadata (cut to the tokens served), the tier, and
+    the pieces holding the bytes; `release` must be called when the bytes were sent."""
+    meta: SessionMeta
+    tier: int
+    shm: list[ShmPiece] = field(default_factory=list)  # DRAM: pieces of segments
+    buffer: object = None  # SSD read that did not go to DRAM: the aligned buffer ...
+    spans: list[tuple[int, int]] = field(default_factory=list)  # ... and (offset, length)s
+    arena: ShmArena | None = None
+    on_release: Callable[[], None] | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return self.meta.num_bytes
+
+    def chunks(self, size: int) -> Iterator[bytes]:
+        """The bytes in order, in chunks of at most `size`."""
+        if self.buffer is not None:
+            view = memoryview(self.buffer)
+            for off, length in self.spans:
+                for pos in range(off, off + length, size):
+                    yield bytes(view[pos:min(pos + size, off + length)])
+            return
+        for piece in self.shm:
+            fd = os.open(self.arena.path(piece.segment), os.O_RDONLY)
+            try:
+                end = piece.offset + piece.length
+                for pos in range(piece.offset, end, size):
+                    yield os.pread(fd, min(size, end - pos), pos)
+            finally:
+                os.close(fd)
+
+    def release(self) -> None:
+        if self.on_release is not None:
+            self.on_release()
+            self.on_release = None
+        self.buffer = None

@@ -1,0 +1,86 @@
+"""Promotions (SSD -> DRAM loads): in the order the scheduler asks for them (it already ranks
+them by disk-HRRN), at most `concurrency` at once, with load-time estimates from the bandwidth
+the SSD tier measures (or the cap, when one emulates a slower disk)."""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Callable
+
+from .bandwidth import BandwidthMeter
+
+
+class Promoter:
+    def __init__(self, concurrency: int, load: Callable[[str], None], meter: BandwidthMeter,
+                 cap_rate: float = 0.0):
+        self._load = load
+        self.meter = meter
+        self.cap_rate = cap_rate
+        self._queued: OrderedDict[str, int] = OrderedDict()  # session -> bytes, FIFO
+        self._running: dict[str, int] = {}
+        self._cond = threading.Condition()
+        self._closed = False
+        self._threads = [threading.Thread(target=self._work, name=f"promote-{i}", daemon=True)
+                         for i in range(max(concurrency, 1))]
+        for t in self._threads:
+            t.start()
+
+    @property
+    def rate(self) -> float:
+        """Bytes per second the SSD tier delivers to all loads together."""
+        rate = self.meter.rate
+        return min(rate, self.cap_rate) if self.cap_rate > 0 else rate
+
+    def request(self, session_id: str, nbytes: int) -> bool:
+        """Queue a load; False if it is already queued or running."""
+        with self._cond:
+            if session_id in self._queued or session_id in self._running:
+                return False
+            self._queued[session_id] = nbytes
+            self._cond.notify()
+            return True
+
+    def __contains__(self, session_id: str) -> bool:
+        with self._cond:
+            return session_id in self._queued or session_id in self._running
+
+    def estimate(self, session_id: str, nbytes: int) -> float:
+        """Seconds until `session_id` is in DRAM: the bytes of every load ahead of it, and
+        its own, at the disk's shared rate."""
+        with self._cond:
+            ahead = sum(self._running.values())
+            for sid, size in self._queued.items():
+                if sid == session_id:
+                    break
+                ahead += size
+            own = 0 if session_id in self._running else nbytes
+        return (ahead + own) / max(self.rate, 1.0)
+
+    def stats(self) -> tuple[int, int, int]:
+        """(queued, running, bytes still to load)."""
+        with self._cond:
+            return (len(self._queued), len(self._running),
+                    sum(self._queued.values()) + sum(self._running.values()))
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queued and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                session_id, nbytes = self._queued.popitem(last=False)
+                self._running[session_id] = nbytes
+            try:
+                self._load(session_id)
+            finally:
+                with self._cond:
+                    self._running.pop(session_id, None)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._queued.clear()
+            self._cond.notify_all()
+        for t in self._threads:
+            t.join(timeout=30)

@@ -1,0 +1,108 @@
+"""The catalog in Redis: store replicas over one data directory, and restarts, share one view.
+
+    {ns}:kv:sessions      set of session ids
+    {ns}:kv:s:{session}   hash: fmt, bpt, model, tokens (int32 LE), len, ver
+    {ns}:kv:lock:{session} a writer's token while it appends (expires if the writer dies)
+
+A write takes the session's lock, re-reads the entry (another replica may have appended), writes
+at the committed end, fsyncs, then publishes the entry with the next version: two replicas never
+write the same file at once, and a reader that sees a version sees bytes that are on disk.
+"""
+from __future__ import annotations
+
+import contextlib
+import secrets
+import time
+from typing import Iterator
+
+import numpy as np
+import redis
+
+from .catalog import Catalog, CatalogEntry
+from .session_meta import SessionMeta
+from .ssd_tier import SsdTier
+
+_UNLOCK = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end " \
+          "return 0"
+
+
+class RedisCatalog(Catalog):
+    kind = "redis"
+
+    def __init__(self, url: str, namespace: str = "bidaw", lock_ttl_s: float = 120.0,
+                 lock_wait_s: float = 60.0):
+        self.url = url
+        self.ns = f"{namespace}:kv"
+        self.lock_ttl_ms = int(lock_ttl_s * 1000)
+        self.lock_wait_s = lock_wait_s
+        self.r = redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+        self.r.ping()  # fail at start-up, not at the first write
+        self._unlock = self.r.register_script(_UNLOCK)
+
+    def _key(self, session_id: str) -> str:
+        return f"{self.ns}:s:{session_id}"
+
+    @staticmethod
+    def _decode(session_id: str, h: dict) -> CatalogEntry | None:
+        if not h:
+            return None
+        tokens = np.frombuffer(h[b"tokens"], dtype="<i4").tolist()
+        meta = SessionMeta(session_id, int(h[b"fmt"]), int(h[b"bpt"]), h[b"model"].decode(),
+                           tokens)
+        return CatalogEntry(meta, int(h[b"len"]), int(h[b"ver"]))
+
+    def load(self, ssd: SsdTier) -> list[CatalogEntry]:
+        entries = []
+        ids = [m.decode() for m in self.r.sscan_iter(f"{self.ns}:sessions", count=1000)]
+        for i in range(0, len(ids), 1000):
+            batch = ids[i:i + 1000]
+            pipe = self.r.pipeline(transaction=False)
+            for sid in batch:
+                pipe.hgetall(self._key(sid))
+            for sid, h in zip(batch, pipe.execute()):
+                entry = self._decode(sid, h)
+                if entry is not None:
+                    ssd.file_bytes[sid] = entry.ssd_len
+                    entries.append(entry)
+        return entries
+
+    def get(self, session_id: str) -> CatalogEntry | None:
+        return self._decode(session_id, self.r.hgetall(self._key(session_id)))
+
+    def version(self, session_id: str) -> int | None:
+        ver = self.r.hget(self._key(session_id), "ver")
+        return None if ver is None else int(ver)
+
+    def put(self, entry: CatalogEntry) -> None:
+        meta = entry.meta
+        pipe = self.r.pipeline(transaction=True)
+        pipe.hset(self._key(meta.session_id), mapping={
+            "fmt": meta.format, "bpt": meta.bytes_per_token, "model": meta.model,
+            "tokens": np.asarray(meta.token_ids, dtype="<i4").tobytes(),
+            "len": entry.ssd_len, "ver": entry.version})
+        pipe.sadd(f"{self.ns}:sessions", meta.session_id)
+        pipe.execute()
+
+    def delete(self, session_id: str) -> None:
+        pipe = self.r.pipeline(transaction=True)
+        pipe.delete(self._key(session_id))
+        pipe.srem(f"{self.ns}:sessions", session_id)
+        pipe.execute()
+
+    @contextlib.contextmanager
+    def lock(self, session_id: str) -> Iterator[None]:
+        key, token = f"{self.ns}:lock:{session_id}", secrets.token_hex(8)
+        deadline = time.monotonic() + self.lock_wait_s
+        pause = 0.002
+        while not self.r.set(key, token, nx=True, px=self.lock_ttl_ms):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"session {session_id!r} is locked by another store replica")
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        try:
+            yield
+        finally:
+            self._unlock(keys=[key], args=[token])
+
+    def close(self) -> None:
+        self.r.close()

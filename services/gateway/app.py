@@ -1,0 +1,172 @@
+"""The gateway's HTTP application: routes, auth, overload shedding, errors, spans and metrics."""
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+from aiohttp import web
+from opentelemetry import propagate
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from services import metrics, tracing
+
+from .auth import Tenants
+from .backend import Backend
+from .config import GatewayConfig
+from .errors import ApiError, bad_request
+from .protocol import check_model, parse_chat, parse_completion
+from .responses import Reply
+from .turns import TurnServer
+
+log = logging.getLogger("bidaw.gateway")
+TURN_ROUTES = ("/v1/chat/completions", "/v1/completions")
+
+
+class Gateway:
+    """State shared by the handlers; `app` is the aiohttp application."""
+
+    def __init__(self, config: GatewayConfig, backend: Backend | None = None):
+        self.config = config
+        self.tenants = Tenants.from_config(config)
+        self.backend = backend or Backend(config.scheduler, config.request_timeout_s)
+        self.turns = TurnServer(self.backend, config.retry_after_s, config.max_session_id)
+        self.in_flight = 0
+        self.draining = False
+        self.started = int(time.time())
+        self.app = web.Application(client_max_size=config.max_body_bytes,
+                                   middlewares=[self._observe, self._errors])
+        self.app.add_routes([
+            web.post("/v1/chat/completions", self.chat),
+            web.post("/v1/completions", self.completions),
+            web.get("/v1/models", self.models),
+            web.get("/v1/models/{model}", self.model),
+            web.get("/health", self.health),
+            web.get("/metrics", self.metrics),
+        ])
+        self.app.on_cleanup.append(lambda _: self.backend.close())
+
+    # -- middleware ------------------------------------------------------------------------
+
+    @web.middleware
+    async def _observe(self, request: web.Request, handler):
+        """Outermost: one SERVER span per request (continuing a caller's traceparent), the
+        request counters and an access log line carrying the trace id."""
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else "unmatched"
+        start = time.perf_counter()
+        status = 500
+        parent = propagate.extract(request.headers) if tracing.enabled() else None
+        with tracing.span(f"{request.method} {route}", parent=parent, kind=tracing.SERVER,
+                          **{"http.request.method": request.method, "http.route": route}) as sp:
+            try:
+                response = await handler(request)
+                status = response.status
+                if tracing.enabled():
+                    response.headers["x-trace-id"] = tracing.current_trace_id()
+                return response
+            finally:
+                sp.set_attribute("http.response.status_code", status)
+                elapsed = time.perf_counter() - start
+                if route != "/metrics":
+                    metrics.HTTP_REQUESTS.labels(route, str(status)).inc()
+                    metrics.HTTP_LATENCY.labels(route).observe(elapsed)
+                if route in TURN_ROUTES or status >= 400:
+                    log.info("%s %s %d %.1f ms", request.method, request.path, status,
+                             elapsed * 1000)
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler):
+        """Every failure leaves as an OpenAI-style JSON error."""
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            tracing.set_attributes(**{"error.type": exc.code or str(exc.status)})
+            return exc.response()
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            code = {404: "not_found", 405: "method_not_allowed",
+                    413: "request_too_large"}.get(exc.status)
+            message = (f"request body exceeds {self.config.max_body_bytes} bytes"
+                       if exc.status == 413 else f"{exc.reason}: {request.method} {request.path}")
+            return ApiError(exc.status, message, None, code).response()
+        except Exception:
+            log.exception("unexpected error serving %s", request.path)
+            return ApiError(500, "internal error", None, "internal_error").response()
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _tenant(self, request: web.Request) -> str:
+        tenant = self.tenants.resolve(request.headers.get("Authorization"))
+        if tenant is None:
+            raise ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)",
+                           None, "invalid_api_key")
+        return tenant
+
+    async def _body(self, request: web.Request) -> dict:
+        if (request.content_length or 0) > self.config.max_body_bytes:
+            raise ApiError(413, f"request body exceeds {self.config.max_body_bytes} bytes",
+                           None, "request_too_large")
+        raw = await request.read()  # aiohttp enforces client_max_size on chunked bodies
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ApiError(400, f"the body is not valid JSON: {exc}", None,
+                           "invalid_json") from None
+        if not isinstance(body, dict):
+            raise bad_request("the body must be a JSON object")
+        return body
+
+    async def _turn(self, request: web.Request, chat: bool) -> web.StreamResponse:
+        tenant = self._tenant(request)
+        if self.draining:
+            raise ApiError(503, "the gateway is shutting down", None, "unavailable",
+                           self.config.retry_after_s)
+        if self.in_flight >= self.config.max_in_flight:
+            metrics.HTTP_SHED.labels("in_flight").inc()
+            raise ApiError(429, f"{self.in_flight} requests in flight; retry later", None,
+                           "overloaded", self.config.retry_after_s)
+        self.in_flight += 1  # one event loop: no lock needed
+        metrics.HTTP_IN_FLIGHT.set(self.in_flight)
+        try:
+            body = await self._body(request)
+            model = check_model(body, self.config.served_model)
+            parsed = parse_chat(body) if chat else parse_completion(body)
+            return await self.turns.serve(request, tenant, parsed, Reply(chat, model))
+        finally:
+            self.in_flight -= 1
+            metrics.HTTP_IN_FLIGHT.set(self.in_flight)
+
+    # -- routes ----------------------------------------------------------------------------
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._turn(request, chat=True)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._turn(request, chat=False)
+
+    def _model_card(self) -> dict:
+        return {"id": self.config.served_model, "object": "model", "created": self.started,
+                "owned_by": "bidaw"}
+
+    async def models(self, request: web.Request) -> web.Response:
+        self._tenant(request)
+        return web.json_response({"object": "list", "data": [self._model_card()]})
+
+    async def model(self, request: web.Request) -> web.Response:
+        self._tenant(request)
+        if request.match_info["model"] != self.config.served_model:
+            raise ApiError(404, f"The model `{request.match_info['model']}` does not exist.",
+                           "model", "model_not_found")
+        return web.json_response(self._model_card())
+
+    async def health(self, request: web.Request) -> web.Response:
+        if self.draining or not await self.backend.healthy():
+            raise ApiError(503, "the scheduler is not serving", None, "unavailable",
+                           self.config.retry_after_s)
+        return web.json_response({"status": "ok"})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(), headers={"Content-Type":
+                                                             CONTENT_TYPE_LATEST})

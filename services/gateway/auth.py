@@ -1,0 +1,73 @@
+"""API keys to tenants, and tenant-scoped session ids.
+
+A key is compared against every configured key with hmac.compare_digest and no early exit, so
+neither the match nor its position leaks through timing. Keys are never logged; tenants are.
+"""
+from __future__ import annotations
+
+import hmac
+import re
+
+from .config import GatewayConfig
+
+TENANT_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+OPEN_TENANT = "default"  # the one tenant of a gateway without keys
+
+
+def parse_keys(text: str, source: str) -> list[tuple[str, str]]:
+    """`tenant:key` pairs separated by commas or newlines (`tenant key` also works in files)."""
+    pairs = []
+    for raw in re.split(r"[,\n]", text):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        tenant, sep, key = line.partition(":") if ":" in line else line.partition(" ")
+        tenant, key = tenant.strip(), key.strip()
+        if not sep or not key:
+            raise ValueError(f"{source}: an entry is not `tenant:key`")  # never echo the key
+        if not TENANT_RE.fullmatch(tenant):
+            raise ValueError(f"{source}: tenant {tenant!r} must match {TENANT_RE.pattern}")
+        pairs.append((tenant, key))
+    return pairs
+
+
+class Tenants:
+    """Resolves the bearer token of a request to its tenant."""
+
+    def __init__(self, pairs: list[tuple[str, str]]):
+        self._keys = [(key.encode(), tenant) for tenant, key in pairs]
+        if len({k for k, _ in self._keys}) != len(self._keys):
+            raise ValueError("the same API key is given to two entries")
+
+    @classmethod
+    def from_config(cls, config: GatewayConfig) -> "Tenants":
+        pairs = parse_keys(config.api_keys, "--api-keys")
+        if config.api_keys_file:
+            with open(config.api_keys_file) as fh:
+                pairs += parse_keys(fh.read(), config.api_keys_file)
+        return cls(pairs)
+
+    @property
+    def open(self) -> bool:
+        return not self._keys
+
+    def resolve(self, authorization: str | None) -> str | None:
+        """The tenant of an `Authorization: Bearer KEY` header; None if it is not a known key.
+        Without configured keys every request belongs to the open tenant."""
+        if self.open:
+            return OPEN_TENANT
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None
+        given = token.strip().encode()
+        found = None
+        for key, tenant in self._keys:
+            if hmac.compare_digest(given, key) and found is None:
+                found = tenant
+        return found
+
+
+def scoped_session(tenant: str, session: str) -> str:
+    """The id the scheduler sees: the tenant's namespace, so that tenant B sending tenant A's
+    session id reaches a different session (its own), never A's KV."""
+    return f"{tenant}/{session}"

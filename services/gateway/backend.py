@@ -1,0 +1,81 @@
+"""The gateway's asynchronous client of the Scheduler API (SubmitTurn, health)."""
+from __future__ import annotations
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from opentelemetry import trace
+
+from services import tracing
+from services.gen import common_pb2, scheduler_pb2_grpc
+from services.grpc_util import _OPTIONS as GRPC_OPTIONS
+from services.tracing_grpc import finish, rpc_attributes
+
+SUBMIT_TURN = "/bidaw.v1.Scheduler/SubmitTurn"
+
+
+class TurnCall:
+    """One SubmitTurn stream; iterate it for TurnEvents, `cancel()` if the client went away.
+
+    Its CLIENT span is not made current: the handler task may be torn down mid-stream, and a
+    current span left attached to a dead task's context would leak into the next request.
+    """
+
+    def __init__(self, stub, request: common_pb2.TurnRequest, timeout: float):
+        self._span = None
+        metadata = None
+        if tracing.enabled():
+            tracer = trace.get_tracer("bidaw.gateway")
+            self._span = tracer.start_span(SUBMIT_TURN.lstrip("/"), kind=trace.SpanKind.CLIENT,
+                                           attributes=rpc_attributes(SUBMIT_TURN))
+            carrier: dict[str, str] = {}
+            from opentelemetry import propagate
+
+            propagate.inject(carrier, context=trace.set_span_in_context(self._span))
+            metadata = tuple(carrier.items())
+        self._call = stub.SubmitTurn(request, timeout=timeout, metadata=metadata)
+        self._iter = self._call.__aiter__()
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> common_pb2.TurnEvent:
+        try:
+            return await self._iter.__anext__()
+        except StopAsyncIteration:
+            self._end(grpc.StatusCode.OK, None)
+            raise
+        except grpc.RpcError as exc:
+            self._end(exc.code(), exc.details())
+            raise
+
+    def cancel(self) -> None:
+        if not self._call.done():
+            self._call.cancel()
+        self._end(grpc.StatusCode.CANCELLED, "the HTTP client went away")
+
+    def _end(self, code, details) -> None:
+        if self._span is not None:
+            span, self._span = self._span, None
+            finish(span, code, details)
+
+
+class Backend:
+    def __init__(self, target: str, timeout: float):
+        self.target = target
+        self.timeout = timeout
+        self._channel = grpc.aio.insecure_channel(target, options=GRPC_OPTIONS)
+        self._stub = scheduler_pb2_grpc.SchedulerStub(self._channel)
+        self._health = health_pb2_grpc.HealthStub(self._channel)
+
+    def submit(self, request: common_pb2.TurnRequest) -> TurnCall:
+        return TurnCall(self._stub, request, self.timeout)
+
+    async def healthy(self, timeout: float = 2.0) -> bool:
+        try:
+            reply = await self._health.Check(health_pb2.HealthCheckRequest(), timeout=timeout)
+        except grpc.RpcError:
+            return False
+        return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+    async def close(self) -> None:
+        await self._channel.close()

@@ -1,0 +1,55 @@
+"""OpenAI-style errors: {"error": {"message", "type", "param", "code"}} with the right status."""
+from __future__ import annotations
+
+import json
+
+import grpc
+from aiohttp import web
+
+# status -> the `type` OpenAI uses for it
+_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+          405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
+          500: "server_error", 503: "service_unavailable", 504: "timeout_error"}
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None,
+                 code: str | None = None, retry_after: int | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.retry_after = retry_after
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": _TYPES.get(self.status, "error"),
+                          "param": self.param, "code": self.code}}
+
+    def response(self) -> web.Response:
+        headers = {"Retry-After": str(self.retry_after)} if self.retry_after else None
+        return web.Response(status=self.status, text=json.dumps(self.body()),
+                            content_type="application/json", headers=headers)
+
+
+def bad_request(message: str, param: str | None = None) -> ApiError:
+    return ApiError(400, message, param, "invalid_value" if param else "invalid_request")
+
+
+def from_grpc(exc: grpc.RpcError, retry_after: int) -> ApiError:
+    """The HTTP face of a scheduler error; its message is passed on for client errors only."""
+    code, details = exc.code(), exc.details() or ""
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return ApiError(400, details, None, "invalid_request")
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return ApiError(429, f"the scheduler is full: {details}", None, "overloaded",
+                        retry_after)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return ApiError(503, "the serving backend is unavailable; retry later", None,
+                        "unavailable", retry_after)
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return ApiError(504, "the turn did not finish within the gateway's deadline", None,
+                        "timeout")
+    if code == grpc.StatusCode.NOT_FOUND:
+        return ApiError(404, details, None, "not_found")
+    return ApiError(500, f"backend error {code.name}", None, "internal_error")

@@ -1,0 +1,70 @@
+"""Run the gateway: `bidaw serve gateway`."""
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import signal
+
+from aiohttp import web
+
+from .app import Gateway
+from .config import GatewayConfig
+
+log = logging.getLogger("bidaw.gateway")
+
+
+def split_listen(listen: str) -> tuple[str, int]:
+    host, _, port = listen.rpartition(":")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(config: GatewayConfig, gateway: Gateway) -> None:
+    """Without API keys anyone who can connect is served: only loopback, unless asked for."""
+    host, _ = split_listen(config.listen)
+    if gateway.tenants.open and not is_loopback(host) and not config.allow_open:
+        raise SystemExit(f"bidaw serve gateway: no API keys are configured, so it serves "
+                         f"loopback only; {host} is not loopback. Set BIDAW_GATEWAY_API_KEYS "
+                         "or --api-keys-file, or --allow-open true.")
+
+
+async def start(config: GatewayConfig, gateway: Gateway | None = None) -> tuple[web.AppRunner,
+                                                                                 int]:
+    """Start serving; returns the runner (await runner.cleanup() to stop) and the bound port."""
+    gateway = gateway or Gateway(config)
+    check_exposure(config, gateway)
+    runner = web.AppRunner(gateway.app, access_log=None, handle_signals=False)
+    await runner.setup()
+    host, port = split_listen(config.listen)
+    site = web.TCPSite(runner, host, port, backlog=1024)
+    await site.start()
+    bound = site._server.sockets[0].getsockname()[1]
+    log.info("gateway on http://%s:%d/v1 -> scheduler %s; %s", host, bound, config.scheduler,
+             "open (no API keys)" if gateway.tenants.open else "API keys required")
+    return runner, bound
+
+
+async def _run(config: GatewayConfig) -> None:
+    gateway = Gateway(config)
+    runner, _ = await start(config, gateway)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    gateway.draining = True  # new turns get 503 while running ones finish
+    await runner.shutdown()
+    await runner.cleanup()
+
+
+def serve(config: GatewayConfig) -> None:
+    asyncio.run(_run(config))

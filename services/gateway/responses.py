@@ -1,0 +1,65 @@
+"""OpenAI response bodies and stream chunks built from TurnEvents and the TurnSummary."""
+from __future__ import annotations
+
+import time
+import uuid
+
+from services.chat_client import TIER_NAMES
+
+
+class Reply:
+    """The identity shared by every chunk of one answer, and its final figures."""
+
+    def __init__(self, chat: bool, model: str):
+        self.chat = chat
+        self.model = model
+        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.object = "chat.completion" if chat else "text_completion"
+
+    def _head(self, chunk: bool) -> dict:
+        obj = self.object + (".chunk" if chunk and self.chat else "")
+        return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
+
+    def _choice(self, text: str, finish: str | None, chunk: bool) -> dict:
+        if not self.chat:
+            return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        if chunk:
+            return {"index": 0, "delta": {"content": text} if text else {}, "logprobs": None,
+                    "finish_reason": finish}
+        return {"index": 0, "message": {"role": "assistant", "content": text},
+                "logprobs": None, "finish_reason": finish}
+
+    def complete(self, text: str, summary) -> dict:
+        """The whole non-streamed answer."""
+        return {**self._head(False), "choices": [self._choice(text, summary.finish_reason or
+                                                              "stop", False)],
+                "usage": usage(summary), "bidaw": extension(summary)}
+
+    def first_chunk(self) -> dict:
+        """Chat streams open with the assistant role, as OpenAI's do."""
+        return {**self._head(True), "choices": [{"index": 0, "delta": {"role": "assistant",
+                                                                        "content": ""},
+                                                  "logprobs": None, "finish_reason": None}]}
+
+    def chunk(self, text: str, finish: str | None = None) -> dict:
+        return {**self._head(True), "choices": [self._choice(text, finish, True)]}
+
+    def usage_chunk(self, summary) -> dict:
+        """stream_options.include_usage: one last chunk with no choices and the usage."""
+        return {**self._head(True), "choices": [], "usage": usage(summary),
+                "bidaw": extension(summary)}
+
+
+def usage(summary) -> dict:
+    return {"prompt_tokens": summary.prompt_tokens,
+            "completion_tokens": summary.completion_tokens,
+            "total_tokens": summary.prompt_tokens + summary.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": summary.cached_tokens}}
+
+
+def extension(summary) -> dict:
+    """Bidaw's own figures beside OpenAI's fields (clients ignore unknown keys)."""
+    return {"kv_tier": TIER_NAMES.get(summary.kv_tier, "none"), "ttft_s": summary.ttft_s,
+            "queue_s": summary.queue_s, "kv_load_s": summary.kv_load_s,
+            "latency_s": summary.latency_s, "worker_id": summary.worker_id}

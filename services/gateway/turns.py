@@ -1,0 +1,143 @@
+"""Serving one chat or completion turn: plain JSON or server-sent events (SSE)."""
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+
+import grpc
+from aiohttp import web
+
+from services import metrics, tracing
+from services.gen import common_pb2
+
+from .auth import scoped_session
+from .backend import Backend
+from .errors import ApiError, bad_request, from_grpc
+from .protocol import Parsed
+from .responses import Reply
+
+log = logging.getLogger("bidaw.gateway")
+SESSION_HEADERS = ("X-Session-Id", "x-user-id")
+
+
+def session_of(request: web.Request, parsed: Parsed, limit: int) -> tuple[str, bool]:
+    """The client's session id (X-Session-Id, x-user-id, then `user`) or a fresh one; and
+    whether the client named it."""
+    for name in SESSION_HEADERS:
+        if request.headers.get(name):
+            session = request.headers[name]
+            break
+    else:
+        session = parsed.user
+    if not session:
+        return f"anon-{uuid.uuid4().hex}", False
+    if len(session.encode()) > limit or not session.isprintable():
+        raise bad_request(f"the session id must be printable and at most {limit} bytes", "user")
+    return session, True
+
+
+def turn_request(parsed: Parsed, tenant: str, session: str) -> common_pb2.TurnRequest:
+    return common_pb2.TurnRequest(
+        session_id=scoped_session(tenant, session), tenant=tenant,
+        messages=[common_pb2.ChatMessage(role=r, content=c) for r, c in parsed.messages],
+        prompt_token_ids=parsed.prompt_token_ids, max_tokens=parsed.max_tokens,
+        temperature=parsed.temperature, ignore_eos=parsed.ignore_eos, stop=parsed.stop,
+        seed=parsed.seed)
+
+
+def _sse(payload: dict | str) -> bytes:
+    data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
+    return f"data: {data}\n\n".encode()
+
+
+class TurnServer:
+    def __init__(self, backend: Backend, retry_after: int, max_session_id: int):
+        self.backend = backend
+        self.retry_after = retry_after
+        self.max_session_id = max_session_id
+
+    async def serve(self, request: web.Request, tenant: str, parsed: Parsed,
+                    reply: Reply) -> web.StreamResponse:
+        session, named = session_of(request, parsed, self.max_session_id)
+        tracing.set_attributes(tenant=tenant, session=session, session_named=named,
+                               stream=parsed.stream, max_tokens=parsed.max_tokens,
+                               messages=len(parsed.messages) or None)
+        call = self.backend.submit(turn_request(parsed, tenant, session))
+        try:
+            first = await self._first(call)
+            if parsed.stream:
+                return await self._stream(request, call, first, parsed, reply)
+            return await self._whole(call, first, reply)
+        finally:
+            call.cancel()  # a no-op once the stream ended; frees the worker if we left early
+
+    async def _first(self, call) -> common_pb2.TurnEvent:
+        """The first event, before any byte is sent, so that a refused turn gets its status."""
+        try:
+            return await call.__anext__()
+        except grpc.RpcError as exc:
+            metrics.TURNS.labels("rejected").inc()
+            raise from_grpc(exc, self.retry_after) from None
+        except StopAsyncIteration:
+            raise ApiError(500, "the scheduler ended the turn without an answer") from None
+
+    async def _events(self, call, first):
+        yield first
+        async for event in call:
+            yield event
+
+    async def _whole(self, call, first, reply: Reply) -> web.Response:
+        text, summary = [], None
+        try:
+            async for event in self._events(call, first):
+                text.append(event.text)
+                if event.HasField("summary"):
+                    summary = event.summary
+        except grpc.RpcError as exc:
+            metrics.TURNS.labels("error").inc()
+            raise from_grpc(exc, self.retry_after) from None
+        if summary is None:
+            raise ApiError(500, "the turn ended without a summary")
+        self._finished(summary)
+        return web.json_response(reply.complete("".join(text), summary),
+                                 headers={"x-request-id": reply.id})
+
+    async def _stream(self, request, call, first, parsed: Parsed,
+                      reply: Reply) -> web.StreamResponse:
+        response = web.StreamResponse(headers={
+            "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+            "x-request-id": reply.id})
+        await response.prepare(request)
+        try:
+            if reply.chat:
+                await response.write(_sse(reply.first_chunk()))
+            async for event in self._events(call, first):
+                if event.text:
+                    await response.write(_sse(reply.chunk(event.text)))
+                if event.HasField("summary"):
+                    self._finished(event.summary)
+                    await response.write(_sse(reply.chunk("", event.summary.finish_reason
+                                                          or "stop")))
+                    if parsed.include_usage:
+                        await response.write(_sse(reply.usage_chunk(event.summary)))
+        except grpc.RpcError as exc:  # headers are gone: report in-band, as vLLM does
+            metrics.TURNS.labels("error").inc()
+            await response.write(_sse(from_grpc(exc, self.retry_after).body()))
+        except (ConnectionResetError, ConnectionError):
+            metrics.TURNS.labels("cancelled").inc()
+            log.info("client went away mid-stream")
+            return response
+        await response.write(_sse("[DONE]"))
+        await response.write_eof()
+        return response
+
+    @staticmethod
+    def _finished(summary) -> None:
+        metrics.observe_turn(summary)
+        tracing.set_attributes(prompt_tokens=summary.prompt_tokens,
+                               cached_tokens=summary.cached_tokens,
+                               completion_tokens=summary.completion_tokens,
+                               kv_tier=metrics.TIER_LABELS.get(summary.kv_tier, "none"),
+                               ttft_s=summary.ttft_s, queue_s=summary.queue_s,
+                               finish_reason=summary.finish_reason)

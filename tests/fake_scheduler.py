@@ -1,0 +1,59 @@
+"""A Scheduler gRPC service without a model, for gateway tests: it answers by echoing, and the
+last user message can ask it to fail in a chosen way ("!invalid", "!exhausted", "!unavailable",
+"!midstream", "!block" waits until `release` is set)."""
+from __future__ import annotations
+
+import threading
+
+import grpc
+
+from services.gen import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from services.grpc_util import Server
+
+
+class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
+    def __init__(self):
+        self.requests: list[common_pb2.TurnRequest] = []
+        self.stored: dict[str, int] = {}  # session -> tokens "stored" by its last turn
+        self.release = threading.Event()
+        self.blocked = 0
+        self._lock = threading.Lock()
+
+    def SubmitTurn(self, request, context):
+        with self._lock:
+            self.requests.append(request)
+        last = request.messages[-1].content if request.messages else ""
+        if last == "!invalid":
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "max_tokens 99999 exceeds the limit")
+        if last == "!exhausted":
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "1024 turns queued")
+        if last == "!unavailable":
+            context.abort(grpc.StatusCode.UNAVAILABLE, "no worker")
+        if last == "!block":
+            with self._lock:
+                self.blocked += 1
+            self.release.wait(30)
+        words = (["echo:"] + last.split())[:request.max_tokens or 16]
+        prompt = sum(len(m.content.split()) + 1 for m in request.messages) or len(
+            request.prompt_token_ids)
+        for i, word in enumerate(words):
+            yield common_pb2.TurnEvent(token_ids=[i], text=(" " if i else "") + word)
+            if last == "!midstream":
+                context.abort(grpc.StatusCode.INTERNAL, "worker crashed")
+        cached = min(self.stored.get(request.session_id, 0), prompt - 1)
+        self.stored[request.session_id] = prompt + len(words)
+        yield common_pb2.TurnEvent(summary=common_pb2.TurnSummary(
+            prompt_tokens=prompt, cached_tokens=cached, completion_tokens=len(words),
+            kv_tier=common_pb2.TIER_DRAM if cached else common_pb2.TIER_NONE,
+            finish_reason="length" if len(words) == request.max_tokens else "stop",
+            ttft_s=0.01, latency_s=0.02, worker_id="fake"))
+
+    def Stats(self, request, context):
+        return scheduler_pb2.SchedulerStats(policy="fake")
+
+
+def start_fake_scheduler() -> tuple[Server, FakeScheduler]:
+    fake = FakeScheduler()
+    server = Server("127.0.0.1:0", [(scheduler_pb2_grpc.add_SchedulerServicer_to_server, fake)],
+                    name="bidaw.v1.Scheduler")
+    return server, fake

@@ -1,0 +1,286 @@
+"""The gateway's HTTP API against a fake scheduler: OpenAI mapping, sessions, errors, shedding."""
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+import urllib.request
+
+import openai
+import pytest
+
+from services.gateway.background import BackgroundGateway
+from services.gateway.config import GatewayConfig
+from services.launcher import free_port
+from tests.fake_scheduler import start_fake_scheduler
+
+MODEL = "smollm2-135m"
+
+
+@pytest.fixture(scope="module")
+def fake():
+    server, fake = start_fake_scheduler()
+    yield server, fake
+    server.stop(0)
+
+
+@pytest.fixture(scope="module")
+def gateway(fake):
+    server, _ = fake
+    config = GatewayConfig(listen="127.0.0.1:0", scheduler=f"127.0.0.1:{server.port}",
+                           max_in_flight=3, request_timeout_s=30)
+    with BackgroundGateway(config) as gw:
+        yield gw
+
+
+def client(gw, key="none") -> openai.OpenAI:
+    return openai.OpenAI(base_url=gw.url, api_key=key, max_retries=0, timeout=30)
+
+
+def raw(gw, method: str, path: str, body: bytes | None = None,
+        headers: dict | None = None) -> tuple[int, dict, dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+    conn.request(method, path, body=body, headers={"Content-Type": "application/json",
+                                                   **(headers or {})})
+    reply = conn.getresponse()
+    data = reply.read()
+    conn.close()
+    return reply.status, dict(reply.getheaders()), json.loads(data) if data else {}
+
+
+def post(gw, path: str, payload, headers=None):
+    return raw(gw, "POST", path, json.dumps(payload).encode(), headers)
+
+
+def chat_body(text: str, **extra) -> dict:
+    return {"model": MODEL, "messages": [{"role": "user", "content": text}], **extra}
+
+
+def assert_error(status: int, body: dict, expected: int, message: str = "") -> None:
+    assert status == expected, body
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert message in body["error"]["message"]
+
+
+# -- the happy path through the openai package ----------------------------------------------
+
+def test_chat_non_streaming_maps_usage_and_cached_tokens(gateway, fake):
+    c = client(gateway)
+    messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}]
+    first = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=8, user="u1",
+                                      temperature=0)
+    assert first.object == "chat.completion" and first.id.startswith("chatcmpl-")
+    assert first.choices[0].message.role == "assistant"
+    assert first.choices[0].message.content == "echo: hi there"
+    assert first.usage.prompt_tokens == 6 and first.usage.completion_tokens == 3
+    assert first.usage.total_tokens == 9
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    messages += [{"role": "assistant", "content": first.choices[0].message.content},
+                 {"role": "user", "content": "more"}]
+    second = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=8, user="u1")
+    assert second.usage.prompt_tokens_details.cached_tokens > 0
+    sent = fake[1].requests[-1]
+    assert sent.session_id == "default/u1" and sent.tenant == "default"
+    assert [(m.role, m.content) for m in sent.messages][-2:] == [
+        ("assistant", "echo: hi there"), ("user", "more")]
+
+
+def test_chat_streaming_with_usage(gateway):
+    stream = client(gateway).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "one two three"}], stream=True,
+        stream_options={"include_usage": True}, user="streamer")
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    assert text == "echo: one two three"
+    finishes = [ch.choices[0].finish_reason for ch in chunks if ch.choices]
+    assert finishes[-1] == "stop" and all(f is None for f in finishes[:-1])
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 4
+    assert chunks[-1].usage.prompt_tokens_details.cached_tokens == 0
+    assert len({ch.id for ch in chunks}) == 1
+
+
+def test_stream_without_usage_ends_with_done(gateway):
+    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=30)
+    conn.request("POST", "/v1/chat/completions", json.dumps(chat_body("a b", stream=True)),
+                 {"Content-Type": "application/json"})
+    reply = conn.getresponse()
+    assert reply.status == 200 and reply.getheader("Content-Type") == "text/event-stream"
+    events = [line for line in reply.read().decode().split("\n\n") if line]
+    conn.close()
+    assert events[-1] == "data: [DONE]"
+    assert all(e.startswith("data: ") for e in events)
+    assert not any("usage" in json.loads(e[6:]) for e in events[:-1])
+
+
+def test_sampling_parameters_reach_the_scheduler(gateway, fake):
+    c = client(gateway)
+    c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}],
+                              max_completion_tokens=7, temperature=0.5, stop=["\n", "END"],
+                              seed=42, extra_body={"ignore_eos": True})
+    sent = fake[1].requests[-1]
+    assert (sent.max_tokens, sent.temperature, list(sent.stop), sent.seed, sent.ignore_eos) == (
+        7, 0.5, ["\n", "END"], 42, True)
+    c.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}],
+                              stop="STOP")
+    sent = fake[1].requests[-1]
+    assert list(sent.stop) == ["STOP"] and sent.max_tokens == 0 and sent.temperature == 1.0
+
+
+def test_session_from_headers_then_user_else_fresh(gateway, fake):
+    requests = fake[1].requests
+    post(gateway, "/v1/chat/completions", chat_body("a", user="body"),
+         {"X-Session-Id": "hdr", "x-user-id": "uid"})
+    assert requests[-1].session_id == "default/hdr"
+    post(gateway, "/v1/chat/completions", chat_body("a", user="body"), {"x-user-id": "uid"})
+    assert requests[-1].session_id == "default/uid"
+    post(gateway, "/v1/chat/completions", chat_body("a", user="body"))
+    assert requests[-1].session_id == "default/body"
+    post(gateway, "/v1/chat/completions", chat_body("a"))
+    post(gateway, "/v1/chat/completions", chat_body("a"))
+    a, b = requests[-2].session_id, requests[-1].session_id
+    assert a != b and a.startswith("default/anon-")
+
+
+def test_completions_text_and_token_prompts(gateway, fake):
+    c = client(gateway)
+    reply = c.completions.create(model=MODEL, prompt="alpha beta", max_tokens=5, user="cmp")
+    assert reply.object == "text_completion" and reply.choices[0].text == "echo: alpha beta"
+    assert [(m.role, m.content) for m in fake[1].requests[-1].messages] == [("user", "alpha beta")]
+    reply = c.completions.create(model=MODEL, prompt=[1, 2, 3], user="cmp-ids")
+    assert list(fake[1].requests[-1].prompt_token_ids) == [1, 2, 3]
+    assert fake[1].requests[-1].max_tokens == 16  # OpenAI's completions default
+    chunks = list(c.completions.create(model=MODEL, prompt="s t", stream=True,
+                                       stream_options={"include_usage": True}))
+    assert "".join(ch.choices[0].text for ch in chunks if ch.choices) == "echo: s t"
+    assert chunks[-1].usage.prompt_tokens == 3
+
+
+def test_models(gateway):
+    models = client(gateway).models.list()
+    assert [m.id for m in models.data] == [MODEL]
+    assert client(gateway).models.retrieve(MODEL).id == MODEL
+    with pytest.raises(openai.NotFoundError):
+        client(gateway).models.retrieve("gpt-4")
+
+
+def test_health_and_metrics(gateway):
+    status, _, body = raw(gateway, "GET", "/health")
+    assert status == 200 and body == {"status": "ok"}
+    with urllib.request.urlopen(f"http://127.0.0.1:{gateway.port}/metrics") as reply:
+        text = reply.read().decode()
+    assert 'bidaw_gateway_requests_total{route="/v1/chat/completions",status="200"}' in text
+    assert "bidaw_ttft_seconds_bucket" in text and 'bidaw_tokens_total{kind="cached"}' in text
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("payload, param", [
+    ({"model": MODEL}, "messages"),
+    ({"model": MODEL, "messages": []}, "messages"),
+    ({"model": MODEL, "messages": ["hi"]}, "messages[0]"),
+    ({"model": MODEL, "messages": [{"role": "tool", "content": "x"}]}, "messages[0].role"),
+    ({"model": MODEL, "messages": [{"role": "user", "content": [{"type": "image_url"}]}]},
+     "messages[0].content"),
+    (chat_body("x", temperature=3), "temperature"),
+    (chat_body("x", temperature="hot"), "temperature"),
+    (chat_body("x", max_tokens=0), "max_tokens"),
+    (chat_body("x", max_tokens=True), "max_tokens"),
+    (chat_body("x", n=2), "n"),
+    (chat_body("x", logprobs=True), "logprobs"),
+    (chat_body("x", stop=[1]), "stop"),
+    (chat_body("x", stream_options={"include_usage": True}), "stream_options"),
+])
+def test_bad_requests_get_400_with_param(gateway, payload, param):
+    status, _, body = post(gateway, "/v1/chat/completions", payload)
+    assert_error(status, body, 400)
+    assert body["error"]["param"] == param and body["error"]["type"] == "invalid_request_error"
+
+
+def test_malformed_json_and_non_object_body(gateway):
+    status, _, body = raw(gateway, "POST", "/v1/chat/completions", b'{"model": "x", "mess')
+    assert_error(status, body, 400, "not valid JSON")
+    assert body["error"]["code"] == "invalid_json"
+    status, _, body = raw(gateway, "POST", "/v1/chat/completions", b"[1, 2]")
+    assert_error(status, body, 400, "JSON object")
+    status, _, body = raw(gateway, "POST", "/v1/chat/completions", b"\xff\xfe")
+    assert_error(status, body, 400, "not valid JSON")
+
+
+def test_ten_megabyte_body_gets_413(gateway):
+    big = json.dumps(chat_body("x" * (10 << 20))).encode()
+    status, _, body = raw(gateway, "POST", "/v1/chat/completions", big)
+    assert_error(status, body, 413, "exceeds")
+    # chunked (no Content-Length): refused while reading
+    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=30)
+    conn.request("POST", "/v1/chat/completions", body=iter([big[i:i + 65536] for i in
+                                                           range(0, len(big), 65536)]),
+                 headers={"Content-Type": "application/json"}, encode_chunked=True)
+    reply = conn.getresponse()
+    assert reply.status == 413 and json.loads(reply.read())["error"]["code"]
+    conn.close()
+    assert raw(gateway, "GET", "/health")[0] == 200  # and the gateway still serves
+
+
+def test_unknown_route_model_and_method(gateway):
+    status, _, body = raw(gateway, "GET", "/v1/nothing")
+    assert_error(status, body, 404)
+    status, _, body = post(gateway, "/v1/chat/completions", {**chat_body("x"), "model": "gpt-4"})
+    assert_error(status, body, 404, "gpt-4")
+    assert body["error"]["code"] == "model_not_found"
+    status, _, body = raw(gateway, "GET", "/v1/chat/completions")
+    assert_error(status, body, 405)
+
+
+def test_scheduler_errors_map_to_http(gateway):
+    status, headers, body = post(gateway, "/v1/chat/completions", chat_body("!invalid"))
+    assert_error(status, body, 400, "max_tokens 99999 exceeds the limit")
+    status, headers, body = post(gateway, "/v1/chat/completions", chat_body("!exhausted"))
+    assert_error(status, body, 429) and headers["Retry-After"] == "1"
+    assert headers["Retry-After"] == "1"
+    status, headers, body = post(gateway, "/v1/chat/completions", chat_body("!unavailable",
+                                                                             stream=True))
+    assert_error(status, body, 503)
+    assert headers["Retry-After"] == "1"
+    with pytest.raises(openai.RateLimitError):
+        client(gateway).chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "!exhausted"}])
+
+
+def test_error_after_streaming_started_is_sent_in_band(gateway):
+    chunks = client(gateway).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "!midstream"}], stream=True)
+    with pytest.raises(openai.APIError, match="backend error INTERNAL"):
+        list(chunks)
+
+
+def test_overload_sheds_with_429_and_retry_after(gateway, fake):
+    _, scheduler = fake
+    scheduler.release.clear()
+    scheduler.blocked = 0
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(
+        post(gateway, "/v1/chat/completions", chat_body("!block"))[0])) for _ in range(3)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 10
+    while scheduler.blocked < 3 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    status, headers, body = post(gateway, "/v1/chat/completions", chat_body("x"))
+    scheduler.release.set()
+    for t in threads:
+        t.join(30)
+    assert_error(status, body, 429, "in flight")
+    assert headers["Retry-After"] == "1" and results == [200, 200, 200]
+    assert post(gateway, "/v1/chat/completions", chat_body("x"))[0] == 200
+
+
+def test_scheduler_down_gives_503():
+    config = GatewayConfig(listen="127.0.0.1:0", scheduler=f"127.0.0.1:{free_port()}",
+                           request_timeout_s=5)
+    with BackgroundGateway(config) as gw:
+        status, headers, body = post(gw, "/v1/chat/completions", chat_body("x"))
+        assert_error(status, body, 503)
+        assert headers["Retry-After"] == "1"
+        assert raw(gw, "GET", "/health")[0] == 503
