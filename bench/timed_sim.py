@@ -169,18 +169,3 @@ def run(args: argparse.Namespace) -> dict:
 
         result["plots"] = plot_timed(logs, args.plot)
     return result
-
-
-def format_table(result: dict) -> str:
-    """A human-readable table of the main metrics (for runs without --json)."""
-    cols = ["latency_mean", "latency_p50", "latency_p99", "ttft_mean", "queueing_mean", "hit_rate",
-            "ssd_read_gbps", "throughput_turns_per_s"]
-    lines = [f"profile {result['profile']} (stores {result['tensor']}), time scale "
-             f"{result['time_scale']}, {result['measured_turns']} measured turns, "
-             f"{result['users_per_min']} new users/min",
-             f"{'system':<22}" + "".join(f"{c:>16}" for c in cols)]
-    for name, m in result["systems"].items():
-        lines.append(f"{name:<22}" + "".join(f"{m.get(c, float('nan')):>16.3f}" for c in cols))
-    for name, s in result.get("sweep", {}).items():
-        lines.append(f"sweep {name}: {s}")
-    return "\n".join(lines)

@@ -25,3 +25,11 @@ def precondition(message: str) -> StoreError:
 
 def exhausted(message: str) -> StoreError:
     return StoreError(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
+
+
+def aborted(message: str) -> StoreError:
+    return StoreError(grpc.StatusCode.ABORTED, message)
+
+
+def unavailable(message: str) -> StoreError:
+    return StoreError(grpc.StatusCode.UNAVAILABLE, message)

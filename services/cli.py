@@ -19,6 +19,7 @@ COMMANDS = [
     "bench.commands.simulate",
     "bench.commands.bench_policies",
     "bench.commands.bench_compute",
+    "bench.commands.bench_gateway",
 ]
 
 

@@ -32,9 +32,19 @@ def wait_http(url: str, timeout: float, alive=lambda: True) -> None:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    """A free port below the kernel's ephemeral range (32768+) and above Ray's worker ports
+    (10002-19999), so nothing that binds port 0 meanwhile (Ray's own servers) can take it."""
+    import random
+
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise OSError("no free port in 20000-32000")
 
 
 @dataclass

@@ -14,6 +14,11 @@ from kv_store.eviction.registry import NEEDS_FUTURE, POLICY_NAMES, make_policy
 GIB = 1 << 30
 
 
+def test_bidaw_defaults():
+    assert make_policy("bidaw").stale_quantile == 0.99
+    assert make_policy("bidaw-size").size_exponent == 0.3
+
+
 def test_registry_names_and_errors():
     assert POLICY_NAMES == ("fifo", "lru", "queue-aware", "bidaw", "bidaw-size", "belady")
     for name in POLICY_NAMES:
@@ -208,16 +213,17 @@ def test_bidaw_size_stale_session_goes_first():
     assert p.victim(later + 1.0) == "ended"
 
 
-def test_bidaw_stale_rule_is_optional():
-    assert make_policy("bidaw").stale_quantile is None  # the paper's mechanism
-    p = make_policy("bidaw", stale_quantile=0.99)
+@pytest.mark.parametrize("stale_quantile", [0.99, None])
+def test_bidaw_stale_rule_is_switchable(stale_quantile):
+    p = make_policy("bidaw", stale_quantile=stale_quantile)  # None: the paper's mechanism alone
     now = _train(p)
     p.admit("ended", GIB, now)
-    p.observe_answer("ended", 240, now)  # a long answer: the lowest potential is 'ended'...
+    p.observe_answer("ended", 10, now)  # a short answer: a high potential, expected back soon
     later = now + 3600.0
-    p.admit("fresh", GIB, later)
-    p.observe_answer("fresh", 10, later)
-    assert p.victim(later + 1.0) == "ended"
+    p.admit("reading", GIB, later)
+    p.observe_answer("reading", 240, later)  # a long answer: a low potential
+    expected = "ended" if stale_quantile is not None else "reading"
+    assert p.victim(later + 1.0) == expected
 
 
 # ---- every policy, random operations: the interface's promises hold ------------------------

@@ -89,6 +89,15 @@ def test_closed_and_open_loop_arrivals():
     assert log.arrival[1] == pytest.approx(55.0)                # its own trace time / 2
 
 
+def test_a_lone_turn_takes_exactly_the_cost_models_time():
+    cost = load_profile("opt13b-a800")
+    log = simulate_system(build_workload([Turn(1, 0.0, 30, 40, 0)]), cost, "ideal")
+    prefill = cost.prefill_step_time(cost.prefill_flops(30, 0), 0)
+    decode = sum(cost.decode_step_time(1, 31 + k) for k in range(39))
+    assert log.first_token[0] == pytest.approx(prefill)
+    assert log.done[0] == pytest.approx(prefill + decode)
+
+
 def test_sample_users_and_window_select_turns(small_trace):
     full = build_workload(small_trace, window=(600, 1200))
     sampled = build_workload(small_trace, window=(600, 1200), sample_users=0.3)

@@ -8,15 +8,19 @@ LB = (recent distinct bytes accessed per second) × (a low quantile of the think
 answers of that length) — people read before they reply. The session's bucket distribution comes
 from its own history of distances plus, as a prior, what sessions did after answers of that
 length; buckets below LB's are zeroed and the rest renormalised. Hit potential =
-P(small) + Σ P(promising_i) · hitrate_i; the lowest potential is evicted first (ties: the session
-accessed most recently, whose return is furthest away, then order of entry).
+P(small) + Σ P(promising_i) · hitrate_i; the lowest potential is evicted first. Potentials are
+compared in steps of `potential_step`; within a step the session expected back last goes first
+(then order of entry).
 
-Potentials are computed when a session is accessed or answers, with the hit rates known then, so
-every call is O(log n) (a heap with lazy deletion).
+Beyond the paper, on by default (`stale_quantile=None` turns it off): a session idle past a high
+quantile of the think time after its answer has probably ended and is evicted first. The paper's
+scripts free ended sessions (an oracle); without this rule a live cache fills with them.
+
+Potentials are computed when a session answers (an access alone keeps the last one), with the
+hit rates known then, so every call is O(log n) (heaps with lazy deletion).
 """
 from __future__ import annotations
 
-import math
 from itertools import islice
 from typing import Iterable
 
@@ -49,9 +53,9 @@ class BidawPolicy(EvictionPolicy):
     def __init__(self, capacity_bytes: int = 200 * GIB, watermark_bytes: int = 2 * GIB,
                  bucket_width: float = 0.2, n_promising: int = 7, lb_quantile: float = 0.05,
                  prior_weight: float = 2.0, history_decay: float = 0.8, ghost_lag_s: float = 300.0,
-                 ghost_window: float = 4000.0, rate_window_s: float = 120.0,
+                 ghost_window: float = 4000.0, rate_window: float = 500.0,
                  protect_queue: int = 30, tie_break: str = "return",
-                 stale_quantile: float | None = None, potential_step: float = 0.1) -> None:
+                 stale_quantile: float | None = 0.99, potential_step: float = 0.1) -> None:
         self.potential_step = potential_step
         self.tie_break = tie_break
         # Not in the paper (its scripts free ended sessions, an oracle): a session idle past this
@@ -70,10 +74,10 @@ class BidawPolicy(EvictionPolicy):
         self._prior = [[1.0 / nb] * nb for _ in range(N_ANSWER_BUCKETS + 1)]  # +1: unknown answer
         self._prior_gamma = 1.0 - 1.0 / 2000.0
         self._prior_inc = [1.0] * (N_ANSWER_BUCKETS + 1)
-        # Distinct bytes accessed per second, from (distance, gap) pairs, decayed over rate_window_s.
+        # Distinct bytes accessed per second, from (reuse distance, gap) pairs.
         self._rate_bytes = 0.0
         self._rate_secs = 0.0
-        self._rate_window = rate_window_s
+        self._rate_gamma = 1.0 - 1.0 / rate_window
         self._sessions: SessionRegistry[_Session] = SessionRegistry(_Session)
         self._heap = LazyHeap()
         self._entered: dict[Key, int] = {}
@@ -150,10 +154,12 @@ class BidawPolicy(EvictionPolicy):
             self._rank(key, s)
         else:
             self._heap.set(key, (s.potential, -self._tie(s), self._entered[key]))
+            self._set_deadline(key, s)
 
     def _observe_rate(self, distance: int, gap: float) -> None:
-        # Weight each pair by its gap: the ratio of sums is bytes per second over recent pairs.
-        g = math.exp(-max(gap, 0.0) / self._rate_window / 50.0)
+        # Ratio of decayed sums: distinct bytes per second over about the last `rate_window`
+        # returns, so the bound follows the load.
+        g = self._rate_gamma
         self._rate_bytes = self._rate_bytes * g + distance
         self._rate_secs = self._rate_secs * g + max(gap, 1e-3)
 
@@ -225,6 +231,10 @@ class BidawPolicy(EvictionPolicy):
             potential = int(potential / self.potential_step)
         s.potential = potential
         self._heap.set(key, (potential, -self._tie(s), self._entered[key]))
+        self._set_deadline(key, s)
+
+    def _set_deadline(self, key: Key, s: _Session) -> None:
+        """When the session counts as ended: a high quantile of its expected think time."""
         if self.stale_quantile is not None:
             last = s.last if s.last is not None else 0.0
             deadline = last + self.think.stats(s.answer).quantiles[self.stale_quantile]

@@ -1,0 +1,128 @@
+"""`bidaw bench gateway`: what the HTTP gateway adds to a turn, vs the scheduler's gRPC directly.
+
+The same turn (same prompt, fresh session, fixed answer length with ignore_eos) is sent
+alternately through both paths so that the machine's noise hits both alike; the figure is the
+ratio of the medians. `--backend echo` swaps the model for an in-process echo scheduler, which
+isolates the gateway's own cost (HTTP parsing, JSON, the extra gRPC hop).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+PROMPT = "Write one short sentence about the sea."
+
+
+def register(sub, groups) -> None:
+    p = groups["bench"].add_parser(
+        "gateway", help="gateway overhead per turn vs the scheduler's gRPC API",
+        description=__doc__.split("\n\n")[1])
+    p.add_argument("--backend", choices=["live", "echo"], default="live",
+                   help="live: the embedded deployment with the real model; echo: no model")
+    p.add_argument("--turns", type=int, default=20, help="turns timed per path")
+    p.add_argument("--max-tokens", type=int, default=8, help="answer length (ignore_eos)")
+    p.add_argument("--stream", action="store_true", help="time SSE streams instead of JSON")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=run)
+
+
+def _http_turn(conn, session: str, max_tokens: int, stream: bool) -> None:
+    body = {"model": "smollm2-135m", "messages": [{"role": "user", "content": PROMPT}],
+            "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, "stream": stream}
+    conn.request("POST", "/v1/chat/completions", json.dumps(body),
+                 {"Content-Type": "application/json", "X-Session-Id": session})
+    reply = conn.getresponse()
+    data = reply.read()
+    if reply.status != 200:
+        raise RuntimeError(f"gateway answered {reply.status}: {data[:300]!r}")
+
+
+def _grpc_turn(client, session: str, max_tokens: int) -> None:
+    client.turn(session, [{"role": "user", "content": PROMPT}], max_tokens=max_tokens,
+                ignore_eos=True)
+
+
+def _echo_scheduler():
+    from services.gen import common_pb2, scheduler_pb2_grpc
+    from services.grpc_util import Server
+
+    class Echo(scheduler_pb2_grpc.SchedulerServicer):
+        def SubmitTurn(self, request, context):
+            for i in range(request.max_tokens or 8):
+                yield common_pb2.TurnEvent(token_ids=[i], text=" tok")
+            yield common_pb2.TurnEvent(summary=common_pb2.TurnSummary(
+                prompt_tokens=10, completion_tokens=request.max_tokens, finish_reason="length"))
+
+    return Server("127.0.0.1:0", [(scheduler_pb2_grpc.add_SchedulerServicer_to_server, Echo())],
+                  name="bidaw.v1.Scheduler")
+
+
+def _measure(scheduler: str, gateway_port: int, args) -> dict:
+    import http.client
+
+    from services.chat_client import ChatClient
+
+    client = ChatClient(scheduler)
+    conn = http.client.HTTPConnection("127.0.0.1", gateway_port, timeout=600)
+    for i in range(3):  # warm both paths (model pages, connections)
+        _grpc_turn(client, f"bench-warm-g{i}", args.max_tokens)
+        _http_turn(conn, f"bench-warm-h{i}", args.max_tokens, args.stream)
+    direct, gateway = [], []
+    for i in range(args.turns):
+        paths = [("g", direct), ("h", gateway)]
+        for kind, out in (paths if i % 2 == 0 else paths[::-1]):
+            start = time.perf_counter()
+            if kind == "g":
+                _grpc_turn(client, f"bench-{i}-g", args.max_tokens)
+            else:
+                _http_turn(conn, f"bench-{i}-h", args.max_tokens, args.stream)
+            out.append(time.perf_counter() - start)
+    conn.close()
+    client.close()
+    d, g = statistics.median(direct), statistics.median(gateway)
+    return {"turns": args.turns, "max_tokens": args.max_tokens, "stream": args.stream,
+            "direct_grpc_ms_p50": round(d * 1000, 3), "gateway_http_ms_p50": round(g * 1000, 3),
+            "overhead_ms_p50": round((g - d) * 1000, 3), "ratio_p50": round(g / d, 4)}
+
+
+def run(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from services.launcher import LocalDeployment, free_port, wait_http
+
+    say = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
+    if args.backend == "echo":
+        import subprocess
+
+        server = _echo_scheduler()
+        port = free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "services.cli", "serve", "gateway",
+                                 "--listen", f"127.0.0.1:{port}", "--scheduler",
+                                 f"127.0.0.1:{server.port}"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            wait_http(f"http://127.0.0.1:{port}/health", 60, alive=lambda: proc.poll() is None)
+            say(f"timing {args.turns} turns per path against the echo scheduler ...")
+            result = _measure(f"127.0.0.1:{server.port}", port, args)
+        finally:
+            proc.terminate()
+            proc.wait(20)
+            server.stop(0)
+    else:
+        with tempfile.TemporaryDirectory(prefix="bidaw-bench-gw-") as tmp:
+            say("starting the embedded deployment ...")
+            with LocalDeployment(data_dir=tmp, default_max_tokens=args.max_tokens) as dep:
+                say(f"timing {args.turns} turns per path ...")
+                result = _measure(dep.scheduler_target, dep.gateway_port, args)
+    result = {"backend": args.backend, **result}
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"gateway vs direct gRPC ({args.backend}, {args.turns} turns, {args.max_tokens} "
+              f"tokens{', SSE' if args.stream else ''}): median {result['gateway_http_ms_p50']:.2f}"
+              f" ms vs {result['direct_grpc_ms_p50']:.2f} ms = x{result['ratio_p50']:.3f} "
+              f"(+{result['overhead_ms_p50']:.2f} ms)")
+    return 0

@@ -1,0 +1,74 @@
+"""How much KV a plan keeps alive, and the tier sizes that make DRAM a fraction of it. Pure.
+
+The working set is the peak, over the plan's timeline (sends at their scripted times, answers
+taken as instant), of the KV of every session that will be used again: between a turn and the
+session's next turn it holds (history + query + answer) x bytes_per_token. The paper's setting is
+a working set 3.91x the DRAM tier; the ideal system gets DRAM larger than all KV ever stored.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from bench.replay.plan import Plan
+
+PAPER_WS_RATIO = 3.91
+
+
+@dataclass(frozen=True)
+class WorkingSet:
+    peak_bytes: int          # most KV awaiting reuse at one time
+    total_bytes: int         # all KV stored by the end (every session's final size)
+    reuse_bytes_median: int  # median KV a returning turn needs loaded
+    reuses: int              # turns that continue a session
+
+
+def working_set(plan: Plan, bytes_per_token: int) -> WorkingSet:
+    events: list[tuple[float, int]] = []  # (time, change in live bytes)
+    final: dict[str, int] = {}
+    reuse: list[int] = []
+    for u in plan.users:
+        now = u.start_s
+        held: dict[str, int] = {}  # session -> bytes alive since its previous turn
+        for i, t in enumerate(u.turns):
+            now += t.think_s
+            if t.history_tokens and t.session in held:
+                reuse.append(held[t.session])
+                events.append((now, -held.pop(t.session)))
+            size = (t.history_tokens + t.query_len + t.answer_len) * bytes_per_token
+            final[t.session] = size
+            nxt = u.turns[i + 1] if i + 1 < len(u.turns) else None
+            if nxt is not None and nxt.session == t.session:
+                held[t.session] = size
+                events.append((now, size))
+    events.sort(key=lambda e: (e[0], e[1]))  # at a tie, free before allocating
+    live = peak = 0
+    for _, delta in events:
+        live += delta
+        peak = max(peak, live)
+    return WorkingSet(peak, sum(final.values()),
+                      int(statistics.median(reuse)) if reuse else 0, len(reuse))
+
+
+@dataclass(frozen=True)
+class TierSizes:
+    dram_bytes: int       # the limited systems' DRAM tier
+    ideal_dram_bytes: int  # the ideal's: more than all KV ever stored
+    ssd_bytes: int
+    ssd_read_gbps_cap: float  # 0: no cap
+
+
+def tier_sizes(ws: WorkingSet, ratio: float = PAPER_WS_RATIO, load_s: float = 1.0,
+               dram_bytes: int = 0, ssd_read_gbps_cap: float | None = None) -> TierSizes:
+    """DRAM = working set / ratio; the SSD cap makes the median reuse load take `load_s`.
+
+    Why a cap: in the paper (OPT-13B, 800 KiB/token, 1.5 GB/s) loading 1k tokens of history
+    takes ~0.55 s, about half of a 45-token answer's decode; here the page cache would make the
+    same load nearly free, so the cap restores a load time of the order of a turn's compute.
+    Values given explicitly win."""
+    dram = dram_bytes or max(1 << 20, int(ws.peak_bytes / ratio))
+    ideal = 2 * ws.total_bytes + (64 << 20)
+    ssd = 2 * ws.total_bytes + (256 << 20)
+    if ssd_read_gbps_cap is None:
+        ssd_read_gbps_cap = ws.reuse_bytes_median / load_s / 1e9 if ws.reuse_bytes_median else 0.0
+    return TierSizes(dram, ideal, ssd, round(ssd_read_gbps_cap, 6))
