@@ -142,6 +142,9 @@ class TimedSimulation:
             if req is None:
                 break
             job = self.jobs[req.request_id]
+            if job.user not in self.store.ssd:  # fell out of the SSD while waiting: recompute
+                self.queue.load_finished(req.request_id)
+                continue
             self.store.pinned.add(job.user)  # a load in flight or landed stays until it runs
             nbytes = self.store.read_from_ssd(job.user, now)
             job.load_start = now

@@ -40,9 +40,12 @@ class Workload:
 
     def new_users_per_min(self) -> float:
         """Users whose first turn is in the window, per minute of simulated time."""
-        start, end = self.window
+        if not self.trace_time:
+            return 0.0
+        start = max(self.window[0], min(self.trace_time))  # an open window: the trace's span
+        end = min(self.window[1], max(self.trace_time) + 1.0)
         n = sum(1 for i in self.first_turns if start <= self.trace_time[i] < end)
-        return n / ((end - start) / self.time_scale / 60.0)
+        return n / ((end - start) / self.time_scale / 60.0) if end > start else 0.0
 
     def first_arrival(self, i: int) -> float:
         return self.trace_time[i] / self.time_scale

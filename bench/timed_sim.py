@@ -78,6 +78,20 @@ def parse_overrides(items: Iterable[str]) -> dict[str, str]:
     return out
 
 
+def parse_policy_args(items: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """`--policy-arg POLICY.KEY=VALUE` (shared with the cache-only mode) as constructor kwargs."""
+    import yaml
+
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        name_key, sep, value = item.partition("=")
+        policy, dot, key = name_key.rpartition(".")
+        if not sep or not dot:
+            raise ValueError(f"--policy-arg wants POLICY.KEY=VALUE, got {item!r}")
+        out.setdefault(policy, {})[key.replace("-", "_")] = yaml.safe_load(value)
+    return out
+
+
 def simulate_system(workload: Workload, cost: CostModel, name: str, end_oracle: bool = True,
                     progress: Callable[[int], None] | None = None, **kwargs: Any) -> TurnLog:
     from bench.sim_engine import TimedSimulation
@@ -146,7 +160,8 @@ def run(args: argparse.Namespace) -> dict:
     end_oracle = not getattr(args, "no_end_oracle", False)
     sample = getattr(args, "sample_users", None)
     common = dict(window=window, sample_users=sample, arrival_mode=args.arrivals,
-                  end_oracle=end_oracle, tail_s=args.tail)
+                  end_oracle=end_oracle, tail_s=args.tail,
+                  policy_kwargs=parse_policy_args(getattr(args, "policy_arg", None) or []))
     workload = build_workload(turns, window, sample, args.time_scale, args.arrivals, args.tail)
     logs: dict[str, TurnLog] = {}
     result: dict[str, Any] = {

@@ -1,12 +1,24 @@
-"""The compute side's client of the KV store's data plane (lookup, chunked read and write)."""
+"""The compute side's client of the KV store's data plane (lookup, read, write, leases).
+
+Two paths behind the same calls. On the store's machine (the client can read back the probe token
+the store left in its shared-memory directory) KV moves through the store's shared-memory
+regions: a read copies the bytes straight out of the regions the store leased to it, a write
+puts them into a region the store prepared; only small control messages cross gRPC. Elsewhere,
+or whenever the shared path is refused (no room in shared memory, a region gone), KV moves in
+chunked gRPC streams (no message over 4 MiB).
+"""
 from __future__ import annotations
 
+import os
+import pathlib
 from dataclasses import dataclass
 
 import grpc
 
 from services.gen import kv_store_pb2, kv_store_pb2_grpc
 from services.grpc_util import CHUNK_BYTES, channel
+
+SHM_MIN_BYTES = 64 << 10  # below this a gRPC stream is as quick as the extra round trip
 
 
 @dataclass
@@ -16,15 +28,20 @@ class StoredKV:
     bytes_per_token: int
     model: str
     token_ids: list[int]
-    data: bytes
+    data: bytes | bytearray
 
 
 class KVClient:
-    def __init__(self, target: str, timeout: float = 120.0):
+    def __init__(self, target: str, timeout: float = 120.0, shared_memory: bool = True):
+        """`shared_memory`: use the store's regions when it runs on this machine."""
         self.target = target
         self.timeout = timeout
         self._channel = channel(target)
         self.stub = kv_store_pb2_grpc.KVStoreStub(self._channel)
+        self._shm_dir: pathlib.Path | None = None
+        self._shm_checked = not shared_memory
+
+    # -- control ----------------------------------------------------------------------------
 
     def lookup(self, session_id: str, lease: bool = False) -> kv_store_pb2.LookupReply:
         return self.stub.Lookup(kv_store_pb2.LookupRequest(session_id=session_id, lease=lease),
@@ -38,37 +55,139 @@ class KVClient:
             except grpc.RpcError:
                 pass  # it expires on its own
 
+    @property
+    def co_located(self) -> bool:
+        """The store shares this machine's memory with us (asked once)."""
+        if not self._shm_checked:
+            self._shm_checked = True
+            try:
+                info = self.stub.ShmInfo(kv_store_pb2.ShmInfoRequest(), timeout=self.timeout)
+                folder = pathlib.Path(info.dir)
+                if info.token and (folder / info.probe).read_text() == info.token:
+                    self._shm_dir = folder
+            except (grpc.RpcError, OSError):
+                pass  # another machine (or an old store): gRPC streams
+        return self._shm_dir is not None
+
+    # -- reads ------------------------------------------------------------------------------
+
     def read(self, session_id: str, max_tokens: int = 0) -> StoredKV:
         """The first `max_tokens` tokens of KV (all if 0). Raises grpc.RpcError (NOT_FOUND...)."""
+        if self.co_located:
+            got = self._read_shm(session_id, max_tokens)
+            if got is not None:
+                return got
+        return self._read_stream(session_id, max_tokens)
+
+    def _read_shm(self, session_id: str, max_tokens: int) -> StoredKV | None:
+        try:
+            reply = self.stub.OpenShmRead(kv_store_pb2.OpenShmReadRequest(
+                session_id=session_id, max_tokens=max_tokens), timeout=self.timeout)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
+                return None  # not in shared memory now: the stream serves it
+            raise
+        header = reply.header
+        buf = bytearray(header.num_tokens * header.bytes_per_token)
+        view = memoryview(buf)
+        try:
+            pos = 0
+            for piece in reply.pieces:
+                _pread_exact(self._shm_dir / piece.region, view[pos:pos + piece.length],
+                             piece.offset)
+                pos += piece.length
+            if pos != len(buf):
+                return None
+        except OSError:
+            return None  # a region vanished (store restarted): read over the stream
+        finally:
+            self.stub.ReleaseLease.future(kv_store_pb2.ReleaseLeaseRequest(
+                lease_id=reply.lease_id), timeout=self.timeout)
+        return StoredKV(header.tier, header.format, header.bytes_per_token, header.model,
+                        list(header.token_ids), buf)
+
+    def _read_stream(self, session_id: str, max_tokens: int) -> StoredKV:
         stream = self.stub.ReadKV(kv_store_pb2.ReadKVRequest(session_id=session_id,
                                                              max_tokens=max_tokens),
                                   timeout=self.timeout)
         header = None
         buf = bytearray()
+        view = memoryview(buf)
+        received = 0
         for chunk in stream:
             if chunk.WhichOneof("kind") == "header":
                 header = chunk.header
-            else:
-                if chunk.offset != len(buf):
-                    raise IOError(f"KV stream of {session_id!r} out of order")
-                buf += chunk.data
-        if header is None or len(buf) != header.num_tokens * header.bytes_per_token:
+                buf = bytearray(header.num_tokens * header.bytes_per_token)
+                view = memoryview(buf)
+                continue
+            end = received + len(chunk.data)
+            if header is None or chunk.offset != received or end > len(buf):
+                raise IOError(f"KV stream of {session_id!r} out of order")
+            view[received:end] = chunk.data
+            received = end
+        if header is None or received != len(buf):
             raise IOError(f"KV stream of {session_id!r} ended early")
         return StoredKV(header.tier, header.format, header.bytes_per_token, header.model,
-                        list(header.token_ids), bytes(buf))
+                        list(header.token_ids), buf)
+
+    # -- writes -----------------------------------------------------------------------------
 
     def write(self, session_id: str, start_token: int, token_ids: list[int], format: int,
-              bytes_per_token: int, model: str, data: bytes) -> kv_store_pb2.WriteKVReply:
+              bytes_per_token: int, model: str, data: bytes,
+              durable: bool = True) -> kv_store_pb2.WriteKVReply:
+        """Store the KV of `token_ids` from `start_token` on. `durable=False` lets the store
+        reply once the KV is in DRAM, its SSD copy following (reply.durable says which)."""
+        header = kv_store_pb2.KVHeader(
+            session_id=session_id, start_token=start_token, num_tokens=len(token_ids),
+            token_ids=token_ids, format=format, bytes_per_token=bytes_per_token, model=model,
+            allow_async=not durable)
+        if len(data) >= SHM_MIN_BYTES and self.co_located:
+            region = self._write_region(session_id, start_token, data)
+            if region:
+                header.shm_region = region
+                return self.stub.WriteKV(iter([kv_store_pb2.KVChunk(header=header)]),
+                                         timeout=self.timeout)
+
         def chunks():
-            yield kv_store_pb2.KVChunk(header=kv_store_pb2.KVHeader(
-                session_id=session_id, start_token=start_token, num_tokens=len(token_ids),
-                token_ids=token_ids, format=format, bytes_per_token=bytes_per_token,
-                model=model))
+            yield kv_store_pb2.KVChunk(header=header)
             view = memoryview(data)
             for offset in range(0, len(data), CHUNK_BYTES):
                 yield kv_store_pb2.KVChunk(data=bytes(view[offset:offset + CHUNK_BYTES]),
                                            offset=offset)
         return self.stub.WriteKV(chunks(), timeout=self.timeout)
 
+    def _write_region(self, session_id: str, start_token: int, data) -> str:
+        """Put `data` into a region the store prepared; '' when the stream must carry it."""
+        try:
+            region = self.stub.PrepareShmWrite(kv_store_pb2.PrepareShmWriteRequest(
+                session_id=session_id, start_token=start_token, num_bytes=len(data)),
+                timeout=self.timeout).region
+            fd = os.open(self._shm_dir / region, os.O_WRONLY)
+        except (grpc.RpcError, OSError):
+            return ""  # no room in shared memory now; an unused region expires on its own
+        try:
+            view = memoryview(data).cast("B")
+            done = 0
+            while done < len(view):
+                done += os.pwrite(fd, view[done:], done)
+            return region
+        except OSError:
+            return ""
+        finally:
+            os.close(fd)
+
     def close(self) -> None:
         self._channel.close()
+
+
+def _pread_exact(path: pathlib.Path, into: memoryview, offset: int) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        got = 0
+        while got < len(into):
+            n = os.preadv(fd, [into[got:]], offset + got)
+            if n == 0:
+                raise OSError(f"{path} is shorter than its lease says")
+            got += n
+    finally:
+        os.close(fd)

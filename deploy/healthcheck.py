@@ -3,7 +3,8 @@
 One image runs every service, so the check reads the command line of PID 1 (`tini -- bidaw serve
 store --listen ...`), resolves the service's configuration exactly as the service itself does
 (flags, BIDAW_* environment, --config YAML, defaults) and asks on loopback: the standard gRPC
-health service for the KV store, scheduler and compute worker, GET /health for the gateway.
+health service for the KV store, scheduler and compute worker, GET /health for the gateway and
+for `bidaw up` (whose gateway is its front door).
 Exit 0 when serving, 1 when not; a container running anything else (`bidaw chat`) is healthy.
 
 Kubernetes ignores HEALTHCHECK and uses the probes in k8s/; this serves Docker and Compose.
@@ -44,8 +45,8 @@ def probe_target(args: list[str]) -> tuple[str, str, str] | None:
     from services.cli import build_parser
 
     ns = build_parser().parse_args(args)
-    if ns.command == "up":  # the embedded deployment: its front door is the scheduler
-        return "grpc", f"127.0.0.1:{ns.scheduler_port}", GRPC_SERVICE["scheduler"]
+    if ns.command == "up":  # the embedded deployment: healthy when its front door answers
+        return "http", f"127.0.0.1:{ns.port}", "/health"
     if ns.command != "serve":
         return None
     from services.commands.serve import SERVICES, _load

@@ -37,8 +37,9 @@ class BandwidthMeter:
     scales each read's rate by the reads that overlapped it."""
 
     def __init__(self, initial: float, weight: float = 0.3):
-        self.rate = initial
+        self.rate = initial  # the configured guess, until the first measurement replaces it
         self.weight = weight
+        self._measured = False
         self._lock = threading.Lock()
 
     def observe(self, nbytes: int, seconds: float, concurrent: int = 1) -> None:
@@ -46,4 +47,5 @@ class BandwidthMeter:
             return
         with self._lock:
             sample = nbytes * max(concurrent, 1) / seconds
-            self.rate += self.weight * (sample - self.rate)
+            self.rate += (self.weight if self._measured else 1.0) * (sample - self.rate)
+            self._measured = True

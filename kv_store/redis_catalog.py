@@ -62,7 +62,7 @@ class RedisCatalog(Catalog):
             for sid, h in zip(batch, pipe.execute()):
                 entry = self._decode(sid, h)
                 if entry is not None:
-                    ssd.file_bytes[sid] = entry.ssd_len
+                    ssd.set_length(sid, entry.ssd_len)
                     entries.append(entry)
         return entries
 

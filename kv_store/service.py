@@ -11,8 +11,11 @@ import grpc
 from services.gen import kv_store_pb2, kv_store_pb2_grpc
 from services.grpc_util import CHUNK_BYTES
 
+from .buffers import Payload, ReadHandle
 from .errors import StoreError, invalid
-from .store import KVStore, LoadDone, Location
+from .events import LoadDone, Location
+from .shm_arena import PROBE
+from .store import KVStore
 
 log = logging.getLogger("bidaw.kv_store")
 MAX_WRITE_BYTES = 16 << 30  # one turn's KV; anything larger is a client bug
@@ -59,31 +62,30 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
 
     def ReadKV(self, request, context):
         try:
-            meta, data, tier = self.store.read(request.session_id, request.max_tokens)
+            handle = self.store.open_read(request.session_id, request.max_tokens)
         except StoreError as exc:
             context.abort(exc.code, exc.message)
-        ntok = len(data) // meta.bytes_per_token
-        yield kv_store_pb2.KVChunk(header=kv_store_pb2.KVHeader(
-            session_id=meta.session_id, start_token=0, num_tokens=ntok,
-            token_ids=meta.token_ids[:ntok], format=meta.format,
-            bytes_per_token=meta.bytes_per_token, model=meta.model, tier=tier))
-        view = memoryview(data)
-        for offset in range(0, len(data), CHUNK_BYTES):
-            yield kv_store_pb2.KVChunk(data=bytes(view[offset:offset + CHUNK_BYTES]),
-                                       offset=offset)
+        try:
+            yield kv_store_pb2.KVChunk(header=_header(handle))
+            offset = 0
+            for data in handle.chunks(CHUNK_BYTES):
+                yield kv_store_pb2.KVChunk(data=data, offset=offset)
+                offset += len(data)
+        finally:
+            handle.release()
 
     def WriteKV(self, request_iterator, context):
         try:
             header, payload = self._receive(request_iterator)
-            loc = self.store.write(header.session_id, header.start_token, list(header.token_ids),
-                                   header.format, header.bytes_per_token, header.model, payload)
+            loc, durable = self.store.write(
+                header.session_id, header.start_token, list(header.token_ids), header.format,
+                header.bytes_per_token, header.model, payload, wait_durable=not header.allow_async)
         except StoreError as exc:
             context.abort(exc.code, exc.message)
         return kv_store_pb2.WriteKVReply(num_tokens=loc.num_tokens, num_bytes=loc.num_bytes,
-                                         tier=loc.tier)
+                                         tier=loc.tier, durable=durable)
 
-    @staticmethod
-    def _receive(request_iterator) -> tuple[kv_store_pb2.KVHeader, bytes]:
+    def _receive(self, request_iterator) -> tuple[kv_store_pb2.KVHeader, Payload]:
         first = next(request_iterator, None)
         if first is None or first.WhichOneof("kind") != "header":
             raise invalid("the first message of a KV write must be its header")
@@ -94,19 +96,31 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
         total = header.num_tokens * header.bytes_per_token
         if total > MAX_WRITE_BYTES:
             raise invalid(f"write of {total} bytes exceeds the {MAX_WRITE_BYTES} byte limit")
-        buf = bytearray()
-        for chunk in request_iterator:
-            if chunk.WhichOneof("kind") != "data":
-                raise invalid("a KV write carries exactly one header, first")
-            if chunk.offset != len(buf):
-                raise invalid(f"chunk at offset {chunk.offset}, expected {len(buf)}: chunks "
-                              "must arrive in order without gaps")
-            if len(buf) + len(chunk.data) > total:
-                raise invalid(f"more KV bytes than the header's {total}")
-            buf += chunk.data
-        if len(buf) != total:
-            raise invalid(f"stream ended after {len(buf)} of {total} KV bytes")
-        return header, bytes(buf)
+        if total == 0:
+            return header, Payload(0)  # the store refuses it with the precise reason
+        if header.shm_region:
+            if next(request_iterator, None) is not None:
+                raise invalid("a write from a shared-memory region carries no data chunks")
+            return header, self.store.take_prepared(header.shm_region, header.session_id, total)
+        payload = self.store.new_payload(header.session_id, header.start_token, total)
+        try:
+            received = 0
+            for chunk in request_iterator:
+                if chunk.WhichOneof("kind") != "data":
+                    raise invalid("a KV write carries exactly one header, first")
+                if chunk.offset != received:
+                    raise invalid(f"chunk at offset {chunk.offset}, expected {received}: "
+                                  "chunks must arrive in order without gaps")
+                if received + len(chunk.data) > total:
+                    raise invalid(f"more KV bytes than the header's {total}")
+                payload.write_at(received, chunk.data)
+                received += len(chunk.data)
+            if received != total:
+                raise invalid(f"stream ended after {received} of {total} KV bytes")
+        except BaseException:
+            self.store.release_payload(payload)
+            raise
+        return header, payload
 
     @_status
     def Promote(self, request, context):
@@ -161,3 +175,30 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
 
     def Stats(self, request, context):
         return kv_store_pb2.StoreStats(**self.store.stats())
+
+    def ShmInfo(self, request, context):
+        arena = self.store.arena
+        return kv_store_pb2.ShmInfoReply(dir=str(arena.dir), probe=PROBE, token=arena.token)
+
+    @_status
+    def OpenShmRead(self, request, context):
+        handle, lease_id = self.store.open_shm_read(request.session_id, request.max_tokens,
+                                                    request.lease_seconds)
+        return kv_store_pb2.OpenShmReadReply(
+            header=_header(handle), lease_id=lease_id,
+            pieces=[kv_store_pb2.ShmPiece(region=p.segment.name, offset=p.offset,
+                                          length=p.length) for p in handle.shm])
+
+    @_status
+    def PrepareShmWrite(self, request, context):
+        region = self.store.prepare_shm_write(request.session_id, request.start_token,
+                                              request.num_bytes, request.lease_seconds)
+        return kv_store_pb2.PrepareShmWriteReply(region=region)
+
+
+def _header(handle: ReadHandle) -> kv_store_pb2.KVHeader:
+    meta = handle.meta
+    return kv_store_pb2.KVHeader(session_id=meta.session_id, start_token=0,
+                                 num_tokens=meta.num_tokens, token_ids=meta.token_ids,
+                                 format=meta.format, bytes_per_token=meta.bytes_per_token,
+                                 model=meta.model, tier=handle.tier)

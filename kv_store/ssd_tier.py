@@ -46,6 +46,7 @@ class SsdTier:
         self.cap = cap or BandwidthCap(0)
         self.meter = meter or BandwidthMeter(1.5e9)
         self.file_bytes: dict[str, int] = {}  # session -> committed bytes of its file
+        self._used = 0
         self._readers = ThreadPoolExecutor(max_workers=4 * self.read_depth,
                                            thread_name_prefix="ssd-read")
         self._active_reads = 0
@@ -53,7 +54,19 @@ class SsdTier:
 
     @property
     def used_bytes(self) -> int:
-        return sum(self.file_bytes.values())
+        return self._used
+
+    def set_length(self, session_id: str, length: int) -> None:
+        """Record the committed length of a session's file (writers run on several threads)."""
+        with self._lock:
+            self._used += length - self.file_bytes.get(session_id, 0)
+            self.file_bytes[session_id] = length
+
+    def _forget_length(self, session_id: str) -> int:
+        with self._lock:
+            length = self.file_bytes.pop(session_id, 0)
+            self._used -= length
+            return length
 
     def path(self, session_id: str) -> pathlib.Path:
         digest = hashlib.sha256(session_id.encode()).hexdigest()
@@ -72,7 +85,7 @@ class SsdTier:
                 continue
             if good_len < path.stat().st_size:
                 os.truncate(path, good_len)
-            self.file_bytes[log.meta.session_id] = good_len
+            self.set_length(log.meta.session_id, good_len)
             found.append((log, good_len))
         for tmp in (self.root / "sessions").glob("*/*.tmp"):
             tmp.unlink(missing_ok=True)  # a rewrite that never got renamed into place
@@ -111,6 +124,8 @@ class SsdTier:
             return self._write_fresh(session_id, path, header, payload, payload_aligned)
         end = offset + len(header) + align_up(len(payload))
         with DirectFile(path, os.O_WRONLY, self.direct_io) as f:
+            if os.fstat(f.fd).st_size < offset:  # lost its tail (a crash of another replica)
+                raise CorruptRecord(f"file of {session_id!r} is shorter than its committed end")
             try:
                 f.pwrite_all(self._buffers(header, payload, payload_aligned, f.direct), offset)
                 if os.fstat(f.fd).st_size > end:
@@ -119,22 +134,23 @@ class SsdTier:
             except OSError:
                 f.truncate(offset)  # leave no partial record behind (gives the space back)
                 raise
-        self.file_bytes[session_id] = end
+        self.set_length(session_id, end)
         return end
 
     def _write_fresh(self, session_id: str, path: pathlib.Path, header: bytes,
                      payload: memoryview, payload_aligned: bool) -> int:
         tmp = path.with_suffix(".tmp")
+        end = len(header) + align_up(len(payload))
         try:
             with DirectFile(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, self.direct_io) as f:
-                end = f.pwrite_all(self._buffers(header, payload, payload_aligned, f.direct), 0)
+                f.pwrite_all(self._buffers(header, payload, payload_aligned, f.direct), 0)
                 f.sync()
             os.replace(tmp, path)
         except OSError:
             tmp.unlink(missing_ok=True)
             raise
         fsync_dir(path.parent)
-        self.file_bytes[session_id] = end
+        self.set_length(session_id, end)
         return end
 
     @staticmethod
@@ -150,6 +166,8 @@ class SsdTier:
             body[:len(payload)] = payload
             return [head, body]
         whole = len(payload) - len(payload) % ALIGN
+        if whole == len(payload):
+            return [head, payload]
         tail = aligned_buffer(len(payload) - whole)
         tail[:len(payload) - whole] = payload[whole:]
         return [head, payload[:whole], tail]
@@ -160,17 +178,24 @@ class SsdTier:
             self.delete(session_id)
             return
         os.truncate(self.path(session_id), length)
-        self.file_bytes[session_id] = length
+        self.set_length(session_id, length)
 
     def delete(self, session_id: str) -> int:
         """Remove the session's file; returns the bytes freed."""
         self.path(session_id).unlink(missing_ok=True)
-        return self.file_bytes.pop(session_id, 0)
+        return self._forget_length(session_id)
 
     # -- reads ------------------------------------------------------------------------------
 
+    def open_read(self, session_id: str) -> DirectFile:
+        return DirectFile(self.path(session_id), os.O_RDONLY, self.direct_io)
+
     def read(self, session_id: str, length: int, into) -> ReadResult:
-        """Read the first `length` bytes of the session's file into `into` (page-aligned,
+        with self.open_read(session_id) as f:
+            return self.read_file(f, length, into)
+
+    def read_file(self, f: DirectFile, length: int, into) -> ReadResult:
+        """Read the first `length` bytes of an open session file into `into` (page-aligned,
         at least align_up(length) bytes) and verify every record as its bytes arrive."""
         view = memoryview(into).cast("B")[:align_up(length)]
         start = time.monotonic()
@@ -178,8 +203,7 @@ class SsdTier:
             self._active_reads += 1
             overlap = self._active_reads
         try:
-            with DirectFile(self.path(session_id), os.O_RDONLY, self.direct_io) as f:
-                result = self._read_verified(f, view, length)
+            result = self._read_verified(f, view, length)
         finally:
             with self._lock:
                 self._active_reads -= 1

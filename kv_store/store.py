@@ -20,7 +20,7 @@ import inspect
 import logging
 import threading
 import time
-from collections import OrderedDict, defaultdict
+from collections import OrderedDict
 from concurrent.futures import CancelledError, Future
 from dataclasses import dataclass
 
@@ -47,6 +47,7 @@ log = logging.getLogger("bidaw.kv_store")
 TIER_NONE, TIER_DRAM, TIER_SSD, TIER_LOADING = (common_pb2.TIER_NONE, common_pb2.TIER_DRAM,
                                                 common_pb2.TIER_SSD, common_pb2.TIER_LOADING)
 MAX_SESSION_ID = 256
+LOCK_STRIPES = 1024
 MAX_QUEUED = 100_000  # arrivals remembered for the look-ahead; a lost completion must not leak
 
 
@@ -95,7 +96,7 @@ class KVStore:
         self.arena = ShmArena(config.shm_dir, config.dram_bytes)
         self.dram = DramTier(self.arena)
         self.meter = BandwidthMeter(config.ssd_read_gbps * 1e9)
-        cap = BandwidthCap(config.ssd_read_gbps_cap * 1e9)
+        cap = BandwidthCap(config.ssd_read_gbps_cap * 1e9, burst=config.ssd_io_bytes)
         self.ssd = SsdTier(config.data_dir, config.ssd_direct_io, config.ssd_io_bytes,
                            config.ssd_read_depth, cap, self.meter)
         self.catalog = make_catalog(config.index, config.index_namespace)
@@ -110,7 +111,7 @@ class KVStore:
         self._prepared: dict[str, tuple[str, Payload, str]] = {}  # region -> (session,
         self._queued: list[str] = []  # sessions of queued requests    payload, lease)
         self._lock = threading.RLock()
-        self._session_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
+        self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
         self.writer = OrderedWriter(config.ssd_write_concurrency)
         self.persister = Persister(self)
         self.promoter = Promoter(config.promote_concurrency, self._load, self.meter, cap.rate)
@@ -122,6 +123,11 @@ class KVStore:
         self._housekeeper = threading.Thread(target=self._housekeep, name="store-housekeeping",
                                              daemon=True)
         self._housekeeper.start()
+
+    def _session_lock(self, session_id: str) -> threading.Lock:
+        """Serialises the writes and SSD loads of a session (striped: a bounded set of locks,
+        whatever the number of sessions; two sessions rarely share one)."""
+        return self._stripes[hash(session_id) % LOCK_STRIPES]
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -197,7 +203,7 @@ class KVStore:
             handle = self._read_dram(session_id, max_tokens)
             if handle is not None:
                 return handle
-            with self._session_locks[session_id]:
+            with self._session_lock(session_id):
                 handle = self._read_dram(session_id, max_tokens)  # loaded while we waited
                 if handle is not None:
                     return handle
@@ -265,6 +271,10 @@ class KVStore:
             loc = self.location(session_id)
         self.events.publish(loc)
         return handle
+
+    def release_segment(self, segment: Segment) -> None:
+        with self._lock:
+            self.arena.unref(segment)
 
     def _release_pieces(self, pieces: list[ShmPiece]) -> None:
         with self._lock:
@@ -347,15 +357,15 @@ class KVStore:
             self._check_write(session_id, format, bytes_per_token, token_ids, payload.nbytes)
             self._refresh(session_id)
         except errors.StoreError:
-            self._release_payload(payload)
+            self.release_payload(payload)
             raise
-        with self._session_locks[session_id]:
+        with self._session_lock(session_id):
             with self._lock:
                 try:
                     base, same = self._write_base(session_id, start_token, format,
                                                   bytes_per_token, model)
                 except errors.StoreError:
-                    self._release_payload(payload)
+                    self.release_payload(payload)
                     raise
                 meta = SessionMeta(session_id, format, bytes_per_token, model,
                                    base.token_ids[:start_token] + list(token_ids))
@@ -368,7 +378,7 @@ class KVStore:
                     session_id,
                     lambda: self.persister.persist(session_id, start_token, list(token_ids),
                                                    format, bytes_per_token, model, payload),
-                    on_cancel=lambda: self._release_payload(payload))
+                    on_cancel=lambda: self.release_payload(payload))
                 loc = self.location(session_id)
             self.events.publish(loc)
             if not wait_durable and in_dram:
@@ -436,7 +446,7 @@ class KVStore:
             raise errors.aborted("an earlier write of this session failed, so this one was "
                                  "dropped; look the session up and write again") from None
 
-    def _release_payload(self, payload: Payload) -> None:
+    def release_payload(self, payload: Payload) -> None:
         with self._lock:
             payload.release(self.arena.unref)
 
@@ -491,7 +501,6 @@ class KVStore:
         self._metas.pop(session_id, None)
         self._versions.pop(session_id, None)
         self._ssd_lru.pop(session_id, None)
-        self._session_locks.pop(session_id, None) if not self.writer.busy(session_id) else None
         self.events.publish(Location(session_id, TIER_NONE, 0, 0, 0.0))
 
     def _adopt(self, entry) -> None:
@@ -500,7 +509,7 @@ class KVStore:
         self._drop_dram(sid)
         self._metas[sid] = entry.meta.copy()
         self._versions[sid] = entry.version
-        self.ssd.file_bytes[sid] = entry.ssd_len
+        self.ssd.set_length(sid, entry.ssd_len)
         self._ssd_lru[sid] = None
         self._ssd_lru.move_to_end(sid)
 
@@ -520,11 +529,11 @@ class KVStore:
                 if session_id in self._versions:
                     self.forget(session_id, local_only=True)
                 return
-            if entry.version != self._versions.get(session_id):
-                self._adopt(entry)
-                loc = self.location(session_id)
-        if entry is not None:
-            self.events.publish(self.location(session_id))
+            if entry.version == self._versions.get(session_id):
+                return
+            self._adopt(entry)
+            loc = self.location(session_id)
+        self.events.publish(loc)
 
     def revert(self, session_id: str) -> None:
         """An SSD write failed: back to what is durable (under the lock)."""

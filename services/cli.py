@@ -18,6 +18,9 @@ COMMANDS = [
     "bench.commands.trace",
     "bench.commands.simulate",
     "bench.commands.bench_policies",
+    "bench.commands.bench_store",
+    "bench.commands.replay",
+    "bench.commands.bench_live",
     "bench.commands.bench_compute",
     "bench.commands.bench_gateway",
 ]

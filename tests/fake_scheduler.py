@@ -17,6 +17,7 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
         self.stored: dict[str, int] = {}  # session -> tokens "stored" by its last turn
         self.release = threading.Event()
         self.blocked = 0
+        self.cancelled = 0
         self._lock = threading.Lock()
 
     def SubmitTurn(self, request, context):
@@ -32,7 +33,11 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
         if last == "!block":
             with self._lock:
                 self.blocked += 1
-            self.release.wait(30)
+            while not self.release.wait(0.05):
+                if not context.is_active():  # the gateway cancelled the call
+                    with self._lock:
+                        self.cancelled += 1
+                    return
         words = (["echo:"] + last.split())[:request.max_tokens or 16]
         prompt = sum(len(m.content.split()) + 1 for m in request.messages) or len(
             request.prompt_token_ids)

@@ -276,6 +276,23 @@ def test_overload_sheds_with_429_and_retry_after(gateway, fake):
     assert post(gateway, "/v1/chat/completions", chat_body("x"))[0] == 200
 
 
+def test_client_hanging_up_cancels_the_turn(gateway, fake):
+    _, scheduler = fake
+    scheduler.release.clear()
+    scheduler.blocked = scheduler.cancelled = 0
+    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=30)
+    conn.request("POST", "/v1/chat/completions", json.dumps(chat_body("!block")),
+                 {"Content-Type": "application/json"})
+    deadline = time.monotonic() + 10
+    while scheduler.blocked < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    conn.close()
+    while scheduler.cancelled < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    scheduler.release.set()
+    assert scheduler.cancelled == 1
+
+
 def test_scheduler_down_gives_503():
     config = GatewayConfig(listen="127.0.0.1:0", scheduler=f"127.0.0.1:{free_port()}",
                            request_timeout_s=5)

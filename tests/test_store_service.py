@@ -62,7 +62,7 @@ def test_survives_restart(store, tmp_path):
 
 
 def test_dram_eviction_keeps_ssd_copy(store):
-    client, core = store(dram_bytes=250)
+    client, core = store(dram_bytes=250, eviction="lru")
     for name in "abc":
         client.write(name, 0, [1], KV, 100, "m", name.encode() * 100)
     assert core.stats()["dram_sessions"] == 2 and core.stats()["dram_evictions"] == 1

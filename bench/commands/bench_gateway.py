@@ -4,6 +4,9 @@ The same turn (same prompt, fresh session, fixed answer length with ignore_eos) 
 alternately through both paths so that the machine's noise hits both alike; the figure is the
 ratio of the medians. `--backend echo` swaps the model for an in-process echo scheduler, which
 isolates the gateway's own cost (HTTP parsing, JSON, the extra gRPC hop).
+
+`--tracing` instead compares throughput (turns/s, `--concurrency` clients) with tracing off and
+on, exporting every span to an in-process OTLP sink, each on a freshly started deployment.
 """
 from __future__ import annotations
 
@@ -25,6 +28,9 @@ def register(sub, groups) -> None:
     p.add_argument("--turns", type=int, default=20, help="turns timed per path")
     p.add_argument("--max-tokens", type=int, default=8, help="answer length (ignore_eos)")
     p.add_argument("--stream", action="store_true", help="time SSE streams instead of JSON")
+    p.add_argument("--tracing", action="store_true",
+                   help="tracing on vs off throughput ratio instead of the overhead")
+    p.add_argument("--concurrency", type=int, default=4, help="clients for --tracing")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 
@@ -88,12 +94,91 @@ def _measure(scheduler: str, gateway_port: int, args) -> dict:
             "overhead_ms_p50": round((g - d) * 1000, 3), "ratio_p50": round(g / d, 4)}
 
 
+def _throughput(gateway_port: int, args) -> float:
+    """Turns per second with `--concurrency` clients sending `--turns` turns in all."""
+    import http.client
+    import threading
+
+    def client(k: int) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", gateway_port, timeout=600)
+        for i in range(k, args.turns, args.concurrency):
+            _http_turn(conn, f"bench-tp-{i}", args.max_tokens, args.stream)
+        conn.close()
+
+    conn = http.client.HTTPConnection("127.0.0.1", gateway_port, timeout=600)
+    for i in range(2):
+        _http_turn(conn, f"bench-tp-warm-{i}", args.max_tokens, args.stream)
+    conn.close()
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(args.concurrency)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return args.turns / (time.perf_counter() - start)
+
+
+def _span_sink():
+    """An OTLP/gRPC endpoint that accepts spans and counts them."""
+    from concurrent import futures
+
+    import grpc
+    from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+
+    class Sink(trace_service_pb2_grpc.TraceServiceServicer):
+        spans = 0
+
+        def Export(self, request, context):
+            Sink.spans += sum(len(ss.spans) for rs in request.resource_spans
+                              for ss in rs.scope_spans)
+            return trace_service_pb2.ExportTraceServiceResponse()
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(Sink(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    return server, port, Sink
+
+
+def _tracing_ratio(args, say) -> dict:
+    import tempfile
+
+    from services.launcher import LocalDeployment
+
+    server, port, sink = _span_sink()
+    rates = {}
+    try:
+        for mode in ("off", "on"):
+            env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
+                   "OTEL_EXPORTER_OTLP_INSECURE": "true"} if mode == "on" else {
+                "OTEL_SDK_DISABLED": "true"}
+            with tempfile.TemporaryDirectory(prefix="bidaw-bench-tr-") as tmp:
+                say(f"tracing {mode}: starting the embedded deployment ...")
+                with LocalDeployment(data_dir=tmp, default_max_tokens=args.max_tokens,
+                                     extra_env=env) as dep:
+                    rates[mode] = _throughput(dep.gateway_port, args)
+                    say(f"tracing {mode}: {rates[mode]:.2f} turns/s")
+        time.sleep(1.0)  # the last batch of spans
+    finally:
+        server.stop(0)
+    return {"turns": args.turns, "concurrency": args.concurrency, "max_tokens": args.max_tokens,
+            "turns_per_s_off": round(rates["off"], 3), "turns_per_s_on": round(rates["on"], 3),
+            "on_over_off": round(rates["on"] / rates["off"], 4), "spans_exported": sink.spans}
+
+
 def run(args: argparse.Namespace) -> int:
     import tempfile
 
     from services.launcher import LocalDeployment, free_port, wait_http
 
     say = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
+    if args.tracing:
+        result = _tracing_ratio(args, say)
+        print(json.dumps(result) if args.json else
+              f"tracing on/off throughput: {result['turns_per_s_on']:.2f} / "
+              f"{result['turns_per_s_off']:.2f} turns/s = x{result['on_over_off']:.3f} "
+              f"({result['spans_exported']} spans exported)")
+        return 0
     if args.backend == "echo":
         import subprocess
 

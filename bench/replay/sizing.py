@@ -1,8 +1,9 @@
 """How much KV a plan keeps alive, and the tier sizes that make DRAM a fraction of it. Pure.
 
-The working set is the peak, over the plan's timeline (sends at their scripted times, answers
-taken as instant), of the KV of every session that will be used again: between a turn and the
-session's next turn it holds (history + query + answer) x bytes_per_token. The paper's setting is
+The working set is the peak, over the plan's timeline, of the KV of every session that will be
+used again: from a turn's send to the session's next turn it holds (history + query + answer) x
+bytes_per_token. In the timeline a turn lasts answer_len x `turn_s_per_token` (0: instant), so a
+slow machine, where sessions stay open longer, gets the larger working set it really has. The paper's setting is
 a working set 3.91x the DRAM tier; the ideal system gets DRAM larger than all KV ever stored.
 """
 from __future__ import annotations
@@ -21,17 +22,19 @@ class WorkingSet:
     total_bytes: int         # all KV stored by the end (every session's final size)
     reuse_bytes_median: int  # median KV a returning turn needs loaded
     reuses: int              # turns that continue a session
+    reuse_bytes_p90: int = 0
 
 
-def working_set(plan: Plan, bytes_per_token: int) -> WorkingSet:
+def working_set(plan: Plan, bytes_per_token: int, turn_s_per_token: float = 0.0) -> WorkingSet:
     events: list[tuple[float, int]] = []  # (time, change in live bytes)
     final: dict[str, int] = {}
     reuse: list[int] = []
     for u in plan.users:
-        now = u.start_s
+        now, busy = u.start_s, 0.0
         held: dict[str, int] = {}  # session -> bytes alive since its previous turn
         for i, t in enumerate(u.turns):
-            now += t.think_s
+            now += busy + t.think_s
+            busy = t.answer_len * turn_s_per_token
             if t.history_tokens and t.session in held:
                 reuse.append(held[t.session])
                 events.append((now, -held.pop(t.session)))
@@ -46,8 +49,9 @@ def working_set(plan: Plan, bytes_per_token: int) -> WorkingSet:
     for _, delta in events:
         live += delta
         peak = max(peak, live)
-    return WorkingSet(peak, sum(final.values()),
-                      int(statistics.median(reuse)) if reuse else 0, len(reuse))
+    reuse.sort()
+    return WorkingSet(peak, sum(final.values()), int(statistics.median(reuse)) if reuse else 0,
+                      len(reuse), reuse[int(0.9 * (len(reuse) - 1))] if reuse else 0)
 
 
 @dataclass(frozen=True)
@@ -59,14 +63,16 @@ class TierSizes:
 
 
 def tier_sizes(ws: WorkingSet, ratio: float = PAPER_WS_RATIO, load_s: float = 1.0,
-               dram_bytes: int = 0, ssd_read_gbps_cap: float | None = None) -> TierSizes:
+               dram_bytes: int = 0, ssd_read_gbps_cap: float | None = None,
+               min_dram_bytes: int = 0) -> TierSizes:
     """DRAM = working set / ratio; the SSD cap makes the median reuse load take `load_s`.
 
     Why a cap: in the paper (OPT-13B, 800 KiB/token, 1.5 GB/s) loading 1k tokens of history
     takes ~0.55 s, about half of a 45-token answer's decode; here the page cache would make the
     same load nearly free, so the cap restores a load time of the order of a turn's compute.
-    Values given explicitly win."""
-    dram = dram_bytes or max(1 << 20, int(ws.peak_bytes / ratio))
+    `min_dram_bytes` keeps DRAM above a few sessions' KV: with few users, working set / ratio can
+    be smaller than one session, and then no policy can matter. Values given explicitly win."""
+    dram = dram_bytes or max(1 << 20, int(ws.peak_bytes / ratio), min_dram_bytes)
     ideal = 2 * ws.total_bytes + (64 << 20)
     ssd = 2 * ws.total_bytes + (256 << 20)
     if ssd_read_gbps_cap is None:

@@ -42,7 +42,10 @@ async def start(config: GatewayConfig, gateway: Gateway | None = None) -> tuple[
     """Start serving; returns the runner (await runner.cleanup() to stop) and the bound port."""
     gateway = gateway or Gateway(config)
     check_exposure(config, gateway)
-    runner = web.AppRunner(gateway.app, access_log=None, handle_signals=False)
+    # handler_cancellation: a client that hangs up cancels its handler, whose `finally` cancels
+    # the SubmitTurn call, so the worker stops generating for nobody.
+    runner = web.AppRunner(gateway.app, access_log=None, handle_signals=False,
+                           handler_cancellation=True)
     await runner.setup()
     host, port = split_listen(config.listen)
     site = web.TCPSite(runner, host, port, backlog=1024)

@@ -1,0 +1,115 @@
+"""`bidaw bench live`: the same trace replayed against one fresh deployment per system under test
+(recompute, FCFS+LRU, CachedAttention, Bidaw and its ablations, Bidaw-size, the ideal)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+# Defaults sized for the 2-core CPU box with SmolLM2-135M (see docs/replay.md); on a GPU raise
+# --users / --max-rounds / --time-scale and pass --model and --bytes-per-token.
+DEFAULTS = dict(users=16, time_scale=0.02, max_rounds=6, max_context=2048)
+SMOLLM2_KV_BYTES_PER_TOKEN = 46_080  # float32 K/V on CPU: 30 layers x 2 x 3 heads x 64 x 4 B
+
+
+def register(sub: argparse._SubParsersAction, groups: dict) -> None:
+    from bench.replay.args import add_plan_args
+    from bench.replay.systems import ABLATIONS, DEFAULT_SYSTEMS
+
+    p = groups["bench"].add_parser(
+        "live", help="replay one trace against a fresh deployment per system, side by side",
+        description="Starts the embedded deployment once per system and replays the same "
+        "sampled, time-scaled window of the trace against each. DRAM is sized so the working "
+        "set is --ws-ratio times it (paper: 3.91x) and SSD reads are capped so a median reuse "
+        "load takes --load-s seconds; the ideal's DRAM holds all KV.")
+    add_plan_args(p, **DEFAULTS, trace_required=False)
+    p.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS),
+                   help=f"comma list (ablations: {', '.join(ABLATIONS)}; 'all' for every one)")
+    p.add_argument("--model", default="smollm2-135m", help="model every worker serves")
+    p.add_argument("--bytes-per-token", type=int, default=SMOLLM2_KV_BYTES_PER_TOKEN,
+                   help="the model's stored KV bytes per token (sizes the tiers)")
+    p.add_argument("--ws-ratio", type=float, default=3.91, help="working set / DRAM")
+    p.add_argument("--dram-bytes", default="", help="DRAM tier of the limited systems "
+                   "(default: working set / --ws-ratio)")
+    p.add_argument("--ssd-read-gbps-cap", type=float, default=None,
+                   help="SSD read cap in GB/s (default: from --load-s; 0: no cap)")
+    p.add_argument("--load-s", type=float, default=1.0,
+                   help="seconds a median reuse load should take under the cap")
+    p.add_argument("--max-loads", type=int, default=2, help="SSD->DRAM loads at once")
+    p.add_argument("--deadline", type=float, default=150.0,
+                   help="per system: send no turn after this many seconds (0: none)")
+    p.add_argument("--data-dir", default="", help="where deployments keep files (default: tmp)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--plot", metavar="DIR", help="write PNG figures (all systems overlaid)")
+    p.add_argument("--records-dir", metavar="DIR", help="write SYSTEM.jsonl per-turn records")
+    p.set_defaults(func=_run)
+
+
+def _systems(text: str) -> list[str]:
+    from bench.replay.systems import ABLATIONS, DEFAULT_SYSTEMS, SYSTEMS
+
+    names = [*DEFAULT_SYSTEMS, *ABLATIONS] if text == "all" else \
+        [s.strip() for s in text.split(",") if s.strip()]
+    unknown = [n for n in names if n not in SYSTEMS]
+    if unknown:
+        raise SystemExit(f"unknown systems {unknown}; known: {', '.join(SYSTEMS)}")
+    return names
+
+
+def _run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from bench.replay.args import describe, plan_config
+    from bench.replay.live import LiveOptions, run_system
+    from bench.replay.plan import make_plan
+    from bench.replay.records import write_jsonl
+    from bench.replay.report import bench_row, ratios, summarize
+    from bench.replay.sizing import tier_sizes, working_set
+    from bench.replay.source import load_turns
+    from bench.replay.systems import SYSTEMS
+    from bench.replay.table import render, render_ratios
+    from services.config import parse_size
+
+    names = _systems(args.systems)
+    plan = make_plan(load_turns(args.trace, args.format, args.seed), plan_config(args))
+    ws = working_set(plan, args.bytes_per_token)
+    sizes = tier_sizes(ws, args.ws_ratio, args.load_s,
+                       parse_size(args.dram_bytes) if args.dram_bytes else 0,
+                       args.ssd_read_gbps_cap)
+    say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
+    say(describe(plan))
+    say(f"working set {ws.peak_bytes / 2**20:.0f} MiB (all KV {ws.total_bytes / 2**20:.0f} MiB, "
+        f"median reuse {ws.reuse_bytes_median / 2**20:.1f} MiB); DRAM "
+        f"{sizes.dram_bytes / 2**20:.0f} MiB ({ws.peak_bytes / sizes.dram_bytes:.2f}x), ideal "
+        f"{sizes.ideal_dram_bytes / 2**20:.0f} MiB, SSD cap {sizes.ssd_read_gbps_cap * 1e3:.1f} MB/s")
+    opts = LiveOptions(model=args.model, max_loads=args.max_loads, deadline_s=args.deadline,
+                       data_dir=args.data_dir)
+    rows, runs = {}, {}
+    for name in names:
+        bar = tqdm(total=plan.turns, unit="turn", desc=f"{name:16s}", file=sys.stderr,
+                   dynamic_ncols=True)
+        run = run_system(name, SYSTEMS[name], plan, sizes, opts, on_record=lambda r: bar.update())
+        bar.close()
+        rows[name] = bench_row(summarize(run.result.records, run.result.samples))
+        rows[name]["store"] = run.store_stats
+        runs[name] = (run.result.records, run.result.samples)
+        if args.records_dir:
+            write_jsonl(run.result.records, f"{args.records_dir}/{name}.jsonl")
+        say(f"{name}: started in {run.start_s:.0f} s, replay {run.result.wall_s:.0f} s, "
+            f"{rows[name]['turns']} turns, latency mean {rows[name]['latency_mean']:.2f} s")
+    if args.plot:
+        from bench.replay.plots import write_all
+
+        write_all(runs, args.plot)
+    out = {"systems": rows, "ratios": ratios(rows), "config": {
+        "window": plan.window, "users": len(plan.users), "turns": plan.turns,
+        "time_scale": plan.config.time_scale, "max_rounds": plan.config.max_rounds,
+        "working_set_bytes": ws.peak_bytes, "all_kv_bytes": ws.total_bytes,
+        "dram_bytes": sizes.dram_bytes, "ideal_dram_bytes": sizes.ideal_dram_bytes,
+        "ssd_read_gbps_cap": sizes.ssd_read_gbps_cap, "model": args.model}}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(render(rows))
+        print(render_ratios(out["ratios"]))
+    return 0

@@ -1,0 +1,48 @@
+"""The systems under test in `bidaw bench live`: one deployment configuration each. Pure."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.replay.sizing import TierSizes
+
+
+@dataclass(frozen=True)
+class System:
+    policy: str                # scheduler: bidaw (dual queue, disk-HRRN) or fcfs
+    eviction: str              # store's DRAM eviction policy
+    about: str
+    prefetch_window: int = 1   # fcfs only: SSD loads may start this far behind the head
+    use_store: bool = True     # False: the worker recomputes every prompt
+    ideal: bool = False        # DRAM larger than all KV ever stored
+
+
+SYSTEMS: dict[str, System] = {
+    "recompute": System("fcfs", "lru", "no KV store: every turn prefills its whole history",
+                        use_store=False),
+    "fcfs-lru": System("fcfs", "lru", "vLLM-style offload: FCFS, load at the head, LRU"),
+    "cachedattention": System("fcfs", "queue-aware", "CachedAttention: FCFS with look-ahead 30 "
+                              "prefetch, LRU that spares the next 30 queued", prefetch_window=30),
+    "bidaw": System("bidaw", "bidaw", "I/O-aware scheduling + previous-answer-based eviction"),
+    "bidaw-sched-only": System("bidaw", "lru", "ablation: Bidaw's scheduler, LRU eviction"),
+    "bidaw-evict-only": System("fcfs", "bidaw", "ablation: FCFS (load at head), Bidaw eviction"),
+    "bidaw-size": System("bidaw", "bidaw-size", "Bidaw with size-aware eviction"),
+    "ideal": System("fcfs", "lru", "all KV fits in DRAM", ideal=True),
+}
+DEFAULT_SYSTEMS = ("recompute", "fcfs-lru", "cachedattention", "bidaw", "bidaw-size", "ideal")
+ABLATIONS = ("bidaw-sched-only", "bidaw-evict-only")
+
+
+def deployment_kwargs(system: System, sizes: TierSizes, *, model: str, max_loads: int = 2,
+                      max_answer: int = 4096) -> dict:
+    """Keyword arguments of services.launcher.LocalDeployment (without data_dir)."""
+    store = ["--promote-concurrency", str(max_loads)]
+    if sizes.ssd_read_gbps_cap > 0:  # load estimates then match the emulated disk
+        store += ["--ssd-read-gbps-cap", f"{sizes.ssd_read_gbps_cap:.6f}",
+                  "--ssd-read-gbps", f"{sizes.ssd_read_gbps_cap:.6f}"]
+    scheduler = ["--max-loads", str(max_loads)]
+    if system.policy == "fcfs":
+        scheduler += ["--prefetch-window", str(system.prefetch_window)]
+    return dict(dram_bytes=str(sizes.ideal_dram_bytes if system.ideal else sizes.dram_bytes),
+                ssd_bytes=str(sizes.ssd_bytes), eviction=system.eviction, policy=system.policy,
+                model=model, use_store=system.use_store, default_max_tokens=max_answer,
+                extra_args={"store": store, "scheduler": scheduler})

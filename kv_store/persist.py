@@ -1,0 +1,238 @@
+"""The store's SSD paths: writing a turn's record durably (room, disk full, compaction) and
+reading a session back verified (a bad record shortens the session to what checks out).
+
+A write runs on the session's ordered writer thread under the index's lock for the session: it
+re-reads the committed state, appends the record at the committed end, fsyncs, and only then
+publishes the new committed length and version. A torn or corrupt record is detected by its
+checksum when read: the session keeps the tokens before it (they were acknowledged and are
+intact), the rest is cut off the file and is a miss, recomputed by the next turn.
+"""
+from __future__ import annotations
+
+import errno
+import logging
+import mmap
+import os
+import zlib
+from typing import TYPE_CHECKING
+
+from . import errors, ssd_record
+from .aligned_io import aligned_buffer
+from .buffers import Payload
+from .catalog import CatalogEntry
+from .session_meta import SessionMeta
+from .shm_arena import Segment
+from .ssd_log import SessionLog
+from .ssd_record import CorruptRecord
+from .ssd_tier import ReadResult
+
+if TYPE_CHECKING:
+    from .store import KVStore
+
+log = logging.getLogger("bidaw.kv_store")
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+COMPACT_MIN_WASTE = 4 << 20  # bytes of headers, padding and replaced tails before compacting
+COMPACT_WASTE_RATIO = 0.25  # ... and that share of the session's own bytes
+
+
+class Persister:
+    def __init__(self, store: "KVStore"):
+        self.store = store
+        self.ssd = store.ssd
+        self.catalog = store.catalog
+
+    # -- writes (on the writer thread of the session) -----------------------------------------
+
+    def persist(self, session_id: str, start: int, token_ids: list[int], format: int,
+                bytes_per_token: int, model: str, payload: Payload) -> int:
+        """Append one record; durable when this returns. On failure the session goes back
+        to its durable state and the error (a StoreError) reaches a waiting writer."""
+        store = self.store
+        view = None
+        try:
+            with self.catalog.lock(session_id):
+                entry = self.catalog.get(session_id)
+                base = entry.meta if entry is not None and start > 0 else None
+                if start > 0 and (base is None or start > base.num_tokens or not base.compatible(
+                        format, bytes_per_token, model)):
+                    raise errors.aborted(f"session {session_id!r} changed on SSD under this "
+                                         "write (dropped, or written by another replica); look "
+                                         "it up and write again")
+                meta = SessionMeta(session_id, format, bytes_per_token, model,
+                                   (base.token_ids[:start] if base else []) + token_ids)
+                view = payload.view()
+                header = ssd_record.encode_header(session_id, format, start, bytes_per_token,
+                                                  model, token_ids, len(view), zlib.crc32(view))
+                offset = entry.ssd_len if base is not None else 0
+                end = self._append(session_id, offset, header, view)
+                written = end - offset
+                if self._wants_compaction(meta, end):
+                    end, rewritten = self._compact(session_id, meta, end)
+                    written += rewritten
+                version = (entry.version if entry is not None else 0) + 1
+                self.catalog.put(CatalogEntry(meta, end, version))
+            with store._lock:
+                store._versions[session_id] = version
+                store.counters.ssd_bytes_written += written
+                store.counters.kv_bytes_written += len(view)
+            return end
+        except Exception as exc:
+            if isinstance(exc, CorruptRecord):
+                self._resync(session_id)
+            with store._lock:
+                store.counters.ssd_write_failures += 1
+                store.revert(session_id)
+            if isinstance(exc, errors.StoreError):
+                raise
+            if isinstance(exc, OSError):
+                raise errors.unavailable(f"SSD write failed: {exc.strerror or exc}") from None
+            if isinstance(exc, CorruptRecord):
+                raise errors.aborted(f"{exc}; look the session up and write again") from None
+            log.exception("SSD write of %r failed", session_id)
+            raise errors.unavailable(f"SSD write failed: {exc}") from None
+        finally:
+            view = None
+            store.release_payload(payload)
+
+    def _append(self, session_id: str, offset: int, header: bytes, view: memoryview) -> int:
+        store = self.store
+        need = len(header) + len(view) + 4096
+        with store._lock:
+            if not store.reserve_ssd(session_id, need):
+                raise errors.exhausted("SSD tier is full of KV in use (leased, loading or being "
+                                       "written); retry later")
+        try:
+            return self.ssd.append(session_id, offset, header, view, True)
+        except OSError as exc:
+            if exc.errno not in _DISK_FULL:
+                raise
+            log.warning("SSD disk full writing %r (%s): evicting to make room", session_id, exc)
+        with store._lock:
+            freed = store.reserve_ssd(session_id, need, force=True)
+        if freed:
+            try:
+                return self.ssd.append(session_id, offset, header, view, True)
+            except OSError as exc:
+                if exc.errno not in _DISK_FULL:
+                    raise
+        raise errors.exhausted("the SSD tier's disk is full and nothing more can be evicted; "
+                               "the KV was not stored (the next turn recomputes)")
+
+    @staticmethod
+    def _wants_compaction(meta: SessionMeta, end: int) -> bool:
+        waste = end - meta.num_bytes
+        return waste > max(COMPACT_MIN_WASTE, COMPACT_WASTE_RATIO * meta.num_bytes)
+
+    def _compact(self, session_id: str, meta: SessionMeta, end: int) -> tuple[int, int]:
+        """Rewrite the session as one record (replaced tails and per-turn padding go)."""
+        image = aligned_buffer(end)
+        try:
+            result = self.ssd.read(session_id, end, image)
+            if result.corrupt or result.log.meta.token_ids != meta.token_ids:
+                log.warning("not compacting %r: %s", session_id, result.corrupt or "mismatch")
+                return end, 0
+            live = aligned_buffer(meta.num_bytes)
+            pos = 0
+            for piece in result.log.pieces:
+                live[pos:pos + piece.length] = image[piece.offset:piece.offset + piece.length]
+                pos += piece.length
+            view = memoryview(live)[:meta.num_bytes]
+            header = ssd_record.encode_header(session_id, meta.format, 0, meta.bytes_per_token,
+                                              meta.model, meta.token_ids, len(view),
+                                              zlib.crc32(view))
+            new_end = self.ssd.append(session_id, 0, header, view, True)
+            return new_end, new_end
+        except OSError as exc:  # the appended record stands; compaction waits for a later turn
+            log.warning("compaction of %r failed: %s", session_id, exc)
+            return end, 0
+
+    def _resync(self, session_id: str) -> None:
+        """The file lost its committed tail (a crash between a rewrite and its publication):
+        take what the file holds as the committed state."""
+        path = self.ssd.path(session_id)
+        with self.catalog.lock(session_id):
+            entry = self.catalog.get(session_id)
+            log_, end = self.ssd.scan_file(path) if path.exists() else (SessionLog(), 0)
+            if log_.meta is None:
+                self.ssd.delete(session_id)
+                self.catalog.delete(session_id)
+            else:
+                self.ssd.set_length(session_id, end)
+                self.catalog.put(CatalogEntry(log_.meta, end,
+                                              (entry.version if entry else 0) + 1))
+
+    # -- reads (the caller holds the session lock; no write of the session is running) --------
+
+    def read_session(self, session_id: str, admit: bool):
+        """(result, segment or None, buffer or None, version) with the verified file image in
+        a new DRAM segment (`admit` and room) or aligned memory; None if the file changed
+        under the read (read again)."""
+        store = self.store
+        entry = self.catalog.get(session_id)
+        segment: Segment | None = None
+        with store._lock:
+            if entry is not None and admit:
+                segment = store._dram_segment(session_id, 0, entry.ssd_len)
+        if entry is None:
+            with store._lock:
+                store.forget(session_id, local_only=True)
+            return ReadResult(SessionLog(), 0), None, None, 0
+        try:
+            image = self._map(segment) if segment is not None else aligned_buffer(entry.ssd_len)
+            with self.ssd.open_read(session_id) as f:
+                result = self.ssd.read_file(f, entry.ssd_len, image)
+        except OSError as exc:
+            result = ReadResult(SessionLog(), 0, f"unreadable: {exc.strerror or exc}")
+        version = entry.version
+        if result.corrupt:
+            version = self._drop_bad_tail(session_id, entry, result)
+            if version is None:
+                if segment is not None:
+                    store.release_segment(segment)
+                return None
+        if segment is not None:
+            _close_quietly(image)
+            return result, segment, None, version
+        return result, None, image, version
+
+    def _map(self, segment: Segment) -> mmap.mmap:
+        fd = os.open(self.store.arena.path(segment), os.O_RDWR)
+        try:
+            return mmap.mmap(fd, segment.size)
+        finally:
+            os.close(fd)
+
+    def _drop_bad_tail(self, session_id: str, entry: CatalogEntry,
+                       result: ReadResult) -> int | None:
+        """Cut the file after the last good record; the new version (None: the file changed
+        since it was read, so the fault may be ours: read again)."""
+        store = self.store
+        with self.catalog.lock(session_id):
+            current = self.catalog.get(session_id)
+            if current is None or current.version != entry.version:
+                return None
+            kept = result.log.meta
+            log.warning("session %r: %s at byte %d; keeping its first %d tokens", session_id,
+                        result.corrupt, result.valid_end, 0 if kept is None else kept.num_tokens)
+            version = entry.version + 1
+            if kept is None:
+                self.ssd.delete(session_id)
+                self.catalog.delete(session_id)
+            else:
+                self.ssd.truncate(session_id, result.valid_end)
+                fixed = CatalogEntry(kept.copy(), result.valid_end, version)
+                self.catalog.put(fixed)
+        with store._lock:
+            store.counters.corrupt_records += 1
+            if kept is None:
+                store.forget(session_id, local_only=True)
+            else:
+                store._adopt(fixed)
+        return version
+
+
+def _close_quietly(m: mmap.mmap) -> None:
+    try:
+        m.close()
+    except BufferError:  # a view is still alive somewhere; the collector closes it
+        pass

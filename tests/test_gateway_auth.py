@@ -1,0 +1,56 @@
+"""API keys -> tenants, session scoping, and the loopback-only rule for an open gateway."""
+from __future__ import annotations
+
+import pytest
+
+from services.gateway.app import Gateway
+from services.gateway.auth import OPEN_TENANT, Tenants, parse_keys, scoped_session
+from services.gateway.config import GatewayConfig
+from services.gateway.main import check_exposure, is_loopback
+
+
+def test_keys_from_flag_env_and_file(tmp_path, monkeypatch):
+    keys = tmp_path / "keys"
+    keys.write_text("# tenant key\nacme sk-acme-1\nglobex:sk-globex-2\n\n")
+    monkeypatch.setenv("BIDAW_GATEWAY_API_KEYS", "initech:sk-ini-3")
+    from services.config import load_config
+
+    config = load_config(GatewayConfig, env_prefix="BIDAW_GATEWAY_", api_keys_file=str(keys))
+    tenants = Tenants.from_config(config)
+    assert tenants.resolve("Bearer sk-acme-1") == "acme"
+    assert tenants.resolve("bearer sk-globex-2") == "globex"
+    assert tenants.resolve("Bearer sk-ini-3") == "initech"
+    for bad in (None, "", "Bearer", "Bearer ", "Basic sk-acme-1", "Bearer sk-acme-", "sk-acme-1",
+                "Bearer sk-acme-1x"):
+        assert tenants.resolve(bad) is None
+
+
+def test_bad_key_entries_are_refused_without_echoing_the_key():
+    with pytest.raises(ValueError) as err:
+        parse_keys("acme", "--api-keys")
+    assert "acme" not in str(err.value).replace("`tenant:key`", "")
+    with pytest.raises(ValueError, match="tenant"):
+        parse_keys("bad tenant!:sk-secret", "--api-keys")
+    with pytest.raises(ValueError, match="two entries"):
+        Tenants(parse_keys("a:k1,b:k1", "x"))
+
+
+def test_open_gateway_has_one_tenant_and_sessions_are_namespaced():
+    tenants = Tenants([])
+    assert tenants.open and tenants.resolve(None) == OPEN_TENANT
+    assert scoped_session("acme", "chat-1") != scoped_session("globex", "chat-1")
+    # a tenant name has no "/", so the first "/" of a scoped id always ends the tenant
+    with pytest.raises(ValueError):
+        parse_keys("a/b:sk-1", "x")
+
+
+def test_open_gateway_binds_loopback_only_unless_allowed():
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3")
+    open_config = GatewayConfig(listen="0.0.0.0:8000")
+    with pytest.raises(SystemExit, match="loopback"):
+        check_exposure(open_config, Gateway(open_config))
+    allowed = GatewayConfig(listen="0.0.0.0:8000", allow_open=True)
+    check_exposure(allowed, Gateway(allowed))
+    keyed = GatewayConfig(listen="0.0.0.0:8000", api_keys="acme:sk-1")
+    check_exposure(keyed, Gateway(keyed))

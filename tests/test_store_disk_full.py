@@ -1,0 +1,89 @@
+"""A full disk under the SSD tier: the store evicts to make room, refuses with RESOURCE_EXHAUSTED
+when it cannot, and keeps serving. The disk is a real 2 MiB tmpfs where the machine lets us mount
+one, and a size limit on the directory injected at the write call (ENOSPC past 2 MiB)."""
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+
+import grpc
+import pytest
+
+from compute_worker.kv_client import KVClient
+from kv_store import aligned_io
+from kv_store.config import StoreConfig
+from kv_store.main import start
+from services.gen import common_pb2
+
+KV = common_pb2.KV_FORMAT_KV
+LIMIT = 2 << 20
+BPT, TOKENS = 4096, 100  # 400 KiB a session: the disk holds four
+
+
+def _dir_bytes(root) -> int:
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(root)
+               for f in files)
+
+
+@pytest.fixture(params=["tmpfs", "injected"])
+def small_disk(request, tmp_path, monkeypatch):
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    mounted = request.param == "tmpfs" and subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={LIMIT}", "tmpfs", str(mount)],
+        capture_output=True).returncode == 0
+    if request.param == "tmpfs" and not mounted:
+        pytest.skip("cannot mount a tmpfs here (not root?): the injected variant covers it")
+    if not mounted:
+        real = aligned_io.DirectFile.pwrite_all
+
+        def limited(self, buffers, offset):
+            size = sum(len(b) for b in buffers)
+            grow = max(offset + size - os.fstat(self.fd).st_size, 0)
+            if _dir_bytes(mount) + grow > LIMIT:
+                raise OSError(errno.ENOSPC, "No space left on device (injected)")
+            return real(self, buffers, offset)
+
+        monkeypatch.setattr(aligned_io.DirectFile, "pwrite_all", limited)
+    yield mount
+    if mounted:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_disk_full_evicts_then_refuses_and_keeps_serving(small_disk):
+    server, core = start(StoreConfig(listen="127.0.0.1:0", data_dir=str(small_disk),
+                                     dram_bytes=0, ssd_bytes=1 << 30))  # the disk is the bound
+    client = KVClient(f"127.0.0.1:{server.port}")
+    try:
+        data = {f"s{i}": os.urandom(BPT * TOKENS) for i in range(8)}
+        for sid, payload in data.items():  # twice what the disk holds: the oldest go
+            assert client.write(sid, 0, list(range(TOKENS)), KV, BPT, "m", payload).durable
+        stats = core.stats()
+        assert stats["ssd_evictions"] >= 4 and stats["ssd_write_failures"] == 0
+        kept = [sid for sid in data if client.lookup(sid).tier != common_pb2.TIER_NONE]
+        assert "s7" in kept and len(kept) <= 4
+        for sid in kept:
+            assert client.read(sid).data == data[sid]
+        # Lease everything stored, and each new session: once nothing can go, the write is
+        # refused, clearly.
+        leases = [client.lookup(sid, lease=True).lease_id for sid in kept]
+        with pytest.raises(grpc.RpcError) as err:
+            for i in range(8):
+                client.write(f"x{i}", 0, list(range(TOKENS)), KV, BPT, "m",
+                             os.urandom(BPT * TOKENS))
+                leases.append(client.lookup(f"x{i}", lease=True).lease_id)
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "full" in err.value.details()
+        assert client.lookup(f"x{i}").tier == common_pb2.TIER_NONE
+        # ... and the store still serves reads and, once leases go, writes.
+        for sid in kept:
+            assert client.read(sid).data == data[sid]
+        for lease in leases:
+            client.release(lease)
+        payload = os.urandom(BPT * TOKENS)
+        client.write("new", 0, list(range(TOKENS)), KV, BPT, "m", payload)
+        assert client.read("new").data == payload
+    finally:
+        server.stop(0)
+        core.close()

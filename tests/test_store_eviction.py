@@ -1,0 +1,98 @@
+"""Eviction in the live store: policies by name, fed by what the Awareness stream carries
+(answer lengths, arrivals), never evicting KV under a lease until the lease expires."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from compute_worker.kv_client import KVClient
+from kv_store.config import StoreConfig
+from kv_store.main import start
+from services.gen import common_pb2, kv_store_pb2
+from tests.store_helpers import AwarenessStream, eventually
+
+KV = common_pb2.KV_FORMAT_KV
+DRAM, SSD = common_pb2.TIER_DRAM, common_pb2.TIER_SSD
+SIZE = 64 << 10
+
+
+@pytest.fixture
+def store(tmp_path):
+    made = []
+
+    def make(**kw):
+        server, core = start(StoreConfig(listen="127.0.0.1:0", data_dir=str(tmp_path),
+                                         dram_bytes=2 * SIZE, **kw))
+        made.append((server, core))
+        return KVClient(f"127.0.0.1:{server.port}"), core
+
+    yield make
+    for server, core in made:
+        server.stop(0)
+        core.close()
+
+
+def put(client, sid):
+    client.write(sid, 0, list(range(16)), KV, SIZE // 16, "m", bytes(SIZE))
+
+
+@pytest.mark.parametrize("name", ["lru", "fifo", "queue-aware", "bidaw", "bidaw-size"])
+def test_every_policy_evicts_by_name(store, name):
+    client, core = store(eviction=name)
+    for sid in ("a", "b", "c"):
+        put(client, sid)
+    stats = client.stub.Stats(kv_store_pb2.StoreStatsRequest())
+    assert stats.eviction_policy == name and stats.dram_evictions == 1
+    assert stats.dram_sessions == 2 and stats.dram_bytes == 2 * SIZE
+
+
+def test_default_policy_is_bidaw_size():
+    assert StoreConfig().eviction == "bidaw-size"
+
+
+def test_answer_lengths_from_the_awareness_stream_drive_bidaw_size(store):
+    client, core = store()  # the default
+    put(client, "short")
+    put(client, "long")  # most recent: LRU would keep it
+    stream = AwarenessStream(client.stub)
+    stream.next("snapshot")
+    stream.send(turn_complete=kv_store_pb2.TurnComplete(session_id="short", answer_tokens=5))
+    stream.send(turn_complete=kv_store_pb2.TurnComplete(session_id="long", answer_tokens=2000))
+    stream.send(arrival=kv_store_pb2.Arrival(session_id="new", sequence=1))
+    assert eventually(lambda: core.stats()["answers_observed"] == 2
+                      and core.stats()["arrivals_observed"] == 1)
+    put(client, "new")
+    # A 2000-token answer takes long to read: that user comes back last, so its KV goes.
+    assert client.lookup("long").tier == SSD and client.lookup("short").tier == DRAM
+    stream.close()
+
+
+def test_a_leased_session_is_not_evicted_until_the_lease_expires(store):
+    client, core = store(eviction="lru")
+    put(client, "a")
+    lease = client.stub.Lookup(kv_store_pb2.LookupRequest(session_id="a", lease=True,
+                                                          lease_seconds=0.3)).lease_id
+    put(client, "b")
+    put(client, "c")  # a is least recent, but leased: b goes
+    assert client.lookup("a").tier == DRAM and client.lookup("b").tier == SSD
+    time.sleep(0.35)
+    put(client, "d")  # the lease expired: a goes now
+    assert client.lookup("a").tier == SSD
+    assert lease and core.stats()["leases"] == 0
+
+
+def test_session_end_frees_its_kv_unless_leased(store):
+    client, core = store(eviction="lru")
+    put(client, "done")
+    put(client, "held")
+    lease = client.lookup("held", lease=True).lease_id
+    stream = AwarenessStream(client.stub)
+    stream.next("snapshot")
+    stream.send(session_end=kv_store_pb2.SessionEnd(session_id="done"))
+    stream.send(session_end=kv_store_pb2.SessionEnd(session_id="held"))
+    gone = stream.next("location", where=lambda e: e.session_id == "done")
+    assert gone.tier == common_pb2.TIER_NONE
+    assert client.lookup("held").tier == DRAM
+    client.release(lease)
+    stream.close()

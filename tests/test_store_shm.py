@@ -1,0 +1,113 @@
+"""The co-located data plane over real gRPC and real shared memory: reads and writes through the
+store's regions, the stream fallback, and regions kept under a lease until it ends."""
+from __future__ import annotations
+
+import os
+import time
+
+import grpc
+import pytest
+
+from compute_worker.kv_client import KVClient
+from kv_store.config import StoreConfig
+from kv_store.main import start
+from services.gen import common_pb2, kv_store_pb2
+
+KV = common_pb2.KV_FORMAT_KV
+BPT = 64 << 10
+
+
+@pytest.fixture
+def store(tmp_path):
+    made = []
+
+    def make(**kw):
+        kw.setdefault("eviction", "lru")
+        server, core = start(StoreConfig(listen="127.0.0.1:0", data_dir=str(tmp_path / "ssd"),
+                                         **kw))
+        made.append((server, core))
+        return KVClient(f"127.0.0.1:{server.port}"), core
+
+    yield make
+    for server, core in made:
+        server.stop(0)
+        core.close()
+
+
+def test_co_located_reads_and_writes_go_through_shared_memory(store):
+    client, core = store(dram_bytes=64 << 20)
+    assert client.co_located
+    first, second = os.urandom(16 * BPT), os.urandom(8 * BPT)
+    client.write("s", 0, list(range(16)), KV, BPT, "m", first)
+    client.write("s", 16, list(range(16, 24)), KV, BPT, "m", second)
+    got = client.read("s")
+    assert got.tier == common_pb2.TIER_DRAM and got.data == first + second
+    assert client.read("s", max_tokens=20).data == (first + second)[:20 * BPT]
+    stats = core.stats()
+    assert stats["shm_writes"] == 2 and stats["shm_reads"] == 2
+    assert stats["dram_bytes"] == 24 * BPT  # exact: the two turns' regions, nothing else
+    # ... the same bytes over the stream, as a worker on another machine gets them
+    remote = KVClient(client.target, shared_memory=False)
+    assert not remote.co_located and remote.read("s").data == first + second
+
+
+def test_a_session_that_does_not_fit_is_read_over_the_stream(store):
+    client, core = store(dram_bytes=4 * BPT)
+    data = os.urandom(8 * BPT)
+    reply = client.write("big", 0, list(range(8)), KV, BPT, "m", data)
+    assert reply.tier == common_pb2.TIER_SSD and reply.durable
+    got = client.read("big")
+    assert got.tier == common_pb2.TIER_SSD and got.data == data
+    assert core.stats()["shm_reads"] == 0
+
+
+def test_a_leased_region_survives_eviction_until_released(store):
+    client, core = store(dram_bytes=8 * BPT)
+    a = os.urandom(4 * BPT)
+    client.write("a", 0, list(range(4)), KV, BPT, "m", a)
+    reply = client.stub.OpenShmRead(kv_store_pb2.OpenShmReadRequest(session_id="a"))
+    region = core.arena.dir / reply.pieces[0].region
+    client.write("b", 0, list(range(2)), KV, BPT, "m", os.urandom(2 * BPT))
+    # c needs 4: evicting a frees nothing while its region is leased, so b goes too.
+    client.write("c", 0, list(range(4)), KV, BPT, "m", os.urandom(4 * BPT))
+    assert client.lookup("a").tier == common_pb2.TIER_SSD
+    assert client.lookup("b").tier == common_pb2.TIER_SSD
+    assert region.exists() and region.read_bytes() == a  # never freed or reused under the lease
+    stats = core.stats()
+    assert stats["dram_bytes_outside_entries"] == 4 * BPT and stats["dram_bytes"] == 8 * BPT
+    client.release(reply.lease_id)
+    assert not region.exists() and core.stats()["dram_bytes"] == 4 * BPT
+
+
+def test_read_leases_and_prepared_regions_expire(store):
+    client, core = store(dram_bytes=16 * BPT)
+    client.write("a", 0, list(range(4)), KV, BPT, "m", os.urandom(4 * BPT))
+    reply = client.stub.OpenShmRead(kv_store_pb2.OpenShmReadRequest(session_id="a",
+                                                                    lease_seconds=0.2))
+    prepared = client.stub.PrepareShmWrite(kv_store_pb2.PrepareShmWriteRequest(
+        session_id="w", num_bytes=2 * BPT, lease_seconds=0.2))
+    core._drop_dram("a")
+    assert core.stats()["dram_bytes"] == 6 * BPT
+    time.sleep(0.3)
+    core.expire_leases()  # what the housekeeping thread does twice a second
+    assert core.stats()["dram_bytes"] == 0 and core.stats()["leases"] == 0
+    assert not (core.arena.dir / reply.pieces[0].region).exists()
+    header = kv_store_pb2.KVHeader(session_id="w", num_tokens=2, token_ids=[1, 2], format=KV,
+                                   bytes_per_token=BPT, model="m", shm_region=prepared.region)
+    with pytest.raises(grpc.RpcError) as err:
+        client.stub.WriteKV(iter([kv_store_pb2.KVChunk(header=header)]))
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_async_write_replies_before_the_fsync_and_lands_on_ssd(store, tmp_path):
+    client, core = store(dram_bytes=16 * BPT)
+    data = os.urandom(8 * BPT)
+    reply = client.write("s", 0, list(range(8)), KV, BPT, "m", data, durable=False)
+    assert reply.tier == common_pb2.TIER_DRAM  # readable at once, durable or not yet
+    assert client.read("s").data == data
+    core.writer.wait("s")
+    assert core.catalog.get("s").meta.num_tokens == 8
+    # A write that DRAM cannot take is durable before the reply, whatever the writer allowed.
+    reply = client.write("t", 0, list(range(32)), KV, BPT, "m", os.urandom(32 * BPT),
+                         durable=False)
+    assert reply.durable and reply.tier == common_pb2.TIER_SSD
