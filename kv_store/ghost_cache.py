@@ -6,9 +6,14 @@ The ghost keeps the accesses of the last `lag_s` seconds in a buffer; an access 
 came within `lag_s` (later or never: treated as 'never', evicted first). Replay is incremental, a
 few steps per new access, so every call stays O(log n). Hit counts per bucket decay with a
 half-life of about `window` replayed accesses: the estimate follows the recent past.
+
+With `sample_rate` R > 1 the ghost follows only the sessions whose stable hash falls in 1/R of
+the key space, with capacity and watermark divided by R (spatial sampling, as in SHARDS): R times
+less work for an estimate of the same hit rates.
 """
 from __future__ import annotations
 
+import zlib
 from collections import deque
 from typing import Hashable
 
@@ -21,9 +26,10 @@ NEVER = float("inf")
 class GhostCache:
     def __init__(self, capacity_bytes: int, n_buckets: int, watermark_bytes: int = 0,
                  lag_s: float = 300.0, window: float = 4000.0, prior_hit_rate: float = 0.5,
-                 prior_weight: float = 2.0) -> None:
-        self.capacity = capacity_bytes
-        self.watermark = watermark_bytes
+                 prior_weight: float = 2.0, sample_rate: int = 1) -> None:
+        self.sample_rate = max(int(sample_rate), 1)
+        self.capacity = capacity_bytes // self.sample_rate
+        self.watermark = watermark_bytes // self.sample_rate
         self.lag_s = lag_s
         self._gamma = 1.0 - 1.0 / window
         # buffer of [key, size, bucket, time, next_position]; positions are global counters
@@ -33,7 +39,7 @@ class GhostCache:
         # the replayed cache
         self._heap = LazyHeap()                 # priority (-next_use, entry order)
         self._size: dict[Key, int] = {}
-        self._free = capacity_bytes
+        self._free = self.capacity
         self._entries = 0
         # Decayed hit and access counts per bucket, started from a weak prior.
         self._prior_hit_rate = prior_hit_rate
@@ -42,11 +48,14 @@ class GhostCache:
         self.replayed = 0
 
     def set_capacity(self, capacity_bytes: int) -> None:
+        capacity_bytes //= self.sample_rate
         self._free += capacity_bytes - self.capacity
         self.capacity = capacity_bytes
 
     def record(self, key: Key, size: int, bucket: int | None, now: float) -> None:
         """A real access of `key` (`size` bytes, reuse distance in `bucket`, None if unknown)."""
+        if self.sample_rate > 1 and stable_hash(key) % self.sample_rate:
+            return
         pos = self._base + len(self._buf)
         prev = self._last_pos.get(key)
         if prev is not None:
@@ -56,7 +65,8 @@ class GhostCache:
         self._last_pos[key] = pos
         self._buf.append([key, size, bucket, now, NEVER])
         # Replay what is old enough; at most a few per call so one call never does much work.
-        self.advance(now, max_steps=4)
+        if self._buf[0][3] <= now - self.lag_s:
+            self.advance(now, max_steps=4)
 
     def advance(self, now: float, max_steps: int | None = None) -> int:
         """Replay buffered accesses at least `lag_s` old (all of them if max_steps is None)."""
@@ -108,3 +118,11 @@ class GhostCache:
     def samples(self, bucket: int) -> float:
         """Decayed number of replayed accesses seen in `bucket` (including the prior)."""
         return self._total[bucket]
+
+
+def stable_hash(key: Key) -> int:
+    """A hash that is the same in every process (Python salts str hashes per process)."""
+    if isinstance(key, int):
+        return (key * 2654435761) & 0xFFFFFFFF
+    data = key.encode() if isinstance(key, str) else key if isinstance(key, bytes) else repr(key).encode()
+    return zlib.crc32(data)

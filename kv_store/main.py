@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import logging
 
-from services.gen import kv_store_pb2_grpc
 from services.grpc_util import Server
 from services.runtime import wait_for_signal
 
+from .chunk_wire import add_store_servicer
 from .config import StoreConfig
 from .service import KVStoreService
 from .store import KVStore
@@ -16,8 +16,8 @@ log = logging.getLogger("bidaw.kv_store")
 
 def start(config: StoreConfig) -> tuple[Server, KVStore]:
     store = KVStore(config)
-    server = Server(config.listen, [(kv_store_pb2_grpc.add_KVStoreServicer_to_server,
-                                     KVStoreService(store))], name="bidaw.v1.KVStore")
+    server = Server(config.listen, [(add_store_servicer, KVStoreService(store))],
+                    name="bidaw.v1.KVStore")
     log.info("KV store on port %d: DRAM %d B, SSD %d B at %s, eviction %s", server.port,
              config.dram_bytes, config.ssd_bytes, config.data_dir, config.eviction)
     return server, store

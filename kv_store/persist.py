@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("bidaw.kv_store")
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_SHARED_POPULATE = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 COMPACT_MIN_WASTE = 4 << 20  # bytes of headers, padding and replaced tails before compacting
 COMPACT_WASTE_RATIO = 0.25  # ... and that share of the session's own bytes
 
@@ -196,9 +197,11 @@ class Persister:
         return result, None, image, version
 
     def _map(self, segment: Segment) -> mmap.mmap:
+        """The segment, mapped with its pages allocated up front in one batch: reading into
+        pages faulted in one by one inside the I/O halves the load's speed."""
         fd = os.open(self.store.arena.path(segment), os.O_RDWR)
         try:
-            return mmap.mmap(fd, segment.size)
+            return mmap.mmap(fd, segment.size, flags=_SHARED_POPULATE)
         finally:
             os.close(fd)
 

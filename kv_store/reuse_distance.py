@@ -15,7 +15,7 @@ Key = Hashable
 
 
 class ReuseDistanceMeter:
-    def __init__(self, horizon: int = 1 << 16) -> None:
+    def __init__(self, horizon: int = 1 << 14) -> None:
         self.horizon = horizon
         self._cap = 2 * horizon
         self._tree = [0] * (self._cap + 1)
@@ -24,36 +24,35 @@ class ReuseDistanceMeter:
         self._next = 1
         self._total = 0
 
-    def _add(self, i: int, delta: int) -> None:
-        tree, n = self._tree, self._cap
-        while i <= n:
-            tree[i] += delta
-            i += i & -i
-
-    def _prefix(self, i: int) -> int:
-        tree, s = self._tree, 0
-        while i > 0:
-            s += tree[i]
-            i -= i & -i
-        return s
-
     def access(self, key: Key, size: int) -> int | None:
         """Record an access of `key` (now `size` bytes); return its reuse distance, None if first/unknown."""
         if self._next > self._cap:
             self._compact()
         rd = None
+        tree, n = self._tree, self._cap
         prev = self._pos.get(key)
         if prev is not None:
-            rd = self._total - self._prefix(prev)
+            i, acc = prev, 0
+            while i > 0:  # prefix sum up to prev (inlined: this is the hot path)
+                acc += tree[i]
+                i -= i & -i
+            rd = self._total - acc
             w = self._weight[key]
-            self._add(prev, -w)
+            if w:
+                i = prev
+                while i <= n:
+                    tree[i] -= w
+                    i += i & -i
             self._total -= w
         p = self._next
         self._next += 1
         self._pos[key] = p
         self._weight[key] = size
         if size:
-            self._add(p, size)
+            i = p
+            while i <= n:
+                tree[i] += size
+                i += i & -i
         self._total += size
         return rd
 

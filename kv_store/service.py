@@ -12,6 +12,7 @@ from services.gen import kv_store_pb2, kv_store_pb2_grpc
 from services.grpc_util import CHUNK_BYTES
 
 from .buffers import Payload, ReadHandle
+from .chunk_wire import encode_data
 from .errors import StoreError, invalid
 from .events import LoadDone, Location
 from .shm_arena import PROBE
@@ -48,6 +49,7 @@ def _event_msg(event) -> kv_store_pb2.StoreEvent:
 class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
     def __init__(self, store: KVStore):
         self.store = store
+        self.encode_chunks = True  # ReadKV data chunks leave pre-encoded (chunk_wire.py)
 
     @_status
     def Lookup(self, request, context):
@@ -69,7 +71,8 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
             yield kv_store_pb2.KVChunk(header=_header(handle))
             offset = 0
             for data in handle.chunks(CHUNK_BYTES):
-                yield kv_store_pb2.KVChunk(data=data, offset=offset)
+                yield (encode_data(data, offset) if self.encode_chunks
+                       else kv_store_pb2.KVChunk(data=data, offset=offset))
                 offset += len(data)
         finally:
             handle.release()

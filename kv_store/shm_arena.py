@@ -1,17 +1,24 @@
-"""Shared-memory regions the DRAM tier is made of: files on a tmpfs (/dev/shm) that the store owns.
+"""The memory of the DRAM tier: one file on a tmpfs (/dev/shm) that the store owns, carved into
+page-aligned regions (segments).
 
-A region (segment) is written once and never changed afterwards: a turn's new KV, or the image
-of a session file loaded from SSD. Names are never reused (a per-process directory and a counter),
-so a co-located worker that was handed a name can only ever read the bytes that name meant. A
-segment is counted from creation until its last reference goes (the DRAM entry that holds it,
-a lease of a worker reading it, an SSD write in flight), then unlinked: capacity accounting is
-exact in bytes, including regions kept alive by leases after their entry was evicted.
+One arena rather than a file per region, because a tmpfs hands out and zeroes pages on first
+touch: a region carved from pages an evicted session left behind is ready to be written, while a
+fresh file pays for every page again (on a busy machine that cost more than the disk read that
+fills it). Pages, once touched, stay with the arena; it never holds more than its capacity.
 
-The directory holds `.probe` with a random token: a client that can read the token back shares
-this machine's /dev/shm (the same pod or host) and may use the regions directly.
+A region is written once and never changed afterwards: a turn's new KV, or the image of a session
+file loaded from SSD. A region is counted from creation until its last reference goes (the DRAM
+entry that holds it, a lease of a worker reading it, an SSD write in flight): only then can its
+pages become another region, so a co-located worker that holds a lease reads exactly the bytes
+the lease named. Capacity accounting is exact: whole pages, including regions kept by leases
+after their entry was evicted.
+
+The directory also holds `.probe` with a random token: a client that can read the token back
+shares this machine's /dev/shm (the same pod or host) and may use the arena directly.
 """
 from __future__ import annotations
 
+import bisect
 import itertools
 import logging
 import os
@@ -21,21 +28,26 @@ import secrets
 import shutil
 import tempfile
 
+from .aligned_io import align_up
+
 log = logging.getLogger("bidaw.kv_store")
 PROBE = ".probe"
+ARENA = "arena"
 _DIR_RE = re.compile(r"^bidaw-store-(\d+)-[0-9a-f]+$")
 
 
 class Segment:
-    __slots__ = ("name", "size", "refs")
+    __slots__ = ("name", "offset", "size", "span", "refs")
 
-    def __init__(self, name: str, size: int):
-        self.name = name
-        self.size = size
+    def __init__(self, name: str, offset: int, size: int, span: int):
+        self.name = name  # unique for the arena's life: how a prepared write is named
+        self.offset = offset  # in the arena file, page-aligned
+        self.size = size  # bytes asked for
+        self.span = span  # pages taken
         self.refs = 1  # the creator's
 
     def __repr__(self) -> str:
-        return f"Segment({self.name}, {self.size} B, {self.refs} refs)"
+        return f"Segment({self.name} @{self.offset}, {self.size} B, {self.refs} refs)"
 
 
 class ShmArena:
@@ -54,26 +66,32 @@ class ShmArena:
             log.warning("%s has %d bytes free, less than the DRAM tier's %d: capping it",
                         base, room, capacity)
             capacity = room
-        self.capacity = capacity
+        self.capacity = max(capacity, 0) // 4096 * 4096
         self.used = 0
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        os.ftruncate(self.fd, self.capacity)  # a sparse file: pages come on first write
         self._ids = itertools.count(1)
+        self._free = _Extents(self.capacity)
+
+    @property
+    def path(self) -> pathlib.Path:
+        return self.dir / ARENA
 
     def free(self) -> int:
         return self.capacity - self.used
 
-    def path(self, segment: Segment) -> pathlib.Path:
-        return self.dir / segment.name
+    def fits(self, nbytes: int) -> bool:
+        """A region of `nbytes` can be carved now (free pages, and contiguous)."""
+        return self._free.largest() >= align_up(nbytes)
 
-    def create(self, nbytes: int) -> Segment:
-        """A new zero-filled segment of `nbytes` (the caller made room for it)."""
-        segment = Segment(f"r{next(self._ids):x}", nbytes)
-        fd = os.open(self.path(segment), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.ftruncate(fd, nbytes)  # tmpfs hands out pages as they are written
-        finally:
-            os.close(fd)
-        self.used += nbytes
-        return segment
+    def create(self, nbytes: int) -> Segment | None:
+        """A new region of `nbytes` (None if no contiguous run of free pages is that long)."""
+        span = align_up(max(nbytes, 1))
+        offset = self._free.take(span)
+        if offset is None:
+            return None
+        self.used += span
+        return Segment(f"r{next(self._ids):x}", offset, nbytes, span)
 
     @staticmethod
     def ref(segment: Segment) -> Segment:
@@ -83,15 +101,64 @@ class ShmArena:
     def unref(self, segment: Segment) -> None:
         segment.refs -= 1
         if segment.refs == 0:
-            self.path(segment).unlink(missing_ok=True)
-            self.used -= segment.size
+            self._free.give(segment.offset, segment.span)
+            self.used -= segment.span
 
     def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class _Extents:
+    """Free runs of the arena: best fit on take, merged with their neighbours on give."""
+
+    def __init__(self, size: int):
+        self._by_size: list[tuple[int, int]] = []  # (length, start), sorted
+        self._at: dict[int, int] = {}  # start -> length
+        self._ending: dict[int, int] = {}  # end -> start
+        if size > 0:
+            self._add(0, size)
+
+    def largest(self) -> int:
+        return self._by_size[-1][0] if self._by_size else 0
+
+    def take(self, length: int) -> int | None:
+        i = bisect.bisect_left(self._by_size, (length, -1))
+        if i == len(self._by_size):
+            return None
+        run, start = self._by_size[i]
+        self._remove(start)
+        if run > length:
+            self._add(start + length, run - length)
+        return start
+
+    def give(self, start: int, length: int) -> None:
+        before = self._ending.get(start)
+        if before is not None:
+            length += self._at[before]
+            self._remove(before)
+            start = before
+        after = self._at.get(start + length)
+        if after is not None:
+            self._remove(start + length)
+            length += after
+        self._add(start, length)
+
+    def _add(self, start: int, length: int) -> None:
+        bisect.insort(self._by_size, (length, start))
+        self._at[start] = length
+        self._ending[start + length] = start
+
+    def _remove(self, start: int) -> None:
+        length = self._at.pop(start)
+        del self._ending[start + length]
+        del self._by_size[bisect.bisect_left(self._by_size, (length, start))]
+
+
 def sweep_stale(base: pathlib.Path) -> None:
-    """Remove the region directories of stores that died without cleaning up (kill -9)."""
+    """Remove the arenas of stores that died without cleaning up (kill -9)."""
     for entry in base.glob("bidaw-store-*"):
         match = _DIR_RE.match(entry.name)
         if not match or not entry.is_dir():

@@ -56,7 +56,7 @@ DEFAULT_QUANTILES = (0.05, 0.1, 0.5, 0.9, 0.95, 0.99)
 
 
 class ThinkTimeModel:
-    def __init__(self, decay_window: float = 2000.0, refresh: int = 32,
+    def __init__(self, decay_window: float = 2000.0, refresh: int = 64,
                  prior_s_per_token: float = 0.63, prior_base_s: float = 20.0, prior_weight: float = 4.0,
                  quantiles: tuple[float, ...] = DEFAULT_QUANTILES, extra_quantiles: tuple = ()) -> None:
         # Each bucket forgets with a half-life of about `decay_window` of its own observations.

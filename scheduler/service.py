@@ -119,12 +119,15 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 self._reconcile_loads(now)
                 while (r := self.queue.next_load(now, len(self._loading))) is not None:
                     self._loading[r.request_id] = (str(r.session_id), now)
+                    log.debug("load %s of %r (%d bytes)", r.request_id, r.session_id, r.kv_bytes)
                     loads.append(r)
                 while self.queue.peek_ready() is not None:
                     worker = self.pool.acquire()
                     if worker is None:
                         break
                     pending = self._pending.pop(self.queue.pop_ready().request_id)
+                    log.debug("dispatch %s of %r to %s", pending.seq, pending.session_id,
+                              worker.target)
                     pending.worker = worker
                     pending.dispatched.set()
                 if not loads:
@@ -145,6 +148,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     def _finish_load(self, request_id: int) -> None:
         with self._cond:
             if self._loading.pop(request_id, None) is not None:
+                log.debug("load %s finished", request_id)
                 self.queue.load_finished(request_id)
                 self._cond.notify_all()
 

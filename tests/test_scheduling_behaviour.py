@@ -26,7 +26,9 @@ def history(name: str) -> list[int]:
 
 
 def race(policy: str, tmp_path) -> dict[str, float]:
-    """Finish time of each session's second turn, after the SSD/DRAM layout is set up."""
+    """When each session's second turn was dispatched to the worker (seconds from the first
+    submission), after the SSD/DRAM layout is set up. Dispatch, not finish: how long a worker
+    then takes is not the scheduler's doing."""
     dep = LocalDeployment(
         data_dir=str(tmp_path / policy), dram_bytes="40MiB", eviction="lru", policy=policy,
         extra_args={"store": ["--ssd-read-gbps-cap", "0.02"],
@@ -44,9 +46,10 @@ def race(policy: str, tmp_path) -> dict[str, float]:
 
         def second_turn(name: str) -> None:
             stored = store.lookup(name).token_ids
+            submitted = time.monotonic() - start
             result = client.turn(name, prompt_token_ids=list(stored) + [101, 102, 103],
                                  max_tokens=2, ignore_eos=True)
-            done[name] = time.monotonic() - start
+            done[name] = submitted + result.summary.queue_s
             served[name] = result.summary
 
         threads = []
@@ -62,20 +65,20 @@ def race(policy: str, tmp_path) -> dict[str, float]:
 
 
 @pytest.fixture(scope="module")
-def finish_times(tmp_path_factory):
+def dispatch_times(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sched")
     return {policy: race(policy, tmp) for policy in ("bidaw", "fcfs")}
 
 
-def test_dram_turn_is_not_blocked_behind_ssd_loads(finish_times):
-    bidaw, fcfs = finish_times["bidaw"], finish_times["fcfs"]
-    assert bidaw["hot"] < bidaw["medium"]  # served while the first load was still running
+def test_dram_turn_is_not_blocked_behind_ssd_loads(dispatch_times):
+    bidaw, fcfs = dispatch_times["bidaw"], dispatch_times["fcfs"]
+    assert bidaw["hot"] < bidaw["medium"]  # dispatched while the first load was still running
     assert fcfs["hot"] > fcfs["big"]  # FCFS: the DRAM turn waited behind every load
-    assert bidaw["hot"] < fcfs["hot"] / 2
+    assert bidaw["hot"] < 0.5 < 2 < fcfs["hot"]
 
 
-def test_small_load_overtakes_earlier_big_one_which_still_finishes(finish_times):
-    bidaw, fcfs = finish_times["bidaw"], finish_times["fcfs"]
+def test_small_load_overtakes_earlier_big_one_which_still_finishes(dispatch_times):
+    bidaw, fcfs = dispatch_times["bidaw"], dispatch_times["fcfs"]
     assert bidaw["small"] < bidaw["big"]  # disk-HRRN: small KV first
     assert fcfs["small"] > fcfs["big"]  # FCFS: arrival order
-    assert bidaw["big"] < 60  # and the large load is not starved
+    assert bidaw["big"] < 30  # and the large load is not starved

@@ -11,6 +11,7 @@ on, exporting every span to an in-process OTLP sink, each on a freshly started d
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -140,11 +141,42 @@ def _span_sink():
     return server, port, Sink
 
 
-def _tracing_ratio(args, say) -> dict:
+@contextlib.contextmanager
+def _echo_gateway(env: dict[str, str] | None = None):
+    """(scheduler target, gateway port): a gateway process in front of an echo scheduler."""
+    import os
+    import subprocess
+
+    from services.launcher import free_port, wait_http
+
+    server = _echo_scheduler()
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "services.cli", "serve", "gateway",
+                             "--listen", f"127.0.0.1:{port}", "--scheduler",
+                             f"127.0.0.1:{server.port}"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})})
+    try:
+        wait_http(f"http://127.0.0.1:{port}/health", 60, alive=lambda: proc.poll() is None)
+        yield f"127.0.0.1:{server.port}", port
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        server.stop(0)
+
+
+@contextlib.contextmanager
+def _live_gateway(args, env: dict[str, str] | None = None):
     import tempfile
 
     from services.launcher import LocalDeployment
 
+    with tempfile.TemporaryDirectory(prefix="bidaw-bench-gw-") as tmp:
+        with LocalDeployment(data_dir=tmp, default_max_tokens=args.max_tokens,
+                             extra_env=env or {}) as dep:
+            yield dep.scheduler_target, dep.gateway_port
+
+
+def _tracing_ratio(args, say) -> dict:
     server, port, sink = _span_sink()
     rates = {}
     try:
@@ -152,25 +184,20 @@ def _tracing_ratio(args, say) -> dict:
             env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}",
                    "OTEL_EXPORTER_OTLP_INSECURE": "true"} if mode == "on" else {
                 "OTEL_SDK_DISABLED": "true"}
-            with tempfile.TemporaryDirectory(prefix="bidaw-bench-tr-") as tmp:
-                say(f"tracing {mode}: starting the embedded deployment ...")
-                with LocalDeployment(data_dir=tmp, default_max_tokens=args.max_tokens,
-                                     extra_env=env) as dep:
-                    rates[mode] = _throughput(dep.gateway_port, args)
-                    say(f"tracing {mode}: {rates[mode]:.2f} turns/s")
+            say(f"tracing {mode}: starting ({args.backend}) ...")
+            start = _echo_gateway(env) if args.backend == "echo" else _live_gateway(args, env)
+            with start as (_, gateway_port):
+                rates[mode] = _throughput(gateway_port, args)
+                say(f"tracing {mode}: {rates[mode]:.2f} turns/s")
         time.sleep(1.0)  # the last batch of spans
     finally:
         server.stop(0)
-    return {"turns": args.turns, "concurrency": args.concurrency, "max_tokens": args.max_tokens,
+    return {"backend": args.backend, "turns": args.turns, "concurrency": args.concurrency, "max_tokens": args.max_tokens,
             "turns_per_s_off": round(rates["off"], 3), "turns_per_s_on": round(rates["on"], 3),
             "on_over_off": round(rates["on"] / rates["off"], 4), "spans_exported": sink.spans}
 
 
 def run(args: argparse.Namespace) -> int:
-    import tempfile
-
-    from services.launcher import LocalDeployment, free_port, wait_http
-
     say = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))
     if args.tracing:
         result = _tracing_ratio(args, say)
@@ -179,29 +206,10 @@ def run(args: argparse.Namespace) -> int:
               f"{result['turns_per_s_off']:.2f} turns/s = x{result['on_over_off']:.3f} "
               f"({result['spans_exported']} spans exported)")
         return 0
-    if args.backend == "echo":
-        import subprocess
-
-        server = _echo_scheduler()
-        port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "services.cli", "serve", "gateway",
-                                 "--listen", f"127.0.0.1:{port}", "--scheduler",
-                                 f"127.0.0.1:{server.port}"], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-        try:
-            wait_http(f"http://127.0.0.1:{port}/health", 60, alive=lambda: proc.poll() is None)
-            say(f"timing {args.turns} turns per path against the echo scheduler ...")
-            result = _measure(f"127.0.0.1:{server.port}", port, args)
-        finally:
-            proc.terminate()
-            proc.wait(20)
-            server.stop(0)
-    else:
-        with tempfile.TemporaryDirectory(prefix="bidaw-bench-gw-") as tmp:
-            say("starting the embedded deployment ...")
-            with LocalDeployment(data_dir=tmp, default_max_tokens=args.max_tokens) as dep:
-                say(f"timing {args.turns} turns per path ...")
-                result = _measure(dep.scheduler_target, dep.gateway_port, args)
+    say(f"starting ({args.backend}) ...")
+    with _echo_gateway() if args.backend == "echo" else _live_gateway(args) as (target, port):
+        say(f"timing {args.turns} turns per path ...")
+        result = _measure(target, port, args)
     result = {"backend": args.backend, **result}
     if args.json:
         print(json.dumps(result))

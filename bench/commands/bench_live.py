@@ -8,7 +8,7 @@ import sys
 
 # Defaults sized for the 2-core CPU box with SmolLM2-135M (see docs/replay.md); on a GPU raise
 # --users / --max-rounds / --time-scale and pass --model and --bytes-per-token.
-DEFAULTS = dict(users=16, time_scale=0.02, max_rounds=6, max_context=2048)
+DEFAULTS = dict(users=12, time_scale=0.02, max_rounds=5, max_context=2048)
 SMOLLM2_KV_BYTES_PER_TOKEN = 46_080  # float32 K/V on CPU: 30 layers x 2 x 3 heads x 64 x 4 B
 
 
@@ -31,6 +31,12 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     p.add_argument("--ws-ratio", type=float, default=3.91, help="working set / DRAM")
     p.add_argument("--dram-bytes", default="", help="DRAM tier of the limited systems "
                    "(default: working set / --ws-ratio)")
+    p.add_argument("--min-dram-sessions", type=float, default=1.5,
+                   help="DRAM at least this many p90-sized session KVs (few users: else DRAM "
+                   "could not hold one session and no policy would matter)")
+    p.add_argument("--turn-s-per-token", type=float, default=0.15,
+                   help="seconds a turn takes per answer token on this machine, to estimate how "
+                   "long sessions stay open (the working set); ~0.15 on the 2-core CPU")
     p.add_argument("--ssd-read-gbps-cap", type=float, default=None,
                    help="SSD read cap in GB/s (default: from --load-s; 0: no cap)")
     p.add_argument("--load-s", type=float, default=1.0,
@@ -71,11 +77,15 @@ def _run(args: argparse.Namespace) -> int:
     from services.config import parse_size
 
     names = _systems(args.systems)
-    plan = make_plan(load_turns(args.trace, args.format, args.seed), plan_config(args))
-    ws = working_set(plan, args.bytes_per_token)
+    try:
+        plan = make_plan(load_turns(args.trace, args.format, args.seed), plan_config(args))
+    except (ValueError, OSError) as exc:
+        print(f"bidaw: {exc}", file=sys.stderr)
+        return 2
+    ws = working_set(plan, args.bytes_per_token, args.turn_s_per_token)
     sizes = tier_sizes(ws, args.ws_ratio, args.load_s,
                        parse_size(args.dram_bytes) if args.dram_bytes else 0,
-                       args.ssd_read_gbps_cap)
+                       args.ssd_read_gbps_cap, int(args.min_dram_sessions * ws.reuse_bytes_p90))
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     say(describe(plan))
     say(f"working set {ws.peak_bytes / 2**20:.0f} MiB (all KV {ws.total_bytes / 2**20:.0f} MiB, "
@@ -105,6 +115,7 @@ def _run(args: argparse.Namespace) -> int:
         "window": plan.window, "users": len(plan.users), "turns": plan.turns,
         "time_scale": plan.config.time_scale, "max_rounds": plan.config.max_rounds,
         "working_set_bytes": ws.peak_bytes, "all_kv_bytes": ws.total_bytes,
+        "working_set_over_dram": ws.peak_bytes / sizes.dram_bytes,
         "dram_bytes": sizes.dram_bytes, "ideal_dram_bytes": sizes.ideal_dram_bytes,
         "ssd_read_gbps_cap": sizes.ssd_read_gbps_cap, "model": args.model}}
     if args.json:

@@ -40,7 +40,11 @@ def _run(args: argparse.Namespace) -> int:
     from bench.replay.source import load_turns
     from bench.replay.table import render
 
-    plan = make_plan(load_turns(args.trace, args.format, args.seed), plan_config(args))
+    try:
+        plan = make_plan(load_turns(args.trace, args.format, args.seed), plan_config(args))
+    except (ValueError, OSError) as exc:
+        print(f"bidaw: {exc}", file=sys.stderr)
+        return 2
     print(describe(plan), file=sys.stderr, flush=True)
     prefix = args.session_prefix if args.session_prefix is not None else f"r{int(time.time())}-"
     bar = tqdm(total=plan.turns, unit="turn", file=sys.stderr, dynamic_ncols=True)

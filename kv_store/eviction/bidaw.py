@@ -30,7 +30,8 @@ from kv_store.ghost_cache import GhostCache
 from kv_store.reuse_distance import ReuseDistanceMeter
 from kv_store.reuse_regions import ReuseRegions
 from kv_store.session_registry import SessionRegistry
-from kv_store.think_time_model import ANSWER_EDGES, N_ANSWER_BUCKETS, ThinkTimeModel, answer_bucket
+from kv_store.think_time_model import (ANSWER_EDGES, N_ANSWER_BUCKETS, GapStats, ThinkTimeModel,
+                                       answer_bucket)
 
 GIB = 1 << 30
 # An answer length inside each answer bucket, to look up that bucket's statistics.
@@ -38,12 +39,15 @@ _ANSWER_REPR = [0] + list(ANSWER_EDGES)
 
 
 class _Session:
-    __slots__ = ("last", "answer", "history", "potential")
+    __slots__ = ("last", "answer", "history", "scale", "potential")
 
     def __init__(self) -> None:
         self.last: float | None = None      # time of the latest access
         self.answer: int | None = None      # tokens of the latest answer
-        self.history: list[float] | None = None  # decayed counts of this session's reuse buckets
+        # Decayed counts of this session's reuse buckets, stored × `scale` (lazy decay: the
+        # latest observation weighs 1 once divided by scale).
+        self.history: list[float] | None = None
+        self.scale = 1.0
         self.potential: float | None = None  # hit potential computed at the latest answer
 
 
@@ -55,7 +59,8 @@ class BidawPolicy(EvictionPolicy):
                  prior_weight: float = 2.0, history_decay: float = 0.8, ghost_lag_s: float = 300.0,
                  ghost_window: float = 4000.0, rate_window: float = 500.0,
                  protect_queue: int = 30, tie_break: str = "return",
-                 stale_quantile: float | None = 0.99, potential_step: float = 0.1) -> None:
+                 stale_quantile: float | None = 0.99, potential_step: float = 0.1,
+                 ghost_sample_rate: int = 1) -> None:
         self.potential_step = potential_step
         self.tie_break = tie_break
         # Not in the paper (its scripts free ended sessions, an oracle): a session idle past this
@@ -64,7 +69,8 @@ class BidawPolicy(EvictionPolicy):
         self._stale = LazyHeap()
         self.regions = ReuseRegions(capacity_bytes, bucket_width, n_promising)
         nb = self.regions.n_buckets
-        self.ghost = GhostCache(capacity_bytes, nb, watermark_bytes, ghost_lag_s, ghost_window)
+        self.ghost = GhostCache(capacity_bytes, nb, watermark_bytes, ghost_lag_s, ghost_window,
+                                sample_rate=ghost_sample_rate)
         self.meter = ReuseDistanceMeter()
         self.think = ThinkTimeModel(extra_quantiles=(lb_quantile, stale_quantile))
         self.lb_quantile = lb_quantile
@@ -81,6 +87,7 @@ class BidawPolicy(EvictionPolicy):
         self._sessions: SessionRegistry[_Session] = SessionRegistry(_Session)
         self._heap = LazyHeap()
         self._entered: dict[Key, int] = {}
+        self._unranked: dict[Key, _Session] = {}  # accessed, not yet re-ranked
         self._seq = 0
         self._protect = protect_queue
         self._protected: frozenset = frozenset()
@@ -107,10 +114,11 @@ class BidawPolicy(EvictionPolicy):
         self._access(key, size, now)
 
     def observe_answer(self, key: Key, answer_tokens: int, now: float) -> None:
-        s = self._sessions.touch(key, now, self.__contains__)
+        s = self._sessions.get(key) or self._sessions.touch(key, now, self.__contains__)
         s.answer = answer_tokens
         s.last = now if s.last is None else max(s.last, now)
         if key in self._entered:
+            self._unranked.pop(key, None)
             self._rank(key, s)
 
     def observe_queue(self, upcoming: Iterable[Key], now: float) -> None:
@@ -121,8 +129,10 @@ class BidawPolicy(EvictionPolicy):
         if self._entered.pop(key, None) is not None:
             self._heap.discard(key)
             self._stale.discard(key)
+            self._unranked.pop(key, None)
 
     def victim(self, now: float, exclude: frozenset | set = frozenset()) -> Key | None:
+        self._rank_pending()
         protected = self._protected | exclude if exclude else self._protected
         if self.stale_quantile is not None:
             k = self._stale.peek(protected)
@@ -148,13 +158,18 @@ class BidawPolicy(EvictionPolicy):
             self._observe_rate(distance, gap)
             self._observe_bucket(s, bucket)
         s.last = now
-        # Keep the potential computed at the last answer (recomputed when this turn's answer is
-        # known); only the recency tie-break moves.
-        if s.potential is None:
-            self._rank(key, s)
-        else:
-            self._heap.set(key, (s.potential, -self._tie(s), self._entered[key]))
-            self._set_deadline(key, s)
+        # Ranked when this turn's answer arrives, or at the next eviction decision if it has not
+        # by then (keeping the potential of the last answer): one heap update per turn, not two.
+        self._unranked[key] = s
+
+    def _rank_pending(self) -> None:
+        for key, s in self._unranked.items():
+            if s.potential is None:
+                self._rank(key, s)
+            else:
+                self._heap.set(key, (s.potential, -self._tie(s), self._entered[key]))
+                self._set_deadline(key, s)
+        self._unranked.clear()
 
     def _observe_rate(self, distance: int, gap: float) -> None:
         # Ratio of decayed sums: distinct bytes per second over about the last `rate_window`
@@ -176,9 +191,11 @@ class BidawPolicy(EvictionPolicy):
         if s.history is None:
             s.history = [0.0] * self.regions.n_buckets
         else:
-            d = self.history_decay
-            s.history = [x * d for x in s.history]
-        s.history[bucket] += 1.0
+            s.scale /= self.history_decay
+            if s.scale > 1e100:
+                s.history = [x / s.scale for x in s.history]
+                s.scale = 1.0
+        s.history[bucket] += s.scale
 
     @staticmethod
     def _answer_index(answer: int | None) -> int:
@@ -191,12 +208,15 @@ class BidawPolicy(EvictionPolicy):
         gap_lb = self.think.stats(answer).quantiles[self.lb_quantile]
         return self._rate_bytes / self._rate_secs * gap_lb
 
-    def hit_potential(self, answer: int | None, history: list[float] | None) -> float:
-        """P(small) + Σ P(promising_i)·hitrate_i over the buckets at or above the lower bound's."""
+    def hit_potential(self, answer: int | None, history: list[float] | None,
+                      scale: float = 1.0) -> float:
+        """P(small) + Σ P(promising_i)·hitrate_i over the buckets at or above the lower bound's.
+
+        `history` holds the session's own bucket counts × `scale`."""
         self._maybe_refresh()
         a = self._answer_index(answer)
         first = self._lb_bucket[a]
-        num, mass = self._prior_num[a], self._prior_mass[a]
+        num, mass = 0.0, 0.0
         if history is not None:
             hr = self._hr
             for j in range(first, len(history)):
@@ -204,6 +224,10 @@ class BidawPolicy(EvictionPolicy):
                 if x:
                     num += x * hr[j]
                     mass += x
+            num /= scale
+            mass /= scale
+        num += self._prior_num[a]
+        mass += self._prior_mass[a]
         return num / mass if mass > 0.0 else self._hr[first]
 
     def _maybe_refresh(self) -> None:
@@ -226,23 +250,24 @@ class BidawPolicy(EvictionPolicy):
             self._prior_mass.append(sum(prior[j] * w for j in range(first, nb)))
 
     def _rank(self, key: Key, s: _Session) -> None:
-        potential = self.hit_potential(s.answer, s.history)
+        potential = self.hit_potential(s.answer, s.history, s.scale)
         if self.potential_step > 0.0:
             potential = int(potential / self.potential_step)
         s.potential = potential
-        self._heap.set(key, (potential, -self._tie(s), self._entered[key]))
-        self._set_deadline(key, s)
+        stats = self.think.stats(s.answer)
+        self._heap.set(key, (potential, -self._tie(s, stats), self._entered[key]))
+        self._set_deadline(key, s, stats)
 
-    def _set_deadline(self, key: Key, s: _Session) -> None:
+    def _set_deadline(self, key: Key, s: _Session, stats: GapStats | None = None) -> None:
         """When the session counts as ended: a high quantile of its expected think time."""
         if self.stale_quantile is not None:
             last = s.last if s.last is not None else 0.0
-            deadline = last + self.think.stats(s.answer).quantiles[self.stale_quantile]
-            self._stale.set(key, (deadline, self._entered[key]))
+            stats = stats or self.think.stats(s.answer)
+            self._stale.set(key, (last + stats.quantiles[self.stale_quantile], self._entered[key]))
 
-    def _tie(self, s: _Session) -> float:
+    def _tie(self, s: _Session, stats: GapStats | None = None) -> float:
         """Among equal potentials, evict the session expected back last."""
         last = s.last if s.last is not None else 0.0
         if self.tie_break == "recency":
             return last
-        return last + self.think.stats(s.answer).mean
+        return last + (stats or self.think.stats(s.answer)).mean
