@@ -95,17 +95,22 @@ class KVClient:
             raise
         header = reply.header
         view = _buffer(header.num_tokens * header.bytes_per_token)
+        files: dict[str, int] = {}
         try:
             pos = 0
             for piece in reply.pieces:
-                _pread_exact(self._shm_dir / piece.region, view[pos:pos + piece.length],
-                             piece.offset)
+                fd = files.get(piece.region)
+                if fd is None:
+                    fd = files[piece.region] = os.open(self._shm_dir / piece.region, os.O_RDONLY)
+                _pread_exact(fd, view[pos:pos + piece.length], piece.offset)
                 pos += piece.length
             if pos != len(view):
                 return None
         except OSError:
-            return None  # a region vanished (store restarted): read over the stream
+            return None  # the store's memory is gone (it restarted): read over the stream
         finally:
+            for fd in files.values():
+                os.close(fd)
             self.stub.ReleaseLease.future(kv_store_pb2.ReleaseLeaseRequest(
                 lease_id=reply.lease_id), timeout=self.timeout)
         return StoredKV(header.tier, header.format, header.bytes_per_token, header.model,
@@ -166,18 +171,18 @@ class KVClient:
     def _write_region(self, session_id: str, start_token: int, data) -> str:
         """Put `data` into a region the store prepared; '' when the stream must carry it."""
         try:
-            region = self.stub.PrepareShmWrite(kv_store_pb2.PrepareShmWriteRequest(
+            reply = self.stub.PrepareShmWrite(kv_store_pb2.PrepareShmWriteRequest(
                 session_id=session_id, start_token=start_token, num_bytes=len(data)),
-                timeout=self.timeout).region
-            fd = os.open(self._shm_dir / region, os.O_WRONLY)
+                timeout=self.timeout)
+            fd = os.open(self._shm_dir / reply.file, os.O_WRONLY)
         except (grpc.RpcError, OSError):
             return ""  # no room in shared memory now; an unused region expires on its own
         try:
             view = memoryview(data).cast("B")
             done = 0
             while done < len(view):
-                done += os.pwrite(fd, view[done:], done)
-            return region
+                done += os.pwrite(fd, view[done:], reply.offset + done)
+            return reply.region
         except OSError:
             return ""
         finally:
@@ -229,14 +234,10 @@ def _data_chunk(raw: bytes) -> tuple[memoryview | None, int]:
         return None, 0
 
 
-def _pread_exact(path: pathlib.Path, into: memoryview, offset: int) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        got = 0
-        while got < len(into):
-            n = os.preadv(fd, [into[got:]], offset + got)
-            if n == 0:
-                raise OSError(f"{path} is shorter than its lease says")
-            got += n
-    finally:
-        os.close(fd)
+def _pread_exact(fd: int, into: memoryview, offset: int) -> None:
+    got = 0
+    while got < len(into):
+        n = os.preadv(fd, [into[got:]], offset + got)
+        if n == 0:
+            raise OSError("the store's shared memory is shorter than its lease says")
+        got += n

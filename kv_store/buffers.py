@@ -26,30 +26,22 @@ class Payload:
         self.nbytes = nbytes
         self.segment = segment  # holds the creator's reference until `release`
         self._arena = arena
-        self._fd = -1
-        self._map: mmap.mmap | None = None
-        if segment is None:
-            self._map = aligned_buffer(nbytes)
-        else:
-            self._fd = os.open(arena.path(segment), os.O_RDWR)
+        self._map: mmap.mmap | None = None if segment is not None else aligned_buffer(nbytes)
 
     def write_at(self, offset: int, data: bytes) -> None:
-        if self._map is not None:
+        if self.segment is None:
             self._map[offset:offset + len(data)] = data
         else:  # pwrite, not a mapping: a full tmpfs answers ENOSPC instead of SIGBUS
-            os.pwrite(self._fd, data, offset)
+            os.pwrite(self._arena.fd, data, self.segment.offset + offset)
 
     def view(self) -> memoryview:
-        """The bytes, page-aligned (a read-only mapping of the segment, or the buffer)."""
-        if self._map is None:
-            self._map = mmap.mmap(self._fd, self.nbytes, prot=mmap.PROT_READ)
+        """The bytes, page-aligned (the segment in the arena, or the buffer)."""
+        if self.segment is not None:
+            return self._arena.view(self.segment)[:self.nbytes]
         return memoryview(self._map)[:self.nbytes]
 
     def release(self, unref: Callable[[Segment], None] | None = None) -> None:
         """Let go of the memory (`unref` gives the segment reference back, under the lock)."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
         self._map = None  # closed by the collector once no view is left
         if self.segment is not None and unref is not None:
             unref(self.segment)
@@ -80,14 +72,12 @@ class ReadHandle:
                 for pos in range(off, off + length, size):
                     yield bytes(view[pos:min(pos + size, off + length)])
             return
+        fd = self.arena.fd
         for piece in self.shm:
-            fd = os.open(self.arena.path(piece.segment), os.O_RDONLY)
-            try:
-                end = piece.offset + piece.length
-                for pos in range(piece.offset, end, size):
-                    yield os.pread(fd, min(size, end - pos), pos)
-            finally:
-                os.close(fd)
+            start = piece.segment.offset + piece.offset
+            end = start + piece.length
+            for pos in range(start, end, size):
+                yield os.pread(fd, min(size, end - pos), pos)
 
     def release(self) -> None:
         if self.on_release is not None:

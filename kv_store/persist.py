@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import mmap
-import os
 import zlib
 from typing import TYPE_CHECKING
 
@@ -31,7 +29,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("bidaw.kv_store")
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-_SHARED_POPULATE = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
 COMPACT_MIN_WASTE = 4 << 20  # bytes of headers, padding and replaced tails before compacting
 COMPACT_WASTE_RATIO = 0.25  # ... and that share of the session's own bytes
 
@@ -179,7 +176,8 @@ class Persister:
                 store.forget(session_id, local_only=True)
             return ReadResult(SessionLog(), 0), None, None, 0
         try:
-            image = self._map(segment) if segment is not None else aligned_buffer(entry.ssd_len)
+            image = store.arena.view(segment) if segment is not None else \
+                aligned_buffer(entry.ssd_len)
             with self.ssd.open_read(session_id) as f:
                 result = self.ssd.read_file(f, entry.ssd_len, image)
         except OSError as exc:
@@ -192,18 +190,8 @@ class Persister:
                     store.release_segment(segment)
                 return None
         if segment is not None:
-            _close_quietly(image)
             return result, segment, None, version
         return result, None, image, version
-
-    def _map(self, segment: Segment) -> mmap.mmap:
-        """The segment, mapped with its pages allocated up front in one batch: reading into
-        pages faulted in one by one inside the I/O halves the load's speed."""
-        fd = os.open(self.store.arena.path(segment), os.O_RDWR)
-        try:
-            return mmap.mmap(fd, segment.size, flags=_SHARED_POPULATE)
-        finally:
-            os.close(fd)
 
     def _drop_bad_tail(self, session_id: str, entry: CatalogEntry,
                        result: ReadResult) -> int | None:
@@ -232,10 +220,3 @@ class Persister:
             else:
                 store._adopt(fixed)
         return version
-
-
-def _close_quietly(m: mmap.mmap) -> None:
-    try:
-        m.close()
-    except BufferError:  # a view is still alive somewhere; the collector closes it
-        pass

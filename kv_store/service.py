@@ -15,7 +15,7 @@ from .buffers import Payload, ReadHandle
 from .chunk_wire import encode_data
 from .errors import StoreError, invalid
 from .events import LoadDone, Location
-from .shm_arena import PROBE
+from .shm_arena import ARENA, PROBE
 from .store import KVStore
 
 log = logging.getLogger("bidaw.kv_store")
@@ -189,14 +189,15 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
                                                     request.lease_seconds)
         return kv_store_pb2.OpenShmReadReply(
             header=_header(handle), lease_id=lease_id,
-            pieces=[kv_store_pb2.ShmPiece(region=p.segment.name, offset=p.offset,
+            pieces=[kv_store_pb2.ShmPiece(region=ARENA, offset=p.segment.offset + p.offset,
                                           length=p.length) for p in handle.shm])
 
     @_status
     def PrepareShmWrite(self, request, context):
-        region = self.store.prepare_shm_write(request.session_id, request.start_token,
-                                              request.num_bytes, request.lease_seconds)
-        return kv_store_pb2.PrepareShmWriteReply(region=region)
+        segment = self.store.prepare_shm_write(request.session_id, request.start_token,
+                                               request.num_bytes, request.lease_seconds)
+        return kv_store_pb2.PrepareShmWriteReply(region=segment.name, file=ARENA,
+                                                 offset=segment.offset)
 
 
 def _header(handle: ReadHandle) -> kv_store_pb2.KVHeader:

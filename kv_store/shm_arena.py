@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import logging
+import mmap
 import os
 import pathlib
 import re
@@ -70,6 +71,8 @@ class ShmArena:
         self.used = 0
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         os.ftruncate(self.fd, self.capacity)  # a sparse file: pages come on first write
+        # One mapping for the store's life: a page is faulted in once, not on every load.
+        self._map = mmap.mmap(self.fd, self.capacity) if self.capacity else None
         self._ids = itertools.count(1)
         self._free = _Extents(self.capacity)
 
@@ -79,6 +82,10 @@ class ShmArena:
 
     def free(self) -> int:
         return self.capacity - self.used
+
+    def view(self, segment: Segment) -> memoryview:
+        """The segment's pages in the store's own mapping (page-aligned: O_DIRECT can use it)."""
+        return memoryview(self._map)[segment.offset:segment.offset + segment.span]
 
     def fits(self, nbytes: int) -> bool:
         """A region of `nbytes` can be carved now (free pages, and contiguous)."""
@@ -105,6 +112,12 @@ class ShmArena:
             self.used -= segment.span
 
     def close(self) -> None:
+        if self._map is not None:
+            try:
+                self._map.close()
+            except BufferError:  # a view is still alive somewhere; the collector closes it
+                pass
+            self._map = None
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1

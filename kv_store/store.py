@@ -305,7 +305,7 @@ class KVStore:
         return Payload(nbytes, self.arena, segment) if segment else Payload(nbytes)
 
     def prepare_shm_write(self, session_id: str, start_token: int, nbytes: int,
-                          lease_seconds: float) -> str:
+                          lease_seconds: float) -> Segment:
         """A region for a co-located worker to write a turn's KV into; WriteKV names it."""
         check_session_id(session_id)
         if nbytes <= 0:
@@ -319,7 +319,7 @@ class KVStore:
                                            lease_seconds or self.config.lease_seconds, pin=False)
             self._prepared[segment.name] = (session_id, Payload(nbytes, self.arena, segment),
                                             lease_id)
-            return segment.name
+            return segment
 
     def take_prepared(self, region: str, session_id: str, nbytes: int) -> Payload:
         with self._lock:
@@ -342,11 +342,7 @@ class KVStore:
             return None
         if nbytes <= 0 or not self._make_room(nbytes, keep={session_id}):
             return None
-        try:
-            return self.arena.create(nbytes)
-        except OSError as exc:
-            log.warning("no shared-memory segment of %d bytes: %s", nbytes, exc)
-            return None
+        return self.arena.create(nbytes)
 
     def write(self, session_id: str, start_token: int, token_ids: list[int], format: int,
               bytes_per_token: int, model: str, payload: Payload,
@@ -453,11 +449,12 @@ class KVStore:
     # -- tiers ------------------------------------------------------------------------------
 
     def _make_room(self, need: int, keep: set[str]) -> bool:
+        """Evict until a region of `need` bytes can be carved; False if it cannot be."""
         if need > self.dram.capacity:
             return False
         now = time.monotonic()
         exclude = None
-        while self.dram.free() < need:
+        while not self.arena.fits(need):
             if exclude is None:  # leased, being written to SSD (inclusive), or asked to keep
                 exclude = self.leases.held(now) | keep | self.writer.keys()
             victim = self.policy.victim(now, exclude)

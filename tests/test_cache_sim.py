@@ -245,3 +245,17 @@ def test_simulate_cli_capacity_sweep_and_plots(tmp_path, capsys):
     assert [r["dram_gib"] for r in out["runs"]] == [10.0, 20.0]
     for path in out["plots"]:
         assert Path(path).stat().st_size > 1000 and path.endswith(".png")
+
+
+def test_simulate_policies_api_matches_replay():
+    from bench.cache_sim import CacheSimConfig, simulate_policies
+
+    turns = load_trace(SAMPLE)
+    cfg = CacheSimConfig(dram_gib=20, window=(0, 200), end_oracle=False,
+                         policy_kwargs={"queue-aware": {"lookahead": 10}})
+    out = simulate_policies(turns, ["lru", "queue-aware", "bidaw"], cfg)
+    log = prepare_accesses(turns)
+    assert out["lru"].hits == _run(log, "lru", 20 * GIB, 2 * GIB, (0, 200), False).hits
+    assert out["queue-aware"].hits == _run(log, "queue-aware", 20 * GIB, 2 * GIB, (0, 200), False,
+                                           lookahead=10).hits
+    assert out["bidaw"].hits == _run(log, "bidaw", 20 * GIB, 2 * GIB, (0, 200), False).hits

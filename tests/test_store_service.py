@@ -12,6 +12,7 @@ from kv_store.main import start
 from services.gen import common_pb2, kv_store_pb2
 
 KV = common_pb2.KV_FORMAT_KV
+PAGE = 4096
 
 
 @pytest.fixture
@@ -29,19 +30,19 @@ def store(tmp_path):
 
 
 def test_append_read_and_tiers(store):
-    client, _ = store(dram_bytes=1000)
-    first, second = os.urandom(300), os.urandom(200)
-    assert client.write("s", 0, [1, 2, 3], KV, 100, "m", first).tier == common_pb2.TIER_DRAM
-    reply = client.write("s", 3, [4, 5], KV, 100, "m", second)
-    assert (reply.num_tokens, reply.num_bytes) == (5, 500)
+    client, _ = store(dram_bytes=5 * PAGE)  # DRAM is counted in whole pages
+    first, second = os.urandom(3 * PAGE), os.urandom(2 * PAGE)
+    assert client.write("s", 0, [1, 2, 3], KV, PAGE, "m", first).tier == common_pb2.TIER_DRAM
+    reply = client.write("s", 3, [4, 5], KV, PAGE, "m", second)
+    assert (reply.num_tokens, reply.num_bytes) == (5, 5 * PAGE)
     got = client.read("s")
     assert got.tier == common_pb2.TIER_DRAM and got.data == first + second
     assert got.token_ids == [1, 2, 3, 4, 5]
-    assert client.read("s", max_tokens=2).data == first[:200]
+    assert client.read("s", max_tokens=2).data == first[:2 * PAGE]
     # Growing past the DRAM bound leaves the session on SSD only, and reads come from there.
-    client.write("s", 5, list(range(6)), KV, 100, "m", b"z" * 600)
+    client.write("s", 5, list(range(6)), KV, PAGE, "m", b"z" * 6 * PAGE)
     got = client.read("s")
-    assert got.tier == common_pb2.TIER_SSD and got.data == first + second + b"z" * 600
+    assert got.tier == common_pb2.TIER_SSD and got.data == first + second + b"z" * 6 * PAGE
 
 
 def test_diverged_history_replaces_the_tail(store):
@@ -62,12 +63,12 @@ def test_survives_restart(store, tmp_path):
 
 
 def test_dram_eviction_keeps_ssd_copy(store):
-    client, core = store(dram_bytes=250, eviction="lru")
+    client, core = store(dram_bytes=2 * PAGE + 100, eviction="lru")
     for name in "abc":
-        client.write(name, 0, [1], KV, 100, "m", name.encode() * 100)
+        client.write(name, 0, [1], KV, PAGE, "m", name.encode() * PAGE)
     assert core.stats()["dram_sessions"] == 2 and core.stats()["dram_evictions"] == 1
     assert client.lookup("a").tier == common_pb2.TIER_SSD  # the least recently used went
-    assert client.read("a").data == b"a" * 100
+    assert client.read("a").data == b"a" * PAGE
 
 
 def test_bad_input_gets_clear_status_and_store_keeps_serving(store):

@@ -51,7 +51,7 @@ def test_mooncake_sessions_from_hash_prefixes(tmp_path):
     turns = load_trace(path)
     sessions = [(t.user, t.round) for t in turns]
     assert sessions == [(0, 0), (1, 0), (0, 1), (1, 1), (0, 2), (2, 0)]
-    assert turns[2].time == 30.0 and turns[2].query_len == 1600 - 1024
+    assert turns[2].time == 30.0 and turns[2].query_len == 1600 - 1024 - 50
     assert turns[2].answer_len == 80
 
 

@@ -64,6 +64,12 @@ SCRIPT = textwrap.dedent("""
                                           "X-Session-Id": "traced"})
         with urllib.request.urlopen(request) as reply:
             out["http_trace_id"] = reply.headers["x-trace-id"]
+        body["stream"] = True
+        request = urllib.request.Request(gw.url + "/chat/completions", json.dumps(body).encode(),
+                                         {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request) as reply:
+            out["sse_trace_id"] = reply.headers["x-trace-id"]
+            reply.read()
     with tracing.span("outer", session="s"):
         out["outer_trace_id"] = tracing.current_trace_id()
         carrier = tracing.inject()
@@ -106,6 +112,9 @@ def test_gateway_spans_continue_through_grpc_and_ray_style_carriers():
         server = by_name["/bidaw.v1.Scheduler/SubmitTurn"]  # opentelemetry's server span name
         assert server.parent_id == client.span_id
         assert len(spans) == 3
+        assert out["sse_trace_id"] and out["sse_trace_id"] != out["http_trace_id"]
+        assert {s.name for s in collector.trace(out["sse_trace_id"])} >= {
+            "POST /v1/chat/completions", "bidaw.v1.Scheduler/SubmitTurn"}
         # inject() -> extract() carries the parent across a process boundary
         outer = collector.trace(out["outer_trace_id"])
         after = next(s for s in outer if s.name == "after")

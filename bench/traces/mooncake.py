@@ -23,10 +23,9 @@ def load_mooncake(path: str | Path) -> list[Turn]:
 
     ends: dict[int, list[tuple[int, int]]] = {}  # last hash id -> [(prefix length, request index)]
     session_of: list[int] = []
-    round_of: list[int] = []
     rounds_in: dict[int, int] = {}
     turns: list[Turn] = []
-    prev_input: dict[int, int] = {}  # session -> input length of its last request
+    prev_context: dict[int, int] = {}  # session -> input + output tokens of its last request
     for i, rec in enumerate(records):
         hashes = list(rec.get("hash_ids") or [])
         parent = _longest_prefix_parent(hashes, ends, records)
@@ -38,15 +37,13 @@ def load_mooncake(path: str | Path) -> list[Turn]:
         rnd = rounds_in[session]
         rounds_in[session] = rnd + 1
         session_of.append(session)
-        round_of.append(rnd)
         if hashes:
             ends.setdefault(hashes[-1], []).append((len(hashes), i))
-        inp = int(rec.get("input_length", 0))
-        # The new query is what the context gained since the session's previous request.
-        query = inp - prev_input[session] if session in prev_input else inp
-        prev_input[session] = inp
-        turns.append(Turn(session, float(rec.get("timestamp", 0)) / 1000.0, max(query, 0),
-                          int(rec.get("output_length", 0)), rnd))
+        inp, out = int(rec.get("input_length", 0)), int(rec.get("output_length", 0))
+        # The new query is what the context gained beyond the previous request and its answer.
+        query = inp - prev_context.get(session, 0)
+        prev_context[session] = inp + out
+        turns.append(Turn(session, float(rec.get("timestamp", 0)) / 1000.0, max(query, 0), out, rnd))
     return turns
 
 

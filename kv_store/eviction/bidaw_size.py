@@ -5,7 +5,9 @@ finished a turn at `last` with an answer of `a` tokens is expected back after th
 for answers of that length (ThinkTimeModel, learned online per answer bucket), scaled by the
 user's own reading pace (a decayed mean of how its past gaps compared with the model's median).
 Holding a KV of `s` bytes for a remaining wait `w` costs s·w of DRAM-time per hit, so the victim
-is the entry with the largest w · s^β (β = `size_exponent`, 1 by default).
+is the entry with the largest w · s^β. β = `size_exponent` = 0.3 by default: β = 1 maximises the
+hit rate but favours small entries so much that the byte hit rate falls below Bidaw's
+(docs/policies.md has the measurements).
 
 Stale rule: a session idle past a high quantile of its predicted gap has probably ended (a live
 system never learns that a conversation is over) and goes first, oldest deadline first.
@@ -71,7 +73,7 @@ class BidawSizePolicy(EvictionPolicy):
         self._access(key, size, now)
 
     def observe_answer(self, key: Key, answer_tokens: int, now: float) -> None:
-        s = self._sessions.touch(key, now, self.__contains__)
+        s = self._sessions.get(key) or self._sessions.touch(key, now, self.__contains__)
         s.answer = answer_tokens
         s.last = now if s.last is None else max(s.last, now)
         if key in self._entered:

@@ -23,6 +23,14 @@ log = logging.getLogger("bidaw.gateway")
 TURN_ROUTES = ("/v1/chat/completions", "/v1/completions")
 
 
+async def _trace_header(request: web.Request, response: web.StreamResponse) -> None:
+    """x-trace-id on a stream, whose headers leave inside the handler (and its span); plain
+    responses are prepared after the middleware's span ended, so _observe sets theirs."""
+    trace_id = tracing.current_trace_id()
+    if trace_id:
+        response.headers["x-trace-id"] = trace_id
+
+
 class Gateway:
     """State shared by the handlers; `app` is the aiohttp application."""
 
@@ -45,6 +53,8 @@ class Gateway:
             web.get("/metrics", self.metrics),
         ])
         self.app.on_cleanup.append(lambda _: self.backend.close())
+        if tracing.enabled():
+            self.app.on_response_prepare.append(_trace_header)
 
     # -- middleware ------------------------------------------------------------------------
 
@@ -62,7 +72,7 @@ class Gateway:
             try:
                 response = await handler(request)
                 status = response.status
-                if tracing.enabled():
+                if tracing.enabled() and not response.prepared:  # streams: _trace_header
                     response.headers["x-trace-id"] = tracing.current_trace_id()
                 return response
             finally:
