@@ -41,8 +41,8 @@ class EngineHost:
         import torch
 
         from .engine import Engine
-        from .kv_client import KVClient
         from .kv_io import KVSessionIO
+        from .kv_shards import KVShards
         from .loaders.registry import load_model
 
         # Ray pins OMP threads to the actor's CPU count (1); the engine wants the cores it is given.
@@ -50,7 +50,10 @@ class EngineHost:
         model, tokenizer = load_model(model_spec, device=device or None)
         self.model_name = model.config.name or model_spec
         fmt = resolve_format(kv_format, model.config)
-        store = KVClient(store_target) if store_target else None
+        # --store "" is the recompute baseline (no store at all); otherwise each session goes to
+        # its shard by consistent hash over the shards the scheduler sends with the turn.
+        self.use_scheduler_stores = bool(store_target)
+        store = KVShards(store_target) if store_target else None
         kv_io = KVSessionIO(store, model, self.model_name, fmt)
         self.engine = Engine(model, tokenizer, kv_io, default_max_tokens, max_batch)
 
@@ -67,7 +70,9 @@ class EngineHost:
 
         req = compute_worker_pb2.WorkerTurnRequest.FromString(request)
         try:
-            for ids, text, summary in self.engine.run(req.turn, req.since_arrival_s, req.queue_s):
+            stores = list(req.kv_stores) if self.use_scheduler_stores else None
+            for ids, text, summary in self.engine.run(req.turn, req.since_arrival_s, req.queue_s,
+                                                      stores):
                 event = common_pb2.TurnEvent(token_ids=ids, text=text)
                 if summary is not None:
                     event.summary.CopyFrom(summary)

@@ -9,6 +9,10 @@ class WorkerConfig:
     listen: str = field(default="127.0.0.1:50053", metadata={"help": "gRPC address to serve on"})
     store: str = field(default="127.0.0.1:50051", metadata={
         "help": "KV store address (empty: no store, recompute every prompt)"})
+    scheduler: str = field(default="", metadata={
+        "help": "scheduler address(es) to register with at run time, comma separated"})
+    advertise: str = field(default="", metadata={
+        "help": "address the scheduler should dial (default: the listen address)"})
     model: str = field(default="smollm2-135m", metadata={
         "help": "model: smollm2-135m, a .gguf file or a Hugging Face checkpoint directory"})
     worker_id: str = field(default="", metadata={"help": "stable id (default: host:port)"})

@@ -57,12 +57,14 @@ class Engine:
 
     # -- one turn (caller's thread) ---------------------------------------------------------
 
-    def run(self, turn, since_arrival_s: float = 0.0, queue_s: float = 0.0) -> Iterator:
-        """Yields (token_ids, text, None) as tokens come, then ([], '', TurnSummary)."""
+    def run(self, turn, since_arrival_s: float = 0.0, queue_s: float = 0.0,
+            kv_stores: list[str] | None = None) -> Iterator:
+        """Yields (token_ids, text, None) as tokens come, then ([], '', TurnSummary).
+        `kv_stores`: the store shards the scheduler sent (None: the worker's own)."""
         arrived = time.monotonic() - since_arrival_s
         cfg = self.model.config
         prompt = prompt_ids(turn, self.tokenizer, cfg.vocab_size, self.max_context)
-        restored = self.kv_io.restore(turn.session_id, prompt)
+        restored = self.kv_io.restore(turn.session_id, prompt, kv_stores)
         seq = Sequence(
             session_id=turn.session_id, prompt=prompt, cache=restored.cache,
             pending=prompt[restored.tokens:], sampler=Sampler(turn.temperature, turn.seed),
@@ -81,7 +83,7 @@ class Engine:
         if seq.error is not None:
             raise seq.error
         self.kv_io.save(turn.session_id, prompt + seq.generated, restored.tokens, seq.cache,
-                        seq.hidden6)
+                        seq.hidden6, kv_stores)
         yield [], "", common_pb2.TurnSummary(
             prompt_tokens=len(prompt), cached_tokens=restored.tokens,
             completion_tokens=len(seq.generated), kv_tier=restored.tier,

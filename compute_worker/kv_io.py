@@ -18,6 +18,7 @@ from services.gen import common_pb2
 
 from . import kv_codec
 from .kv_client import KVClient
+from .kv_shards import KVShards
 
 log = logging.getLogger("bidaw.compute_worker")
 
@@ -40,20 +41,31 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 
 class KVSessionIO:
-    def __init__(self, store: KVClient | None, model, model_name: str, kv_format: int):
+    """`store`: one KV store client, KVShards (a session's shard by consistent hash), or None
+    (no store: every prompt is recomputed)."""
+
+    def __init__(self, store: KVClient | KVShards | None, model, model_name: str,
+                 kv_format: int):
         self.store = store
         self.model = model
         self.model_name = model_name
         self.kv_format = kv_format
         self.bytes_per_token = kv_codec.bytes_per_token(model.config, kv_format, model.dtype)
 
-    def restore(self, session_id: str, prompt: list[int]) -> Restored:
+    def _client(self, session_id: str, shards: list[str] | None) -> KVClient | None:
+        if isinstance(self.store, KVShards):
+            return self.store.client_for(session_id, shards)
+        return self.store
+
+    def restore(self, session_id: str, prompt: list[int],
+                shards: list[str] | None = None) -> Restored:
         fresh = Restored(self.model.new_cache(len(prompt) + 64))
-        if self.store is None:
+        store = self._client(session_id, shards)
+        if store is None:
             return fresh
         start = time.monotonic()
         try:
-            info = self.store.lookup(session_id)
+            info = store.lookup(session_id)
         except grpc.RpcError as exc:
             log.warning("store lookup failed for %r (%s): recomputing", session_id, exc.code())
             return fresh
@@ -64,7 +76,7 @@ class KVSessionIO:
         if reuse <= 0:
             return fresh
         try:
-            stored = self.store.read(session_id, max_tokens=reuse)
+            stored = store.read(session_id, max_tokens=reuse)
         except (grpc.RpcError, IOError) as exc:
             log.warning("KV read of %r failed (%s): recomputing", session_id, exc)
             return fresh
@@ -79,17 +91,18 @@ class KVSessionIO:
         return Restored(cache, reuse, stored.tier, stored.format, time.monotonic() - start)
 
     def save(self, session_id: str, tokens: list[int], start: int, cache,
-             hidden6: list[torch.Tensor]) -> None:
+             hidden6: list[torch.Tensor], shards: list[str] | None = None) -> None:
         """Write the KV of tokens [start, len(cache)) of `tokens` to the store."""
         end = len(cache)
-        if self.store is None or end <= start:
+        store = self._client(session_id, shards)
+        if store is None or end <= start:
             return
         if self.kv_format == common_pb2.KV_FORMAT_TENSOR6:
             data = kv_codec.to_bytes(torch.cat(hidden6))  # fed tokens: exactly [start, end)
         else:
             data = kv_codec.to_bytes(cache.to_token_major(start, end))
         try:
-            self.store.write(session_id, start, tokens[start:end], self.kv_format,
+            store.write(session_id, start, tokens[start:end], self.kv_format,
                              self.bytes_per_token, self.model_name, data)
         except grpc.RpcError as exc:  # the answer stands; the next turn recomputes
             log.warning("KV write of %r failed: %s %s", session_id, exc.code(), exc.details())

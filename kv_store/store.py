@@ -4,8 +4,10 @@ The gRPC service (service.py) translates messages to these calls. One lock guard
 structures; disk I/O runs outside it, under a per-session lock for reads and loads, and on the
 ordered writer threads for SSD writes, so a slow disk write of one session does not stall the
 DRAM reads of others. Every change of a session's location is published to the Awareness
-subscribers as a `Location` event. The SSD write path (durability, disk full, compaction) is in
-persist.py; this file decides where bytes live.
+subscribers as a `Location` event. This file holds the state, eviction from both tiers,
+promotions and the Awareness inputs; the read and write paths are in store_reads.py and
+store_writes.py, the SSD side of both (durability, disk full, corruption, compaction) in
+persist.py.
 
 What a WriteKV reply promises: the new KV is readable from the store (DRAM, or SSD) when the
 reply comes; `durable` says whether it is also fsync'd on SSD. A writer that allows it gets the
@@ -21,59 +23,31 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from concurrent.futures import CancelledError, Future
-from dataclasses import dataclass
-
-from services.gen import common_pb2
 
 from . import errors
 from .bandwidth import BandwidthCap, BandwidthMeter
 from .buffers import Payload, ReadHandle
 from .catalog import make_catalog
 from .config import StoreConfig
-from .dram_tier import DramTier, ShmPiece
+from .dram_tier import DramTier
 from .events import EventHub, LoadDone, Location
 from .eviction.registry import NEEDS_FUTURE, policy_class
 from .leases import Leases
 from .persist import Persister
 from .promoter import Promoter
 from .session_meta import SessionMeta
-from .shm_arena import Segment, ShmArena
+from .shm_arena import ShmArena
 from .ssd_tier import SsdTier
 from .ssd_writer import OrderedWriter
+from .store_reads import ReadPath
+from .store_state import (TIER_DRAM, TIER_LOADING, TIER_NONE, TIER_SSD, StoreCounters,
+                          check_session_id)
+from .store_writes import WritePath
 
 log = logging.getLogger("bidaw.kv_store")
 
-TIER_NONE, TIER_DRAM, TIER_SSD, TIER_LOADING = (common_pb2.TIER_NONE, common_pb2.TIER_DRAM,
-                                                common_pb2.TIER_SSD, common_pb2.TIER_LOADING)
-MAX_SESSION_ID = 256
 LOCK_STRIPES = 1024
 MAX_QUEUED = 100_000  # arrivals remembered for the look-ahead; a lost completion must not leak
-
-
-@dataclass
-class StoreCounters:
-    dram_hits: int = 0
-    ssd_hits: int = 0
-    misses: int = 0
-    ssd_bytes_read: int = 0
-    ssd_bytes_written: int = 0
-    kv_bytes_written: int = 0
-    dram_evictions: int = 0
-    ssd_evictions: int = 0
-    answers_observed: int = 0
-    arrivals_observed: int = 0
-    corrupt_records: int = 0
-    ssd_write_failures: int = 0
-    shm_reads: int = 0
-    shm_writes: int = 0
-
-
-def check_session_id(session_id: str) -> None:
-    if not session_id:
-        raise errors.invalid("session_id is empty")
-    if len(session_id.encode()) > MAX_SESSION_ID:
-        raise errors.invalid(f"session_id longer than {MAX_SESSION_ID} bytes")
 
 
 def make_store_policy(config: StoreConfig):
@@ -90,7 +64,7 @@ def make_store_policy(config: StoreConfig):
     return cls(**kwargs)
 
 
-class KVStore:
+class KVStore(ReadPath, WritePath):
     def __init__(self, config: StoreConfig):
         self.config = config
         self.arena = ShmArena(config.shm_dir, config.dram_bytes)
@@ -108,8 +82,9 @@ class KVStore:
         self._versions: dict[str, int] = {}  # catalog version the local state is based on
         self._ssd_lru: OrderedDict[str, None] = OrderedDict()  # SSD tier order, oldest first
         self._holds: dict[str, ReadHandle] = {}  # shm read lease -> the regions it keeps
-        self._prepared: dict[str, tuple[str, Payload, str]] = {}  # region -> (session,
-        self._queued: list[str] = []  # sessions of queued requests    payload, lease)
+        # prepared co-located write: region name -> (session, payload, lease)
+        self._prepared: dict[str, tuple[str, Payload, str]] = {}
+        self._queued: list[str] = []  # sessions of queued requests, soonest first
         self._lock = threading.RLock()
         self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
         self.writer = OrderedWriter(config.ssd_write_concurrency)
@@ -189,262 +164,6 @@ class KVStore:
     def snapshot(self) -> list[Location]:
         with self._lock:
             return [self.location(s) for s in self._metas]
-
-    # -- reads ------------------------------------------------------------------------------
-
-    def open_read(self, session_id: str, max_tokens: int = 0) -> ReadHandle:
-        """The session's KV (its first `max_tokens` tokens if > 0) and the tier serving it; a
-        read from SSD brings the session into DRAM when it fits. Call `release` when done."""
-        check_session_id(session_id)
-        if max_tokens < 0:
-            raise errors.invalid("max_tokens is negative")
-        self._refresh(session_id)
-        while True:
-            handle = self._read_dram(session_id, max_tokens)
-            if handle is not None:
-                return handle
-            with self._session_lock(session_id):
-                handle = self._read_dram(session_id, max_tokens)  # loaded while we waited
-                if handle is not None:
-                    return handle
-                if not self.writer.busy(session_id):
-                    return self._load_from_ssd(session_id, max_tokens, admit=True)
-            self.writer.wait(session_id)  # its SSD copy is on the way: read it once it is
-
-    def _read_dram(self, session_id: str, max_tokens: int) -> ReadHandle | None:
-        with self._lock:
-            meta = self._metas.get(session_id)
-            if meta is None:
-                self.counters.misses += 1
-                raise errors.not_found(f"no KV stored for session {session_id!r}")
-            if session_id not in self.dram:
-                return None
-            want = meta.num_tokens if max_tokens == 0 else min(max_tokens, meta.num_tokens)
-            self.counters.dram_hits += 1
-            self.policy.touch(session_id, self.dram.size(session_id), time.monotonic())
-            served = SessionMeta(session_id, meta.format, meta.bytes_per_token, meta.model,
-                                 meta.token_ids[:want])
-            pieces = self.dram.pieces(session_id, served.num_bytes)
-            return ReadHandle(served, TIER_DRAM, shm=pieces, arena=self.arena,
-                              on_release=lambda: self._release_pieces(pieces))
-
-    def _load_from_ssd(self, session_id: str, max_tokens: int, admit: bool) -> ReadHandle:
-        """Read the session file (verified) into a new DRAM segment, or aligned memory when
-        DRAM has no room; the caller holds the session lock."""
-        for _ in range(3):
-            got = self.persister.read_session(session_id, admit)
-            if got is not None:
-                break
-        else:
-            raise errors.unavailable(f"session {session_id!r} kept changing while read")
-        result, segment, buffer, version = got
-        log_ = result.log
-        with self._lock:
-            if log_.meta is None:
-                self.counters.misses += 1
-                if segment is not None:
-                    self.arena.unref(segment)
-                raise errors.not_found(f"KV of session {session_id!r} failed its checksum "
-                                       "and was dropped; recompute")
-            self.counters.ssd_hits += 1
-            self.counters.ssd_bytes_read += result.valid_end
-            if session_id in self._ssd_lru:
-                self._ssd_lru.move_to_end(session_id)
-            served = log_.meta.copy()
-            if segment is not None and self._versions.get(session_id) == version \
-                    and not self.writer.busy(session_id):
-                self._drop_dram(session_id)
-                self.dram.put(session_id, [ShmPiece(segment, p.offset, p.length)
-                                           for p in log_.pieces])
-                self.policy.admit(session_id, log_.meta.num_bytes, time.monotonic())
-            log_.cut(served.num_tokens if max_tokens == 0 else max_tokens)
-            served.token_ids = log_.meta.token_ids
-            if segment is not None:
-                pieces = [ShmPiece(self.arena.ref(segment), p.offset, p.length)
-                          for p in log_.pieces]
-                self.arena.unref(segment)  # the creator's reference
-                handle = ReadHandle(served, TIER_SSD, shm=pieces, arena=self.arena,
-                                    on_release=lambda: self._release_pieces(pieces))
-            else:
-                handle = ReadHandle(served, TIER_SSD, buffer=buffer,
-                                    spans=[(p.offset, p.length) for p in log_.pieces])
-            loc = self.location(session_id)
-        self.events.publish(loc)
-        return handle
-
-    def release_segment(self, segment: Segment) -> None:
-        with self._lock:
-            self.arena.unref(segment)
-
-    def _release_pieces(self, pieces: list[ShmPiece]) -> None:
-        with self._lock:
-            self.dram.release(pieces)
-
-    def open_shm_read(self, session_id: str, max_tokens: int,
-                      lease_seconds: float) -> tuple[ReadHandle, str]:
-        """A read whose bytes stay in shared memory for a co-located worker, under a lease that
-        keeps its regions until released or expired."""
-        handle = self.open_read(session_id, max_tokens)
-        if handle.buffer is not None:
-            handle.release()
-            raise errors.precondition(f"KV of session {session_id!r} does not fit in shared "
-                                      "memory now; read it over the gRPC stream")
-        with self._lock:
-            lease_id = self.leases.acquire(session_id, time.monotonic(),
-                                           lease_seconds or self.config.lease_seconds, pin=False)
-            self._holds[lease_id] = handle
-            self.counters.shm_reads += 1
-        return handle, lease_id
-
-    # -- writes -----------------------------------------------------------------------------
-
-    def new_payload(self, session_id: str, start_token: int, nbytes: int) -> Payload:
-        """Memory for a write's bytes: a DRAM segment when the tier will keep them."""
-        with self._lock:
-            segment = self._dram_segment(session_id, start_token, nbytes)
-        return Payload(nbytes, self.arena, segment) if segment else Payload(nbytes)
-
-    def prepare_shm_write(self, session_id: str, start_token: int, nbytes: int,
-                          lease_seconds: float) -> Segment:
-        """A region for a co-located worker to write a turn's KV into; WriteKV names it."""
-        check_session_id(session_id)
-        if nbytes <= 0:
-            raise errors.invalid("num_bytes must be positive")
-        with self._lock:
-            segment = self._dram_segment(session_id, start_token, nbytes)
-            if segment is None:
-                raise errors.exhausted("no room in shared memory for this write now; send it "
-                                       "over the gRPC stream")
-            lease_id = self.leases.acquire(session_id, time.monotonic(),
-                                           lease_seconds or self.config.lease_seconds, pin=False)
-            self._prepared[segment.name] = (session_id, Payload(nbytes, self.arena, segment),
-                                            lease_id)
-            return segment
-
-    def take_prepared(self, region: str, session_id: str, nbytes: int) -> Payload:
-        with self._lock:
-            entry = self._prepared.pop(region, None)
-            if entry is None:
-                raise errors.precondition(f"no prepared region {region!r} (expired?)")
-            owner, payload, lease_id = entry
-            self.leases.release(lease_id)
-            if owner != session_id or payload.nbytes != nbytes:
-                payload.release(self.arena.unref)
-                raise errors.invalid(f"region {region!r} was prepared for {payload.nbytes} "
-                                     f"bytes of session {owner!r}")
-            self.counters.shm_writes += 1
-            return payload
-
-    def _dram_segment(self, session_id: str, start_token: int, nbytes: int) -> Segment | None:
-        """A new segment when the write's bytes will extend or start a DRAM entry and room can
-        be made for them (under the lock)."""
-        if start_token != 0 and session_id not in self.dram:
-            return None
-        if nbytes <= 0 or not self._make_room(nbytes, keep={session_id}):
-            return None
-        return self.arena.create(nbytes)
-
-    def write(self, session_id: str, start_token: int, token_ids: list[int], format: int,
-              bytes_per_token: int, model: str, payload: Payload,
-              wait_durable: bool = True) -> tuple[Location, bool]:
-        """Store tokens [start_token, start_token+len(token_ids)) from `payload` (taken over).
-        Returns the session's location and whether the write is durable on SSD."""
-        try:
-            self._check_write(session_id, format, bytes_per_token, token_ids, payload.nbytes)
-            self._refresh(session_id)
-        except errors.StoreError:
-            self.release_payload(payload)
-            raise
-        with self._session_lock(session_id):
-            with self._lock:
-                try:
-                    base, same = self._write_base(session_id, start_token, format,
-                                                  bytes_per_token, model)
-                except errors.StoreError:
-                    self.release_payload(payload)
-                    raise
-                meta = SessionMeta(session_id, format, bytes_per_token, model,
-                                   base.token_ids[:start_token] + list(token_ids))
-                in_dram = self._apply_to_dram(session_id, same, start_token * bytes_per_token,
-                                              payload)
-                self._metas[session_id] = meta
-                self._ssd_lru[session_id] = None
-                self._ssd_lru.move_to_end(session_id)
-                fut = self.writer.submit(
-                    session_id,
-                    lambda: self.persister.persist(session_id, start_token, list(token_ids),
-                                                   format, bytes_per_token, model, payload),
-                    on_cancel=lambda: self.release_payload(payload))
-                loc = self.location(session_id)
-            self.events.publish(loc)
-            if not wait_durable and in_dram:
-                return loc, False
-            self._wait(fut)
-            with self._lock:
-                return self.location(session_id), True
-
-    @staticmethod
-    def _check_write(session_id: str, format: int, bytes_per_token: int, token_ids: list[int],
-                     nbytes: int) -> None:
-        check_session_id(session_id)
-        if format not in (common_pb2.KV_FORMAT_KV, common_pb2.KV_FORMAT_TENSOR6):
-            raise errors.invalid("header.format must be KV_FORMAT_KV or KV_FORMAT_TENSOR6")
-        if bytes_per_token <= 0:
-            raise errors.invalid("header.bytes_per_token must be positive")
-        if not token_ids:
-            raise errors.invalid("header carries no tokens")
-        if nbytes != len(token_ids) * bytes_per_token:
-            raise errors.invalid(f"got {nbytes} bytes of KV, header promises "
-                                 f"{len(token_ids)} tokens x {bytes_per_token} bytes")
-
-    def _write_base(self, session_id: str, start_token: int, format: int, bytes_per_token: int,
-                    model: str) -> tuple[SessionMeta, bool]:
-        """The state a write builds on, and whether it extends the stored entry."""
-        old = self._metas.get(session_id)
-        if old is not None and not old.compatible(format, bytes_per_token, model) \
-                and start_token > 0:
-            raise errors.precondition(f"session {session_id!r} holds KV of another model or "
-                                      "format; write from start_token 0 to replace it")
-        if old is None or start_token == 0:
-            base = SessionMeta(session_id, format, bytes_per_token, model, [])
-        else:
-            base = old
-        if start_token > base.num_tokens:
-            raise errors.invalid(f"start_token {start_token} leaves a gap: session "
-                                 f"{session_id!r} holds {base.num_tokens} tokens")
-        return base, base is old
-
-    def _apply_to_dram(self, session_id: str, same_entry: bool, offset: int,
-                       payload: Payload) -> bool:
-        """Put the write's segment into the session's DRAM entry; True if the entry holds the
-        whole session afterwards."""
-        segment = payload.segment
-        if segment is None:
-            self._drop_dram(session_id)  # DRAM could not take the new bytes: SSD keeps it all
-            return False
-        piece = ShmPiece(segment, 0, payload.nbytes)
-        now = time.monotonic()
-        if same_entry and session_id in self.dram:
-            self.dram.write_at(session_id, offset, piece)
-            self.policy.touch(session_id, self.dram.size(session_id), now)
-            return True
-        self._drop_dram(session_id)
-        if offset == 0:
-            self.dram.put(session_id, [piece])
-            self.policy.admit(session_id, payload.nbytes, now)
-            return True
-        return False
-
-    def _wait(self, fut: Future) -> None:
-        try:
-            fut.result()
-        except CancelledError:
-            raise errors.aborted("an earlier write of this session failed, so this one was "
-                                 "dropped; look the session up and write again") from None
-
-    def release_payload(self, payload: Payload) -> None:
-        with self._lock:
-            payload.release(self.arena.unref)
 
     # -- tiers ------------------------------------------------------------------------------
 

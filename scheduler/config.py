@@ -7,9 +7,12 @@ from dataclasses import dataclass, field
 @dataclass
 class SchedulerConfig:
     listen: str = field(default="127.0.0.1:50052", metadata={"help": "gRPC address to serve on"})
-    store: str = field(default="127.0.0.1:50051", metadata={"help": "KV store address"})
+    store: str = field(default="127.0.0.1:50051", metadata={
+        "help": "KV store shard addresses, comma separated (more may register at run time)"})
     workers: list[str] = field(default_factory=lambda: ["127.0.0.1:50053"], metadata={
-        "help": "compute worker addresses, comma separated"})
+        "help": "compute worker addresses, comma separated (more may register at run time)"})
+    heartbeat_s: float = field(default=2.0, metadata={
+        "help": "registered members heartbeat this often; 3 missed and they are dropped"})
     policy: str = field(default="bidaw", metadata={"help": "scheduling policy: fcfs or bidaw"})
     prefetch_window: int = field(default=1, metadata={
         "help": "fcfs only: start SSD loads for the first N queued turns (1: at the head, "

@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from services.gen import (common_pb2, compute_worker_pb2, kv_store_pb2, kv_store_pb2_grpc,
-                          scheduler_pb2, scheduler_pb2_grpc)
-from services.grpc_util import channel
+from services.gen import (common_pb2, compute_worker_pb2, kv_store_pb2, scheduler_pb2,
+                          scheduler_pb2_grpc)
 
-from .awareness import AwarenessClient
 from .config import SchedulerConfig
+from .membership import Membership
 from .policy import make_queue
+from .store_shards import StoreShards
 from .workers import Worker, WorkerPool
 
 log = logging.getLogger("bidaw.scheduler")
@@ -81,17 +81,17 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self.finished = 0
         self.failed = 0
         self.rerun = 0
-        self.store = kv_store_pb2_grpc.KVStoreStub(channel(config.store))
-        self.awareness = AwarenessClient(config.store, config.scheduler_id,
-                                         on_load_finished=self._on_load_finished,
-                                         queued_sessions=self._queued_sessions)
+        self.stores = StoreShards(config.scheduler_id, self._on_load_finished,
+                                  self._queued_sessions)
+        self.membership = Membership(config.heartbeat_s)
         self._stop = threading.Event()
         self._dispatcher = threading.Thread(target=self._dispatch_loop, name="dispatch",
                                             daemon=True)
 
     def start(self) -> "SchedulerService":
+        for target in filter(None, self.config.store.split(",")):
+            self.stores.add(target.strip())
         self.pool.refresh()
-        self.awareness.start()
         self._dispatcher.start()
         return self
 
@@ -99,7 +99,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
-        self.awareness.stop()
+        self.stores.stop()
 
     def _queued_sessions(self) -> list[str]:
         with self._cond:
@@ -111,6 +111,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         last_refresh = 0.0
         while not self._stop.is_set():
             if time.monotonic() - last_refresh > 2.0:
+                self._expire_members()
                 self.pool.refresh(timeout=2.0)  # picks up workers that came back
                 last_refresh = time.monotonic()
             loads = []
@@ -136,13 +137,15 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 self._start_load(r.request_id, str(r.session_id))
 
     def _start_load(self, request_id: int, session_id: str) -> None:
+        stub = self.stores.stub(session_id)
         try:
-            reply = self.store.Promote(kv_store_pb2.PromoteRequest(session_id=session_id),
-                                       timeout=5.0)
+            if stub is None:
+                raise LookupError("no KV store shard")
+            reply = stub.Promote(kv_store_pb2.PromoteRequest(session_id=session_id), timeout=5.0)
             if reply.tier in (common_pb2.TIER_SSD, common_pb2.TIER_LOADING):
                 return  # LoadFinished will follow on the Awareness stream
-        except grpc.RpcError as exc:  # the worker will read from SSD itself
-            log.warning("promotion of %r failed: %s", session_id, exc.code())
+        except (grpc.RpcError, LookupError) as exc:  # the worker will read from SSD itself
+            log.warning("promotion of %r failed: %s", session_id, exc)
         self._finish_load(request_id)
 
     def _finish_load(self, request_id: int) -> None:
@@ -160,7 +163,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     def _reconcile_loads(self, now: float) -> None:
         """Loads whose end we missed (stream reconnects, store restarts) must not hang turns."""
         for rid, (session_id, started) in list(self._loading.items()):
-            tier = self.awareness.tier(session_id)
+            tier = self.stores.tier(session_id)
             if now - started > LOAD_TIMEOUT_S or tier in (common_pb2.TIER_DRAM,
                                                           common_pb2.TIER_NONE):
                 self._finish_load(rid)
@@ -190,7 +193,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 return
             worker_request = compute_worker_pb2.WorkerTurnRequest(
                 request_id=f"{self.config.scheduler_id}-{pending.seq}", turn=request,
-                queue_s=time.monotonic() - arrival, since_arrival_s=time.monotonic() - arrival)
+                queue_s=time.monotonic() - arrival, since_arrival_s=time.monotonic() - arrival,
+                kv_stores=self.stores.members())
             call = pending.worker.stub.RunTurn(worker_request)
             replayed = 0
             lost_worker = False
@@ -207,7 +211,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                     replayed = len(sent)
                     if event.HasField("summary"):
                         self.finished += 1
-                        self.awareness.turn_complete(
+                        self.stores.turn_complete(
                             request.session_id, event.summary.completion_tokens,
                             event.summary.prompt_tokens + event.summary.completion_tokens)
                     yield event
@@ -235,7 +239,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 self._wake()
 
     def _enqueue(self, session_id: str, arrival: float, context) -> Pending | None:
-        loc = self.awareness.location(session_id)
+        loc = self.stores.location(session_id)
         where = LOCATION.get(loc.tier, "none") if loc is not None else "none"
         with self._cond:
             if len(self.queue) >= self.config.max_queue:
@@ -246,7 +250,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                            loc.num_bytes if loc is not None else 0)
             self._pending[pending.seq] = pending
             self._cond.notify_all()
-        self.awareness.arrival(session_id, pending.seq)
+        self.stores.arrival(session_id, pending.seq)
         while not pending.dispatched.wait(0.25):
             if not context.is_active() or self._stop.is_set():
                 with self._cond:
@@ -266,6 +270,45 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         return scheduler_pb2.SchedulerStats(
             ready_queue=lengths["ready"], preparing_queue=lengths["waiting"] + lengths["loading"], running=self.pool.running(),
             turns_finished=self.finished, turns_failed=self.failed,
-            workers=self.pool.healthy_count(), sessions_known=len(self.awareness.locations),
-            awareness_connected=self.awareness.connected.is_set(), policy=self.config.policy,
-            turns_rerun=self.rerun)
+            workers=self.pool.healthy_count(), sessions_known=self.stores.sessions_known(),
+            awareness_connected=self.stores.all_connected(), policy=self.config.policy,
+            turns_rerun=self.rerun, stores=len(self.stores.members()))
+
+    # -- membership -------------------------------------------------------------------------
+
+    def Register(self, request, context):
+        if request.kind not in (scheduler_pb2.MEMBER_KIND_WORKER, scheduler_pb2.MEMBER_KIND_STORE):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "kind must be WORKER or STORE")
+        if ":" not in request.address:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "address must be host:port")
+        if self.membership.beat(request.kind, request.address, time.monotonic()):
+            log.info("%s %s joined", scheduler_pb2.MemberKind.Name(request.kind),
+                     request.address)
+            if request.kind == scheduler_pb2.MEMBER_KIND_WORKER:
+                self.pool.add(request.address)
+                self.pool.refresh_one(request.address)
+                self._wake()
+            else:
+                self.stores.add(request.address)
+        return self._registration_reply()
+
+    def Deregister(self, request, context):
+        if self.membership.leave(request.kind, request.address):
+            self._drop_member(request.kind, request.address)
+        return self._registration_reply()
+
+    def _registration_reply(self) -> scheduler_pb2.RegistrationReply:
+        return scheduler_pb2.RegistrationReply(heartbeat_s=self.membership.heartbeat_s,
+                                               workers=len(self.pool.workers),
+                                               stores=len(self.stores.members()))
+
+    def _drop_member(self, kind: int, address: str) -> None:
+        log.info("%s %s left", scheduler_pb2.MemberKind.Name(kind), address)
+        if kind == scheduler_pb2.MEMBER_KIND_WORKER:
+            self.pool.remove(address)
+        else:
+            self.stores.remove(address)
+
+    def _expire_members(self) -> None:
+        for kind, address in self.membership.expired(time.monotonic()):
+            self._drop_member(kind, address)

@@ -26,21 +26,50 @@ class Worker:
 class WorkerPool:
     def __init__(self, targets: list[str]):
         self._lock = threading.Lock()
-        self.workers = [Worker(t, compute_worker_pb2_grpc.ComputeWorkerStub(channel(t)))
-                        for t in targets]
+        self.workers: list[Worker] = []
+        for target in targets:
+            self.add(target)
+
+    def add(self, target: str) -> bool:
+        """A new worker (it takes work once `refresh` has heard from it); False if known."""
+        with self._lock:
+            if any(w.target == target for w in self.workers):
+                return False
+            self.workers.append(Worker(target, compute_worker_pb2_grpc.ComputeWorkerStub(
+                channel(target))))
+            return True
+
+    def remove(self, target: str) -> bool:
+        """Stop dispatching to a worker; turns running there finish (or are re-run if it died)."""
+        with self._lock:
+            kept = [w for w in self.workers if w.target != target]
+            removed = len(kept) != len(self.workers)
+            self.workers = kept
+            return removed
 
     def refresh(self, timeout: float = 5.0) -> None:
         """Ask every worker for its info; one that does not answer takes no work."""
-        for w in self.workers:
-            try:
-                info = w.stub.Info(compute_worker_pb2.WorkerInfoRequest(), timeout=timeout)
-            except grpc.RpcError as exc:
-                if w.healthy:
-                    log.warning("worker %s unreachable: %s", w.target, exc.code())
-                w.healthy = False
-                continue
-            with self._lock:
-                w.info, w.max_running, w.healthy = info, max(1, info.max_running), True
+        with self._lock:
+            workers = list(self.workers)
+        for w in workers:
+            self._refresh(w, timeout)
+
+    def _refresh(self, w: Worker, timeout: float) -> None:
+        try:
+            info = w.stub.Info(compute_worker_pb2.WorkerInfoRequest(), timeout=timeout)
+        except grpc.RpcError as exc:
+            if w.healthy:
+                log.warning("worker %s unreachable: %s", w.target, exc.code())
+            w.healthy = False
+            return
+        with self._lock:
+            w.info, w.max_running, w.healthy = info, max(1, info.max_running), True
+
+    def refresh_one(self, target: str, timeout: float = 5.0) -> None:
+        with self._lock:
+            worker = next((w for w in self.workers if w.target == target), None)
+        if worker is not None:
+            self._refresh(worker, timeout)
 
     def acquire(self) -> Worker | None:
         """The least loaded healthy worker with a free slot, its slot taken; None if none."""

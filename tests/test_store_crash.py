@@ -3,7 +3,6 @@ again and again, restarted over the same directory; and corruption injected by f
 on disk. Every acknowledged write comes back intact; a torn or corrupt record is a miss."""
 from __future__ import annotations
 
-import os
 import random
 import signal
 import struct

@@ -89,16 +89,19 @@ def test_a_leased_region_survives_eviction_until_released(store):
 def test_read_leases_and_prepared_regions_expire(store):
     client, core = store(dram_bytes=16 * BPT)
     client.write("a", 0, list(range(4)), KV, BPT, "m", os.urandom(4 * BPT))
-    reply = client.stub.OpenShmRead(kv_store_pb2.OpenShmReadRequest(session_id="a",
-                                                                    lease_seconds=0.2))
+    read = client.stub.OpenShmRead(kv_store_pb2.OpenShmReadRequest(session_id="a",
+                                                                   lease_seconds=0.2))
     prepared = client.stub.PrepareShmWrite(kv_store_pb2.PrepareShmWriteRequest(
         session_id="w", num_bytes=2 * BPT, lease_seconds=0.2))
-    core._drop_dram("a")
-    assert core.stats()["dram_bytes"] == 6 * BPT
+    with core._lock:
+        core._drop_dram("a")  # evicted: only the read lease keeps its pages
+    assert core.stats()["dram_bytes"] == 6 * BPT and core.stats()["leases"] == 2
     time.sleep(0.3)
     core.expire_leases()  # what the housekeeping thread does twice a second
     assert core.stats()["dram_bytes"] == 0 and core.stats()["leases"] == 0
     assert core.arena.fits(16 * BPT)  # every page free again, in one run
+    with pytest.raises(grpc.RpcError):
+        client.stub.ReleaseLease(kv_store_pb2.ReleaseLeaseRequest(lease_id=read.lease_id))
     header = kv_store_pb2.KVHeader(session_id="w", num_tokens=2, token_ids=[1, 2], format=KV,
                                    bytes_per_token=BPT, model="m", shm_region=prepared.region)
     with pytest.raises(grpc.RpcError) as err:

@@ -1,9 +1,10 @@
 """`bidaw bench store`: the KV store's data paths, each beside its baseline in the same run.
 
-- ssd_read_vs_raw: loading a whole session from the SSD tier into DRAM (aligned reads,
-  checksums verified, into a shared-memory region) over a plain O_DIRECT sequential read of a
-  file of the same size on the same disk, `--io-mb` per read (dd iflag=direct); median of the
-  ratio over sizes and repetitions.
+- ssd_read_vs_raw: loading a whole session from the SSD tier into DRAM (aligned reads, four in
+  flight, checksums verified, into a shared-memory region) over a plain O_DIRECT sequential read
+  of a file of the same size on the same disk, `--io-mb` per read, nothing kept or checked (the
+  faster of one read at a time, as dd does, and four at a time); the median over repetitions of
+  each size, and the lowest of those.
 - shm_read_vs_memcpy: a worker process on the same machine reading a DRAM session through shared
   memory (two control RPCs and one copy) over copying the same bytes in its own memory.
 - grpc_read_gbps: the same worker reading the same session over the chunked gRPC stream.
@@ -33,7 +34,7 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
         description=__doc__.split("\n\n")[0])
     p.add_argument("--dir", default=None, help="directory on the disk to measure (default: "
                    "a temporary directory)")
-    p.add_argument("--sizes-mb", default="64,256", help="session sizes for the SSD figure")
+    p.add_argument("--sizes-mb", default="64,256,512", help="session sizes for the SSD figure")
     p.add_argument("--io-mb", type=int, default=8, help="bytes per read, raw and tier")
     p.add_argument("--shm-mb", type=int, default=128, help="session size for the DRAM figures")
     p.add_argument("--reps", type=int, default=5, help="repetitions of each measurement")
@@ -79,32 +80,41 @@ def _run(args: argparse.Namespace) -> int:
 
 # -- SSD tier vs raw reads ------------------------------------------------------------------
 
-def _raw_read(path: str, io_bytes: int) -> float:
-    """Seconds for a plain O_DIRECT sequential read of the whole file, one `io_bytes` buffer
-    used over and over, no checks: `dd iflag=direct bs=...of=/dev/null`, the disk's pace."""
+def _raw_read(path: str, io_bytes: int, depth: int = 1) -> float:
+    """Seconds for a plain O_DIRECT sequential read of the whole file, no checks, `depth` reads
+    in flight, each into its reader's own `io_bytes` buffer used over and over (depth 1 is
+    `dd iflag=direct bs=... of=/dev/null`): the disk's pace, nothing kept."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
     from kv_store.aligned_io import DirectFile, aligned_buffer
 
     size = os.path.getsize(path)
-    buf = aligned_buffer(io_bytes)
-    buf[:] = bytes(len(buf))  # touched: no page faults in the timed loop
-    view = memoryview(buf)
-    start = time.perf_counter()
-    with DirectFile(path, os.O_RDONLY) as f:
-        for off in range(0, size, io_bytes):
-            f.pread_into(view[:min(io_bytes, size - off)], off)
-    elapsed = time.perf_counter() - start
-    view.release()
-    return elapsed
+    local = threading.local()
+
+    def read(f: DirectFile, off: int) -> None:
+        if not hasattr(local, "buf"):
+            local.buf = aligned_buffer(io_bytes)
+            local.buf[:] = bytes(io_bytes)  # touched: no page faults in the timed loop
+        f.pread_into(memoryview(local.buf)[:min(io_bytes, size - off)], off)
+
+    with ThreadPoolExecutor(depth) as pool, DirectFile(path, os.O_RDONLY) as f:
+        list(pool.map(lambda _: read(f, 0), range(depth)))  # buffers made before timing
+        start = time.perf_counter()
+        list(pool.map(lambda off: read(f, off), range(0, size, io_bytes)))
+        return time.perf_counter() - start
 
 
-def ssd_read_vs_raw(folder: str, sizes_mb: list[int], io_mb: int, reps: int) -> dict:
+def ssd_read_vs_raw(folder: str, sizes_mb: list[int], io_mb: int, reps: int,
+                    depth: int = 4) -> dict:
     from kv_store.config import StoreConfig
     from kv_store.store import KVStore
 
     os.makedirs(folder)
     store = KVStore(StoreConfig(data_dir=os.path.join(folder, "kv"), dram_bytes=max(sizes_mb) *
-                                MIB + 64 * MIB, ssd_io_bytes=io_mb * MIB, eviction="lru"))
-    ratios, detail = [], {}
+                                MIB + 64 * MIB, ssd_io_bytes=io_mb * MIB, ssd_read_depth=depth,
+                                eviction="lru"))
+    worst, detail = None, {}
     try:
         for size_mb in sizes_mb:
             sid = f"s{size_mb}"
@@ -112,7 +122,7 @@ def ssd_read_vs_raw(folder: str, sizes_mb: list[int], io_mb: int, reps: int) -> 
             length = store.ssd.file_bytes[sid]
             raw_path = os.path.join(folder, f"raw{size_mb}")  # same size, same disk
             _write_raw(raw_path, length)
-            tier_s, raw_s = [], []
+            tier_s, raw_s, ratios = [], [], []
             for rep in range(reps + 1):  # interleaved: both see the same disk weather
                 with store._lock:
                     store._drop_dram(sid)
@@ -120,12 +130,16 @@ def ssd_read_vs_raw(folder: str, sizes_mb: list[int], io_mb: int, reps: int) -> 
                 store.open_read(sid).release()  # the promotion path: SSD -> DRAM region
                 tier_s.append(time.perf_counter() - start)
                 assert sid in store.dram
-                raw_s.append(_raw_read(raw_path, io_mb * MIB))
+                raw_s.append(min(_raw_read(raw_path, io_mb * MIB, 1),  # the better of one
+                                 _raw_read(raw_path, io_mb * MIB, depth)))  # and many at once
                 if rep == 0:  # a warm-up pair: threads started, code paths hot
                     tier_s.pop(), raw_s.pop()
                     continue
                 ratios.append(raw_s[-1] / tier_s[-1])
-            detail[f"{size_mb}MB"] = {"tier_gbps": round(length / statistics.median(tier_s) / 1e9,
+            ratio = statistics.median(ratios)
+            worst = ratio if worst is None else min(worst, ratio)
+            detail[f"{size_mb}MB"] = {"ratio": round(ratio, 3),
+                                      "tier_gbps": round(length / statistics.median(tier_s) / 1e9,
                                                          3),
                                       "raw_gbps": round(length / statistics.median(raw_s) / 1e9, 3)}
             with store._lock:
@@ -133,8 +147,8 @@ def ssd_read_vs_raw(folder: str, sizes_mb: list[int], io_mb: int, reps: int) -> 
             os.unlink(raw_path)
     finally:
         store.close()
-    detail["io_mb"] = io_mb
-    return {"ratio": statistics.median(ratios), "detail": detail}
+    detail["io_mb"], detail["depth"] = io_mb, depth
+    return {"ratio": worst, "detail": detail}
 
 
 def _write_raw(path: str, length: int) -> None:

@@ -1,0 +1,125 @@
+"""The store's read paths: from DRAM, from SSD into DRAM (a load), and the co-located read
+whose bytes stay in shared memory under a lease. Part of KVStore (store.py)."""
+from __future__ import annotations
+
+import time
+
+from . import errors
+from .buffers import ReadHandle
+from .dram_tier import ShmPiece
+from .session_meta import SessionMeta
+from .shm_arena import Segment
+from .store_state import TIER_DRAM, TIER_SSD, check_session_id
+
+
+class ReadPath:
+    def open_read(self, session_id: str, max_tokens: int = 0) -> ReadHandle:
+        """The session's KV (its first `max_tokens` tokens if > 0) and the tier serving it; a
+        read from SSD brings the session into DRAM when it fits. Call `release` when done."""
+        check_session_id(session_id)
+        if max_tokens < 0:
+            raise errors.invalid("max_tokens is negative")
+        self._refresh(session_id)
+        while True:
+            handle = self._read_dram(session_id, max_tokens)
+            if handle is not None:
+                return handle
+            with self._session_lock(session_id):
+                handle = self._read_dram(session_id, max_tokens)  # loaded while we waited
+                if handle is not None:
+                    return handle
+                if not self.writer.busy(session_id):
+                    return self._load_from_ssd(session_id, max_tokens, admit=True)
+            self.writer.wait(session_id)  # its SSD copy is on the way: read it once it is
+
+    def _read_dram(self, session_id: str, max_tokens: int) -> ReadHandle | None:
+        with self._lock:
+            meta = self._metas.get(session_id)
+            if meta is None:
+                self.counters.misses += 1
+                raise errors.not_found(f"no KV stored for session {session_id!r}")
+            if session_id not in self.dram:
+                return None
+            want = meta.num_tokens if max_tokens == 0 else min(max_tokens, meta.num_tokens)
+            self.counters.dram_hits += 1
+            self.policy.touch(session_id, self.dram.size(session_id), time.monotonic())
+            served = SessionMeta(session_id, meta.format, meta.bytes_per_token, meta.model,
+                                 meta.token_ids[:want])
+            pieces = self.dram.pieces(session_id, served.num_bytes)
+            return ReadHandle(served, TIER_DRAM, shm=pieces, arena=self.arena,
+                              on_release=lambda: self._release_pieces(pieces))
+
+    def _load_from_ssd(self, session_id: str, max_tokens: int, admit: bool) -> ReadHandle:
+        """Read the session file (verified) into a new DRAM segment, or aligned memory when
+        DRAM has no room; the caller holds the session lock."""
+        for _ in range(3):
+            got = self.persister.read_session(session_id, admit)
+            if got is not None:
+                break
+        else:
+            raise errors.unavailable(f"session {session_id!r} kept changing while read")
+        result, segment, buffer, version = got
+        log_ = result.log
+        with self._lock:
+            if log_.meta is None:
+                self.counters.misses += 1
+                if segment is not None:
+                    self.arena.unref(segment)
+                raise errors.not_found(f"KV of session {session_id!r} failed its checksum "
+                                       "and was dropped; recompute")
+            self.counters.ssd_hits += 1
+            self.counters.ssd_bytes_read += result.valid_end
+            if session_id in self._ssd_lru:
+                self._ssd_lru.move_to_end(session_id)
+            served = log_.meta.copy()
+            if segment is not None and self._versions.get(session_id) == version \
+                    and not self.writer.busy(session_id):
+                self._drop_dram(session_id)
+                self.dram.put(session_id, [ShmPiece(segment, p.offset, p.length)
+                                           for p in log_.pieces])
+                self.policy.admit(session_id, log_.meta.num_bytes, time.monotonic())
+            log_.cut(served.num_tokens if max_tokens == 0 else max_tokens)
+            served.token_ids = log_.meta.token_ids
+            if segment is not None:
+                pieces = [ShmPiece(self.arena.ref(segment), p.offset, p.length)
+                          for p in log_.pieces]
+                self.arena.unref(segment)  # the creator's reference
+                handle = ReadHandle(served, TIER_SSD, shm=pieces, arena=self.arena,
+                                    on_release=lambda: self._release_pieces(pieces))
+            else:
+                handle = ReadHandle(served, TIER_SSD, buffer=buffer,
+                                    spans=[(p.offset, p.length) for p in log_.pieces])
+            loc = self.location(session_id)
+        self.events.publish(loc)
+        return handle
+
+    def release_segment(self, segment: Segment) -> None:
+        with self._lock:
+            self.arena.unref(segment)
+
+    def _release_pieces(self, pieces: list[ShmPiece]) -> None:
+        with self._lock:
+            self.dram.release(pieces)
+
+    def open_shm_read(self, session_id: str, max_tokens: int,
+                      lease_seconds: float) -> tuple[ReadHandle, str]:
+        """A read whose bytes stay in shared memory for a co-located worker, under a lease that
+        keeps its regions until released or expired."""
+        with self._lock:
+            too_big = session_id not in self.dram and \
+                self.ssd.file_bytes.get(session_id, 0) > self.dram.capacity
+        if too_big:  # say so before reading it: the stream will read it once
+            raise errors.precondition(f"KV of session {session_id!r} is larger than shared "
+                                      "memory; read it over the gRPC stream")
+        handle = self.open_read(session_id, max_tokens)
+        if handle.buffer is not None:
+            handle.release()
+            raise errors.precondition(f"KV of session {session_id!r} does not fit in shared "
+                                      "memory now; read it over the gRPC stream")
+        with self._lock:
+            lease_id = self.leases.acquire(session_id, time.monotonic(),
+                                           lease_seconds or self.config.lease_seconds, pin=False)
+            self._holds[lease_id] = handle
+            self.counters.shm_reads += 1
+        return handle, lease_id
+

@@ -1,0 +1,168 @@
+"""The store's write path: where a write's bytes land (a DRAM region, or aligned memory for the
+SSD only), the DRAM entry it extends, and the ordered SSD copy it is acknowledged after (or
+before, when the writer allows it: see store.py). Part of KVStore (store.py)."""
+from __future__ import annotations
+
+import time
+from concurrent.futures import CancelledError, Future
+
+from services.gen import common_pb2
+
+from . import errors
+from .buffers import Payload
+from .dram_tier import ShmPiece
+from .events import Location
+from .session_meta import SessionMeta
+from .shm_arena import Segment
+from .store_state import check_session_id
+
+
+class WritePath:
+    def new_payload(self, session_id: str, start_token: int, nbytes: int) -> Payload:
+        """Memory for a write's bytes: a DRAM segment when the tier will keep them."""
+        with self._lock:
+            segment = self._dram_segment(session_id, start_token, nbytes)
+        return Payload(nbytes, self.arena, segment) if segment else Payload(nbytes)
+
+    def prepare_shm_write(self, session_id: str, start_token: int, nbytes: int,
+                          lease_seconds: float) -> Segment:
+        """A region for a co-located worker to write a turn's KV into; WriteKV names it."""
+        check_session_id(session_id)
+        if nbytes <= 0:
+            raise errors.invalid("num_bytes must be positive")
+        with self._lock:
+            segment = self._dram_segment(session_id, start_token, nbytes)
+            if segment is None:
+                raise errors.exhausted("this write cannot go to shared memory now (no room, or "
+                                       "the session is not in DRAM); send it over the stream")
+            lease_id = self.leases.acquire(session_id, time.monotonic(),
+                                           lease_seconds or self.config.lease_seconds, pin=False)
+            self._prepared[segment.name] = (session_id, Payload(nbytes, self.arena, segment),
+                                            lease_id)
+            return segment
+
+    def take_prepared(self, region: str, session_id: str, nbytes: int) -> Payload:
+        with self._lock:
+            entry = self._prepared.pop(region, None)
+            if entry is None:
+                raise errors.precondition(f"no prepared region {region!r} (expired?)")
+            owner, payload, lease_id = entry
+            self.leases.release(lease_id)
+            if owner != session_id or payload.nbytes != nbytes:
+                payload.release(self.arena.unref)
+                raise errors.invalid(f"region {region!r} was prepared for {payload.nbytes} "
+                                     f"bytes of session {owner!r}")
+            self.counters.shm_writes += 1
+            return payload
+
+    def _dram_segment(self, session_id: str, start_token: int, nbytes: int) -> Segment | None:
+        """A new segment when the write's bytes will extend or start a DRAM entry and room can
+        be made for them (under the lock)."""
+        if start_token != 0 and session_id not in self.dram:
+            return None
+        if nbytes <= 0 or not self._make_room(nbytes, keep={session_id}):
+            return None
+        return self.arena.create(nbytes)
+
+    def write(self, session_id: str, start_token: int, token_ids: list[int], format: int,
+              bytes_per_token: int, model: str, payload: Payload,
+              wait_durable: bool = True) -> tuple[Location, bool]:
+        """Store tokens [start_token, start_token+len(token_ids)) from `payload` (taken over).
+        Returns the session's location and whether the write is durable on SSD."""
+        try:
+            self._check_write(session_id, format, bytes_per_token, token_ids, payload.nbytes)
+            self._refresh(session_id)
+        except errors.StoreError:
+            self.release_payload(payload)
+            raise
+        with self._session_lock(session_id):
+            with self._lock:
+                try:
+                    base, same = self._write_base(session_id, start_token, format,
+                                                  bytes_per_token, model)
+                except errors.StoreError:
+                    self.release_payload(payload)
+                    raise
+                meta = SessionMeta(session_id, format, bytes_per_token, model,
+                                   base.token_ids[:start_token] + list(token_ids))
+                in_dram = self._apply_to_dram(session_id, same, start_token * bytes_per_token,
+                                              payload)
+                self._metas[session_id] = meta
+                self._ssd_lru[session_id] = None
+                self._ssd_lru.move_to_end(session_id)
+                fut = self.writer.submit(
+                    session_id,
+                    lambda: self.persister.persist(session_id, start_token, list(token_ids),
+                                                   format, bytes_per_token, model, payload),
+                    on_cancel=lambda: self.release_payload(payload))
+                loc = self.location(session_id)
+            self.events.publish(loc)
+            if not wait_durable and in_dram:
+                return loc, False
+            self._wait(fut)
+            with self._lock:
+                return self.location(session_id), True
+
+    @staticmethod
+    def _check_write(session_id: str, format: int, bytes_per_token: int, token_ids: list[int],
+                     nbytes: int) -> None:
+        check_session_id(session_id)
+        if format not in (common_pb2.KV_FORMAT_KV, common_pb2.KV_FORMAT_TENSOR6):
+            raise errors.invalid("header.format must be KV_FORMAT_KV or KV_FORMAT_TENSOR6")
+        if bytes_per_token <= 0:
+            raise errors.invalid("header.bytes_per_token must be positive")
+        if not token_ids:
+            raise errors.invalid("header carries no tokens")
+        if nbytes != len(token_ids) * bytes_per_token:
+            raise errors.invalid(f"got {nbytes} bytes of KV, header promises "
+                                 f"{len(token_ids)} tokens x {bytes_per_token} bytes")
+
+    def _write_base(self, session_id: str, start_token: int, format: int, bytes_per_token: int,
+                    model: str) -> tuple[SessionMeta, bool]:
+        """The state a write builds on, and whether it extends the stored entry."""
+        old = self._metas.get(session_id)
+        if old is not None and not old.compatible(format, bytes_per_token, model) \
+                and start_token > 0:
+            raise errors.precondition(f"session {session_id!r} holds KV of another model or "
+                                      "format; write from start_token 0 to replace it")
+        if old is None or start_token == 0:
+            base = SessionMeta(session_id, format, bytes_per_token, model, [])
+        else:
+            base = old
+        if start_token > base.num_tokens:
+            raise errors.invalid(f"start_token {start_token} leaves a gap: session "
+                                 f"{session_id!r} holds {base.num_tokens} tokens")
+        return base, base is old
+
+    def _apply_to_dram(self, session_id: str, same_entry: bool, offset: int,
+                       payload: Payload) -> bool:
+        """Put the write's segment into the session's DRAM entry; True if the entry holds the
+        whole session afterwards."""
+        segment = payload.segment
+        if segment is None:
+            self._drop_dram(session_id)  # DRAM could not take the new bytes: SSD keeps it all
+            return False
+        piece = ShmPiece(segment, 0, payload.nbytes)
+        now = time.monotonic()
+        if same_entry and session_id in self.dram:
+            self.dram.write_at(session_id, offset, piece)
+            self.policy.touch(session_id, self.dram.size(session_id), now)
+            return True
+        self._drop_dram(session_id)
+        if offset == 0:
+            self.dram.put(session_id, [piece])
+            self.policy.admit(session_id, payload.nbytes, now)
+            return True
+        return False
+
+    def _wait(self, fut: Future) -> None:
+        try:
+            fut.result()
+        except CancelledError:
+            raise errors.aborted("an earlier write of this session failed, so this one was "
+                                 "dropped; look the session up and write again") from None
+
+    def release_payload(self, payload: Payload) -> None:
+        with self._lock:
+            payload.release(self.arena.unref)
+

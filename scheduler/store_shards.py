@@ -1,0 +1,88 @@
+"""The KV store shards as the scheduler sees them: a consistent-hash ring, and per shard a stub
+and an Awareness stream. A session's location, loads and events go to the shard that owns it."""
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+from services.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc
+from services.grpc_util import channel
+from services.hash_ring import HashRing
+
+from .awareness import AwarenessClient
+
+
+class StoreShards:
+    def __init__(self, client_id: str, on_load_finished: Callable[[str, bool], None],
+                 queued_sessions: Callable[[], list[str]]):
+        self.client_id = client_id
+        self.on_load_finished = on_load_finished
+        self.queued_sessions = queued_sessions
+        self.ring = HashRing()
+        self._shards: dict[str, tuple[kv_store_pb2_grpc.KVStoreStub, AwarenessClient]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, target: str) -> bool:
+        """Join a shard (start its Awareness stream); False if it was already a member."""
+        with self._lock:
+            if target in self._shards:
+                return False
+            awareness = AwarenessClient(
+                target, self.client_id, on_load_finished=self.on_load_finished,
+                queued_sessions=lambda: [s for s in self.queued_sessions()
+                                         if self.ring.node_for(s) == target])
+            self._shards[target] = (kv_store_pb2_grpc.KVStoreStub(channel(target)), awareness)
+            self.ring.add(target)
+        awareness.start()
+        return True
+
+    def remove(self, target: str) -> bool:
+        with self._lock:
+            entry = self._shards.pop(target, None)
+            self.ring.remove(target)
+        if entry is not None:
+            entry[1].stop()
+        return entry is not None
+
+    def members(self) -> list[str]:
+        with self._lock:
+            return sorted(self._shards)
+
+    def _owner(self, session_id: str):
+        with self._lock:
+            return self._shards.get(self.ring.node_for(session_id))
+
+    def stub(self, session_id: str) -> kv_store_pb2_grpc.KVStoreStub | None:
+        owner = self._owner(session_id)
+        return None if owner is None else owner[0]
+
+    def location(self, session_id: str) -> kv_store_pb2.SessionLocation | None:
+        owner = self._owner(session_id)
+        return None if owner is None else owner[1].location(session_id)
+
+    def tier(self, session_id: str) -> int:
+        owner = self._owner(session_id)
+        return common_pb2.TIER_NONE if owner is None else owner[1].tier(session_id)
+
+    def arrival(self, session_id: str, sequence: int) -> None:
+        owner = self._owner(session_id)
+        if owner is not None:
+            owner[1].arrival(session_id, sequence)
+
+    def turn_complete(self, session_id: str, answer_tokens: int, total_tokens: int) -> None:
+        owner = self._owner(session_id)
+        if owner is not None:
+            owner[1].turn_complete(session_id, answer_tokens, total_tokens)
+
+    def sessions_known(self) -> int:
+        with self._lock:
+            return sum(len(a.locations) for _, a in self._shards.values())
+
+    def all_connected(self) -> bool:
+        with self._lock:
+            return bool(self._shards) and all(a.connected.is_set()
+                                              for _, a in self._shards.values())
+
+    def stop(self) -> None:
+        for target in self.members():
+            self.remove(target)

@@ -1,0 +1,49 @@
+"""A member's side of run-time membership: register with the scheduler(s), heartbeat, and
+deregister on a clean stop. A scheduler that restarts relearns its members within a heartbeat."""
+from __future__ import annotations
+
+import logging
+import threading
+
+import grpc
+
+from .gen import scheduler_pb2, scheduler_pb2_grpc
+from .grpc_util import channel
+
+log = logging.getLogger("bidaw.membership")
+
+
+class Registrar:
+    def __init__(self, schedulers: str, kind: int, address: str):
+        self.kind = kind
+        self.address = address
+        self._stubs = [scheduler_pb2_grpc.SchedulerStub(channel(t.strip()))
+                       for t in schedulers.split(",") if t.strip()]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="registrar", daemon=True)
+
+    def start(self) -> "Registrar":
+        if self._stubs:
+            self._thread.start()
+        return self
+
+    def _registration(self) -> scheduler_pb2.Registration:
+        return scheduler_pb2.Registration(kind=self.kind, address=self.address)
+
+    def _run(self) -> None:
+        interval = 1.0
+        while not self._stop.is_set():
+            for stub in self._stubs:
+                try:
+                    interval = stub.Register(self._registration(), timeout=2.0).heartbeat_s
+                except grpc.RpcError as exc:
+                    log.debug("register with scheduler failed: %s", exc.code())
+            self._stop.wait(max(0.2, interval / 2))  # two beats per period: one may be lost
+
+    def stop(self) -> None:
+        self._stop.set()
+        for stub in self._stubs:
+            try:
+                stub.Deregister(self._registration(), timeout=2.0)
+            except grpc.RpcError:
+                pass
