@@ -10,6 +10,7 @@ import logging
 
 import ray
 
+import services.tracing as tracing
 from services.gen import common_pb2, compute_worker_pb2
 
 log = logging.getLogger("bidaw.compute_worker")
@@ -40,6 +41,8 @@ class EngineHost:
 
         import torch
 
+        tracing.init_tracing("compute-worker")  # the actor is its own process; before any channel
+
         from .engine import Engine
         from .kv_io import KVSessionIO
         from .kv_shards import KVShards
@@ -64,21 +67,24 @@ class EngineHost:
                     device=str(model.device.type), max_batch=self.engine.max_batch,
                     running=self.engine.running)
 
-    def run_turn(self, request: bytes):
-        """Yields ("event", TurnEvent bytes) ... or ("error", message) for a bad request."""
+    def run_turn(self, request: bytes, carrier: dict | None = None):
+        """Yields ("event", TurnEvent bytes) ... or ("error", message) for a bad request.
+        `carrier` holds the caller's trace context (W3C headers), as Ray does not carry it."""
         from .prompt import TurnError
 
         req = compute_worker_pb2.WorkerTurnRequest.FromString(request)
-        try:
-            stores = list(req.kv_stores) if self.use_scheduler_stores else None
-            for ids, text, summary in self.engine.run(req.turn, req.since_arrival_s, req.queue_s,
-                                                      stores):
-                event = common_pb2.TurnEvent(token_ids=ids, text=text)
-                if summary is not None:
-                    event.summary.CopyFrom(summary)
-                yield "event", event.SerializeToString()
-        except TurnError as exc:
-            yield "error", str(exc)
+        with tracing.span("worker.turn", parent=tracing.extract(carrier),
+                          session=req.turn.session_id, request_id=req.request_id):
+            try:
+                stores = list(req.kv_stores) if self.use_scheduler_stores else None
+                for ids, text, summary in self.engine.run(req.turn, req.since_arrival_s,
+                                                          req.queue_s, stores):
+                    event = common_pb2.TurnEvent(token_ids=ids, text=text)
+                    if summary is not None:
+                        event.summary.CopyFrom(summary)
+                    yield "event", event.SerializeToString()
+            except TurnError as exc:
+                yield "error", str(exc)
 
 
 EngineActor = ray.remote(max_restarts=-1)(EngineHost)

@@ -16,7 +16,9 @@ from typing import Iterator
 
 import torch
 
+import services.tracing as tracing
 from services.gen import common_pb2
+from services.metrics import TIER_LABELS
 
 from .detokenizer import Detokenizer
 from .kv_io import KVSessionIO
@@ -62,9 +64,16 @@ class Engine:
         """Yields (token_ids, text, None) as tokens come, then ([], '', TurnSummary).
         `kv_stores`: the store shards the scheduler sent (None: the worker's own)."""
         arrived = time.monotonic() - since_arrival_s
+        ctx = tracing.current()
         cfg = self.model.config
         prompt = prompt_ids(turn, self.tokenizer, cfg.vocab_size, self.max_context)
-        restored = self.kv_io.restore(turn.session_id, prompt, kv_stores)
+        with tracing.span("worker.kv_restore", prompt_tokens=len(prompt)) as span:
+            restored = self.kv_io.restore(turn.session_id, prompt, kv_stores)
+            span.set_attributes({
+                "bidaw.cached_tokens": restored.tokens, "bidaw.tier": TIER_LABELS[restored.tier],
+                "bidaw.kv_bytes": restored.tokens * self.kv_io.bytes_per_token,
+                "bidaw.format": "tensor6" if restored.format == common_pb2.KV_FORMAT_TENSOR6
+                else "kv", "bidaw.hit": restored.tokens > 0})
         seq = Sequence(
             session_id=turn.session_id, prompt=prompt, cache=restored.cache,
             pending=prompt[restored.tokens:], sampler=Sampler(turn.temperature, turn.seed),
@@ -74,6 +83,7 @@ class Engine:
             eos=set() if turn.ignore_eos else set(cfg.eos_token_ids),
             stops=[s for s in turn.stop if s], arrived=arrived,
             want_hidden6=self.kv_io.kv_format == common_pb2.KV_FORMAT_TENSOR6)
+        enqueued = time.monotonic()
         self._inbox.put(seq)
         try:
             while (item := seq.out.get()) is not DONE:
@@ -82,13 +92,22 @@ class Engine:
             seq.cancelled = True  # a caller that leaves early frees the batch slot
         if seq.error is not None:
             raise seq.error
-        self.kv_io.save(turn.session_id, prompt + seq.generated, restored.tokens, seq.cache,
-                        seq.hidden6, kv_stores)
+        # Prefill and decode ran batched in the step loop's thread: record them after the fact.
+        first, done = seq.arrived + seq.ttft, time.monotonic()
+        tracing.record_span("worker.prefill", enqueued, first, parent=ctx,
+                            tokens=len(prompt) - restored.tokens)
+        tracing.record_span("worker.decode", first, done, parent=ctx,
+                            tokens=len(seq.generated), finish_reason=seq.finish_reason)
+        with tracing.span("worker.kv_save",
+                          tokens=len(prompt) + len(seq.generated) - restored.tokens):
+            self.kv_io.save(turn.session_id, prompt + seq.generated, restored.tokens, seq.cache,
+                            seq.hidden6, kv_stores)
         yield [], "", common_pb2.TurnSummary(
             prompt_tokens=len(prompt), cached_tokens=restored.tokens,
             completion_tokens=len(seq.generated), kv_tier=restored.tier,
             kv_format=restored.format, ttft_s=seq.ttft, queue_s=queue_s,
-            kv_load_s=restored.load_s, finish_reason=seq.finish_reason,
+            kv_load_s=restored.load_s, convert_s=restored.convert_s,
+            finish_reason=seq.finish_reason,
             latency_s=time.monotonic() - arrived)
 
     # -- the step loop ----------------------------------------------------------------------

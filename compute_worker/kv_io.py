@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import grpc
 import torch
 
+import services.tracing as tracing
 from services.gen import common_pb2
 
 from . import kv_codec
@@ -30,6 +31,7 @@ class Restored:
     tier: int = common_pb2.TIER_NONE
     format: int = common_pb2.KV_FORMAT_UNSPECIFIED
     load_s: float = 0.0  # reading (and converting) the KV
+    convert_s: float = 0.0  # tensor 6 -> K/V
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -84,11 +86,18 @@ class KVSessionIO:
         reuse = min(common_prefix(stored.token_ids, prompt[:reuse]), len(stored.token_ids))
         if reuse <= 0 or stored.format != self.kv_format or stored.model != self.model_name:
             return fresh
-        kv = kv_codec.kv_from_bytes(self.model, stored.format,
-                                    stored.data[:reuse * stored.bytes_per_token])
+        data = stored.data[:reuse * stored.bytes_per_token]
+        convert_start = time.monotonic()
+        if stored.format == common_pb2.KV_FORMAT_TENSOR6:
+            with tracing.span("worker.tensor6_to_kv", tokens=reuse, kv_bytes=len(data)):
+                kv = kv_codec.kv_from_bytes(self.model, stored.format, data)
+        else:
+            kv = kv_codec.kv_from_bytes(self.model, stored.format, data)
+        convert_s = time.monotonic() - convert_start
         cache = self.model.new_cache(len(prompt) + 64)
         cache.extend(kv)
-        return Restored(cache, reuse, stored.tier, stored.format, time.monotonic() - start)
+        return Restored(cache, reuse, stored.tier, stored.format, time.monotonic() - start,
+                        convert_s if stored.format == common_pb2.KV_FORMAT_TENSOR6 else 0.0)
 
     def save(self, session_id: str, tokens: list[int], start: int, cache,
              hidden6: list[torch.Tensor], shards: list[str] | None = None) -> None:
@@ -101,6 +110,7 @@ class KVSessionIO:
             data = kv_codec.to_bytes(torch.cat(hidden6))  # fed tokens: exactly [start, end)
         else:
             data = kv_codec.to_bytes(cache.to_token_major(start, end))
+        tracing.set_attributes(kv_bytes=len(data))
         try:
             store.write(session_id, start, tokens[start:end], self.kv_format,
                              self.bytes_per_token, self.model_name, data)

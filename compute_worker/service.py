@@ -7,6 +7,8 @@ import threading
 import grpc
 import ray
 
+import services.tracing as tracing
+from services import metrics
 from services.gen import common_pb2, compute_worker_pb2, compute_worker_pb2_grpc
 
 log = logging.getLogger("bidaw.compute_worker")
@@ -20,13 +22,14 @@ class ComputeWorkerService(compute_worker_pb2_grpc.ComputeWorkerServicer):
         self.max_running = self.info["max_batch"]
         self._running = 0
         self._lock = threading.Lock()
+        metrics.WORKER_RUNNING.set_function(lambda: self._running)
 
     def RunTurn(self, request, context):
         if not request.turn.session_id:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "turn.session_id is empty")
         with self._lock:
             self._running += 1
-        stream = self.actor.run_turn.remote(request.SerializeToString())
+        stream = self.actor.run_turn.remote(request.SerializeToString(), tracing.inject())
         try:
             for ref in stream:
                 kind, payload = ray.get(ref)
@@ -34,7 +37,11 @@ class ComputeWorkerService(compute_worker_pb2_grpc.ComputeWorkerServicer):
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT, payload)
                 event = common_pb2.TurnEvent.FromString(payload)
                 if event.HasField("summary"):
-                    event.summary.worker_id = self.worker_id
+                    s = event.summary
+                    s.worker_id = self.worker_id
+                    metrics.PREFILL_TIME.observe(max(0.0, s.ttft_s - s.queue_s - s.kv_load_s))
+                    if s.convert_s:
+                        metrics.CONVERSION_TIME.observe(s.convert_s)
                 yield event
         except ray.exceptions.RayActorError as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"engine actor died: {exc}")

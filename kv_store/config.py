@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 class StoreConfig:
     listen: str = field(default="127.0.0.1:50051", metadata={"help": "gRPC address to serve on"})
     data_dir: str = field(default="./data/kv", metadata={"help": "directory of the SSD tier"})
-    dram_bytes: int = field(default=2 << 30, metadata={"help": "DRAM tier capacity"})
+    dram_bytes: int = field(default=2 << 30, metadata={
+        "help": "DRAM tier capacity (counted in whole 4 KiB pages)"})
     ssd_bytes: int = field(default=64 << 30, metadata={"help": "SSD tier capacity"})
     eviction: str = field(default="bidaw-size", metadata={
         "help": "DRAM eviction policy: bidaw-size, bidaw, lru, fifo or queue-aware"})
@@ -25,7 +26,7 @@ class StoreConfig:
     ssd_write_concurrency: int = field(default=2, metadata={
         "help": "sessions whose SSD writes run at once"})
     shm_dir: str = field(default="/dev/shm", metadata={
-        "help": "tmpfs for the DRAM tier's shared-memory regions (co-located workers map them)"})
+        "help": "tmpfs holding the DRAM tier (co-located workers read and write it there)"})
     index: str = field(default="embedded", metadata={
         "help": "session index: 'embedded' (rebuilt from the SSD files) or redis://host:port/db"})
     index_namespace: str = field(default="bidaw", metadata={

@@ -223,8 +223,8 @@ class SsdTier:
         def submit(k: int) -> None:
             if k < len(offsets):
                 off = offsets[k]
-                futures[k] = self._readers.submit(self._read_chunk, f, view[off:off + self.io_bytes],
-                                                  off)
+                futures[k] = self._readers.submit(self._read_chunk, f,
+                                                  view[off:off + self.io_bytes], off)
 
         for k in range(self.read_depth):
             submit(k)

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import grpc
 
+import services.tracing as tracing
+from services import metrics
 from services.gen import (common_pb2, compute_worker_pb2, kv_store_pb2, scheduler_pb2,
                           scheduler_pb2_grpc)
 
@@ -43,6 +45,9 @@ class Pending:
     arrival: float
     dispatched: threading.Event = field(default_factory=threading.Event)
     worker: Worker | None = None
+    trace_ctx: object = None  # the turn's trace context, for spans the dispatcher records
+    ready_at: float = 0.0  # when its KV was ready (arrival, or the end of its SSD load)
+    where: str = "none"  # where its KV was when it arrived
 
 
 def validate(turn: common_pb2.TurnRequest, config: SchedulerConfig) -> str | None:
@@ -87,6 +92,10 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self._stop = threading.Event()
         self._dispatcher = threading.Thread(target=self._dispatch_loop, name="dispatch",
                                             daemon=True)
+        metrics.QUEUE_LENGTH.labels("ready").set_function(lambda: self.queue.ready_len)
+        metrics.QUEUE_LENGTH.labels("preparing").set_function(
+            lambda: self.queue.waiting_len + self.queue.loading_len)
+        metrics.RUNNING.set_function(self.pool.running)
 
     def start(self) -> "SchedulerService":
         for target in filter(None, self.config.store.split(",")):
@@ -118,6 +127,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             with self._cond:
                 now = time.monotonic()
                 self._reconcile_loads(now)
+                decided = time.perf_counter()
                 while (r := self.queue.next_load(now, len(self._loading))) is not None:
                     self._loading[r.request_id] = (str(r.session_id), now)
                     log.debug("load %s of %r (%d bytes)", r.request_id, r.session_id, r.kv_bytes)
@@ -129,14 +139,32 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                     pending = self._pending.pop(self.queue.pop_ready().request_id)
                     log.debug("dispatch %s of %r to %s", pending.seq, pending.session_id,
                               worker.target)
+                    metrics.SCHEDULING_DECISION.observe(time.perf_counter() - decided)
+                    self._left_ready_queue(pending)
                     pending.worker = worker
                     pending.dispatched.set()
+                    decided = time.perf_counter()
                 if not loads:
                     self._cond.wait(timeout=0.1)
             for r in loads:  # RPCs outside the lock
                 self._start_load(r.request_id, str(r.session_id))
 
+    def _left_ready_queue(self, pending: Pending) -> None:
+        now = time.monotonic()
+        ready_at = pending.ready_at or pending.arrival
+        metrics.QUEUE_WAIT.labels("ready").observe(now - ready_at)
+        tracing.record_span("scheduler.ready_queue", ready_at, now, parent=pending.trace_ctx,
+                            session=pending.session_id, where=pending.where,
+                            queued=len(self.queue))
+
     def _start_load(self, request_id: int, session_id: str) -> None:
+        with self._cond:
+            pending = self._pending.get(request_id)
+        with tracing.span("scheduler.promote", parent=pending and pending.trace_ctx,
+                          session=session_id):
+            self._promote(request_id, session_id)
+
+    def _promote(self, request_id: int, session_id: str) -> None:
         stub = self.stores.stub(session_id)
         try:
             if stub is None:
@@ -153,6 +181,16 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             if self._loading.pop(request_id, None) is not None:
                 log.debug("load %s finished", request_id)
                 self.queue.load_finished(request_id)
+                pending = self._pending.get(request_id)
+                if pending is not None:
+                    now = pending.ready_at = time.monotonic()
+                    metrics.QUEUE_WAIT.labels("preparing").observe(now - pending.arrival)
+                    loc = self.stores.location(pending.session_id)
+                    tracing.record_span(
+                        "scheduler.preparing_queue", pending.arrival, now,
+                        parent=pending.trace_ctx, session=pending.session_id,
+                        kv_bytes=loc.num_bytes if loc else 0,
+                        kv_tokens=loc.num_tokens if loc else 0)
                 self._cond.notify_all()
 
     def _on_load_finished(self, session_id: str, ok: bool) -> None:
@@ -185,58 +223,73 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     def _serve(self, request, context, arrival: float):
         """Run the turn; if its worker dies, re-run it (elsewhere or on the restarted actor) and
         skip the tokens the client already has, checking they are the same ones."""
-        sent: list[int] = []
+        sent: list[int] = []  # token ids the client already has
         backoff = 0.5
-        while True:
+        for attempt in itertools.count():
             pending = self._enqueue(request.session_id, arrival, context)
             if pending is None:
                 return
-            worker_request = compute_worker_pb2.WorkerTurnRequest(
-                request_id=f"{self.config.scheduler_id}-{pending.seq}", turn=request,
-                queue_s=time.monotonic() - arrival, since_arrival_s=time.monotonic() - arrival,
-                kv_stores=self.stores.members())
-            call = pending.worker.stub.RunTurn(worker_request)
-            replayed = 0
-            lost_worker = False
-            try:
-                for event in call:
-                    if replayed < len(sent) and event.token_ids:
-                        if list(event.token_ids) != sent[replayed:replayed + len(event.token_ids)]:
-                            self.failed += 1
-                            context.abort(grpc.StatusCode.UNAVAILABLE, "the worker was lost "
-                                          "mid-turn and the re-run diverged; retry the turn")
-                        replayed += len(event.token_ids)
-                        continue
-                    sent.extend(event.token_ids)
-                    replayed = len(sent)
-                    if event.HasField("summary"):
-                        self.finished += 1
-                        self.stores.turn_complete(
-                            request.session_id, event.summary.completion_tokens,
-                            event.summary.prompt_tokens + event.summary.completion_tokens)
-                    yield event
+            with tracing.span("scheduler.dispatch", worker=pending.worker.target,
+                              attempt=attempt, session=request.session_id):
+                outcome = yield from self._run_on_worker(request, context, pending, arrival, sent)
+            if outcome != "retry":
                 return
-            except grpc.RpcError as exc:
-                code = exc.code()
-                lost_worker = code == grpc.StatusCode.UNAVAILABLE or (
-                    code == grpc.StatusCode.CANCELLED and context.is_active())
-                if lost_worker and time.monotonic() - arrival < RETRY_WINDOW_S \
-                        and context.is_active() and (not sent or request.temperature == 0):
-                    log.warning("worker %s lost a turn of %r after %d tokens; re-running",
-                                pending.worker.target, request.session_id, len(sent))
-                    self.rerun += 1
-                    time.sleep(backoff)
-                    backoff = min(backoff * 2, 5.0)
+            self.rerun += 1
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 5.0)
+
+    def _run_on_worker(self, request, context, pending: Pending, arrival: float,
+                       sent: list[int]):
+        """Relay one attempt's events (skipping a re-run's tokens already in `sent`);
+        returns "done", "failed" or "retry"."""
+        worker_request = compute_worker_pb2.WorkerTurnRequest(
+            request_id=f"{self.config.scheduler_id}-{pending.seq}", turn=request,
+            queue_s=time.monotonic() - arrival, since_arrival_s=time.monotonic() - arrival,
+            kv_stores=self.stores.members())
+        call = pending.worker.stub.RunTurn(worker_request)
+        replayed = 0
+        lost_worker = False
+        try:
+            for event in call:
+                if replayed < len(sent) and event.token_ids:
+                    if list(event.token_ids) != sent[replayed:replayed + len(event.token_ids)]:
+                        self.failed += 1
+                        context.abort(grpc.StatusCode.UNAVAILABLE, "the worker was lost "
+                                      "mid-turn and the re-run diverged; retry the turn")
+                    replayed += len(event.token_ids)
                     continue
-                self.failed += 1
-                if context.is_active():
-                    context.abort(grpc.StatusCode.UNAVAILABLE if lost_worker else code,
-                                  exc.details() or str(code))
-                return
-            finally:
-                call.cancel()  # no-op once finished; stops the worker if our client left
-                self.pool.release(pending.worker, failed=lost_worker)
-                self._wake()
+                sent.extend(event.token_ids)
+                replayed = len(sent)
+                if event.HasField("summary"):
+                    self._turn_finished(request.session_id, event.summary)
+                yield event
+            return "done"
+        except grpc.RpcError as exc:
+            code = exc.code()
+            lost_worker = code == grpc.StatusCode.UNAVAILABLE or (
+                code == grpc.StatusCode.CANCELLED and context.is_active())
+            if lost_worker and time.monotonic() - arrival < RETRY_WINDOW_S \
+                    and context.is_active() and (not sent or request.temperature == 0):
+                log.warning("worker %s lost a turn of %r after %d tokens; re-running",
+                            pending.worker.target, request.session_id, len(sent))
+                return "retry"
+            self.failed += 1
+            metrics.TURNS.labels("error").inc()
+            if context.is_active():
+                context.abort(grpc.StatusCode.UNAVAILABLE if lost_worker else code,
+                              exc.details() or str(code))
+            return "failed"
+        finally:
+            call.cancel()  # no-op once finished; stops the worker if our client left
+            self.pool.release(pending.worker, failed=lost_worker)
+            self._wake()
+
+    def _turn_finished(self, session_id: str, summary: common_pb2.TurnSummary) -> None:
+        self.finished += 1
+        metrics.observe_turn(summary)
+        metrics.TURNS.labels("ok").inc()
+        self.stores.turn_complete(session_id, summary.completion_tokens,
+                                  summary.prompt_tokens + summary.completion_tokens)
 
     def _enqueue(self, session_id: str, arrival: float, context) -> Pending | None:
         loc = self.stores.location(session_id)
@@ -245,7 +298,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             if len(self.queue) >= self.config.max_queue:
                 context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                               f"{len(self.queue)} turns queued; retry later")
-            pending = Pending(next(self._seq), session_id, arrival)
+            pending = Pending(next(self._seq), session_id, arrival, trace_ctx=tracing.current(),
+                              where=where)
             self.queue.add(pending.seq, session_id, pending.seq, arrival, where,
                            loc.num_bytes if loc is not None else 0)
             self._pending[pending.seq] = pending

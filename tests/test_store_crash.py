@@ -99,10 +99,12 @@ def test_sigkill_in_the_middle_of_writes_loses_no_acknowledged_write(tmp_path):
             try:
                 got = client.read(sid)
             except grpc.RpcError as exc:
+                if not tokens and exc.code() == grpc.StatusCode.NOT_FOUND:
+                    continue  # its first write was in flight: never acknowledged, not stored
                 pytest.fail(f"round {round_}: acknowledged session {sid} lost: {exc.details()}")
             assert got.token_ids in (tokens, inflight.get(sid)), (
-                f"round {round_}: {sid}: got {len(got.token_ids)} tokens, acked {len(tokens)}, "
-                f"common {next((i for i, (a, b) in enumerate(zip(got.token_ids, tokens)) if a != b), None)}, inflight {None if sid not in inflight else len(inflight[sid])}")
+                f"round {round_}: {sid}: got {len(got.token_ids)} tokens, acknowledged "
+                f"{len(tokens)}, in flight {len(inflight.get(sid) or [])}")
             assert got.data == token_bytes(sid, got.token_ids), f"round {round_}: {sid} bytes"
             acked[sid] = list(got.token_ids)  # an in-flight write that landed counts from now
             checked += 1

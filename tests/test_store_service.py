@@ -105,3 +105,15 @@ def test_bad_input_gets_clear_status_and_store_keeps_serving(store):
     # ... and the store still serves
     client.write("w", 0, [1, 2], KV, 4, "m", b"x" * 8)
     assert client.read("w").data == b"x" * 8
+
+
+def test_format_is_kept_in_the_record_header_and_the_lookup_reply(store):
+    client, _ = store()
+    t6 = common_pb2.KV_FORMAT_TENSOR6
+    client.write("h", 0, [1, 2], t6, PAGE, "opt", b"h" * 2 * PAGE)
+    assert client.lookup("h").format == t6 and client.read("h").format == t6
+    with pytest.raises(grpc.RpcError) as err:  # appending K/V to tensor-6 KV would mix them
+        client.write("h", 2, [3], KV, PAGE, "opt", b"k" * PAGE)
+    assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    client2, _ = store()  # restarted: the format comes back from the record header
+    assert client2.lookup("h").format == t6 and client2.read("h").data == b"h" * 2 * PAGE
