@@ -195,6 +195,8 @@ class KVStore(ReadPath, WritePath):
         """Drop the oldest SSD sessions not in use until `need` more bytes fit under the bound
         (`force`: free `need` bytes whatever the bound says: the disk itself is full). Sessions
         also in DRAM go last, with their DRAM copy (the tier stays inclusive). Under the lock."""
+        if not force and self.ssd.used_bytes + need <= self.config.ssd_bytes:
+            return True
         busy = self.leases.held(time.monotonic()) | self.writer.keys() | {session_id}
         order = [s for s in self._ssd_lru if s not in busy and s not in self.promoter]
         order.sort(key=lambda s: s in self.dram)  # stable: LRU within each group
