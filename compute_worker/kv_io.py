@@ -112,7 +112,9 @@ class KVSessionIO:
             data = kv_codec.to_bytes(cache.to_token_major(start, end))
         tracing.set_attributes(kv_bytes=len(data))
         try:
+            # Not durable: the reply comes once the KV is in DRAM (pinned there until its SSD
+            # copy lands), so the turn's completion does not wait for an fsync.
             store.write(session_id, start, tokens[start:end], self.kv_format,
-                             self.bytes_per_token, self.model_name, data)
+                        self.bytes_per_token, self.model_name, data, durable=False)
         except grpc.RpcError as exc:  # the answer stands; the next turn recomputes
             log.warning("KV write of %r failed: %s %s", session_id, exc.code(), exc.details())

@@ -51,19 +51,11 @@ def start(config: WorkerConfig):
     return server, service
 
 
-def advertised(config_advertise: str, listen: str, port: int) -> str:
-    """host:port others should dial: --advertise, else the listen host (loopback if wildcard)."""
-    if config_advertise:
-        return config_advertise
-    host = listen.rsplit(":", 1)[0]
-    return f"{'127.0.0.1' if host in ('', '0.0.0.0', '[::]') else host}:{port}"
-
-
 def serve(config: WorkerConfig) -> None:
     import ray
 
     from services.gen import scheduler_pb2
-    from services.registrar import Registrar
+    from services.registrar import Registrar, advertised
 
     server, _ = start(config)
     registrar = Registrar(config.scheduler, scheduler_pb2.MEMBER_KIND_WORKER,

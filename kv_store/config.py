@@ -31,5 +31,9 @@ class StoreConfig:
         "help": "session index: 'embedded' (rebuilt from the SSD files) or redis://host:port/db"})
     index_namespace: str = field(default="bidaw", metadata={
         "help": "key prefix in a shared index (one per data directory)"})
+    scheduler: str = field(default="", metadata={
+        "help": "scheduler address(es) to register this shard with at run time, comma separated"})
+    advertise: str = field(default="", metadata={
+        "help": "address the scheduler and workers should dial (default: the listen address)"})
     metrics_listen: str = field(default="", metadata={
         "help": "host:port for Prometheus /metrics (empty: off)"})

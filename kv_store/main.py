@@ -24,7 +24,13 @@ def start(config: StoreConfig) -> tuple[Server, KVStore]:
 
 
 def serve(config: StoreConfig) -> None:
+    from services.gen import scheduler_pb2
+    from services.registrar import Registrar, advertised
+
     server, store = start(config)
+    registrar = Registrar(config.scheduler, scheduler_pb2.MEMBER_KIND_STORE,
+                          advertised(config.advertise, config.listen, server.port)).start()
     wait_for_signal()
+    registrar.stop()  # first: sessions stop being routed here
     server.stop()
     store.close()

@@ -8,6 +8,8 @@ import threading
 
 import grpc
 
+import services.tracing as tracing
+from services import metrics
 from services.gen import kv_store_pb2, kv_store_pb2_grpc
 from services.grpc_util import CHUNK_BYTES
 
@@ -53,8 +55,14 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
 
     @_status
     def Lookup(self, request, context):
-        meta, tier, lease_id = self.store.lookup(request.session_id, request.lease,
-                                                 request.lease_seconds)
+        with tracing.span("kv_store.lookup", session=request.session_id) as span:
+            meta, tier, lease_id = self.store.lookup(request.session_id, request.lease,
+                                                     request.lease_seconds)
+            span.set_attributes({"bidaw.tier": metrics.TIER_LABELS[tier],
+                                 "bidaw.hit": meta is not None,
+                                 "bidaw.kv_bytes": meta.num_bytes if meta else 0,
+                                 "bidaw.kv_tokens": meta.num_tokens if meta else 0})
+        metrics.LOOKUPS.labels(metrics.TIER_LABELS[tier]).inc()
         if meta is None:
             return kv_store_pb2.LookupReply(tier=tier)
         return kv_store_pb2.LookupReply(
@@ -67,22 +75,32 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
             handle = self.store.open_read(request.session_id, request.max_tokens)
         except StoreError as exc:
             context.abort(exc.code, exc.message)
+        tier = metrics.TIER_LABELS[handle.tier]
         try:
-            yield kv_store_pb2.KVChunk(header=_header(handle))
-            offset = 0
-            for data in handle.chunks(CHUNK_BYTES):
-                yield (encode_data(data, offset) if self.encode_chunks
-                       else kv_store_pb2.KVChunk(data=data, offset=offset))
-                offset += len(data)
+            with tracing.span("kv_store.read", session=request.session_id, tier=tier,
+                              kv_tokens=handle.meta.num_tokens, path="grpc"):
+                yield kv_store_pb2.KVChunk(header=_header(handle))
+                offset = 0
+                for data in handle.chunks(CHUNK_BYTES):
+                    yield (encode_data(data, offset) if self.encode_chunks
+                           else kv_store_pb2.KVChunk(data=data, offset=offset))
+                    offset += len(data)
+            metrics.KV_READ_BYTES.labels(tier).inc(offset)
         finally:
             handle.release()
 
     def WriteKV(self, request_iterator, context):
         try:
             header, payload = self._receive(request_iterator)
-            loc, durable = self.store.write(
-                header.session_id, header.start_token, list(header.token_ids), header.format,
-                header.bytes_per_token, header.model, payload, wait_durable=not header.allow_async)
+            nbytes = header.num_tokens * header.bytes_per_token
+            with tracing.span("kv_store.write", session=header.session_id,
+                              start_token=header.start_token, kv_tokens=header.num_tokens,
+                              kv_bytes=nbytes, shm=bool(header.shm_region)):
+                loc, durable = self.store.write(
+                    header.session_id, header.start_token, list(header.token_ids),
+                    header.format, header.bytes_per_token, header.model, payload,
+                    wait_durable=not header.allow_async)
+            metrics.KV_WRITE_BYTES.inc(nbytes)
         except StoreError as exc:
             context.abort(exc.code, exc.message)
         return kv_store_pb2.WriteKVReply(num_tokens=loc.num_tokens, num_bytes=loc.num_bytes,
@@ -127,7 +145,11 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
 
     @_status
     def Promote(self, request, context):
-        loc = self.store.promote(request.session_id)
+        with tracing.span("kv_store.promote", session=request.session_id) as span:
+            loc = self.store.promote(request.session_id)
+            span.set_attributes({"bidaw.tier": metrics.TIER_LABELS[loc.tier],
+                                 "bidaw.kv_bytes": loc.num_bytes,
+                                 "bidaw.load_estimate_s": loc.load_estimate_s})
         return kv_store_pb2.PromoteReply(tier=loc.tier, load_estimate_s=loc.load_estimate_s)
 
     @_status
@@ -185,8 +207,12 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
 
     @_status
     def OpenShmRead(self, request, context):
-        handle, lease_id = self.store.open_shm_read(request.session_id, request.max_tokens,
-                                                    request.lease_seconds)
+        with tracing.span("kv_store.read", session=request.session_id, path="shm") as span:
+            handle, lease_id = self.store.open_shm_read(request.session_id, request.max_tokens,
+                                                        request.lease_seconds)
+            tier = metrics.TIER_LABELS[handle.tier]
+            span.set_attributes({"bidaw.tier": tier, "bidaw.kv_tokens": handle.meta.num_tokens})
+        metrics.KV_READ_BYTES.labels(tier).inc(sum(p.length for p in handle.shm))
         return kv_store_pb2.OpenShmReadReply(
             header=_header(handle), lease_id=lease_id,
             pieces=[kv_store_pb2.ShmPiece(region=ARENA, offset=p.segment.offset + p.offset,

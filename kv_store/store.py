@@ -24,6 +24,8 @@ import threading
 import time
 from collections import OrderedDict
 
+from services import metrics
+
 from . import errors
 from .bandwidth import BandwidthCap, BandwidthMeter
 from .buffers import Payload, ReadHandle
@@ -98,6 +100,12 @@ class KVStore(ReadPath, WritePath):
         self._housekeeper = threading.Thread(target=self._housekeep, name="store-housekeeping",
                                              daemon=True)
         self._housekeeper.start()
+        for tier, used, cap in (("dram", lambda: self.arena.used, config.dram_bytes),
+                                ("ssd", lambda: self.ssd.used_bytes, config.ssd_bytes)):
+            metrics.TIER_BYTES.labels(tier).set_function(used)
+            metrics.TIER_CAPACITY.labels(tier).set(cap)
+        metrics.TIER_SESSIONS.labels("dram").set_function(lambda: len(self.dram))
+        metrics.TIER_SESSIONS.labels("ssd").set_function(lambda: len(self.ssd.file_bytes))
 
     def _session_lock(self, session_id: str) -> threading.Lock:
         """Serialises the writes and SSD loads of a session (striped: a bounded set of locks,
@@ -184,6 +192,7 @@ class KVStore(ReadPath, WritePath):
                 continue
             self._drop_dram(victim)
             self.counters.dram_evictions += 1
+            metrics.EVICTIONS.labels("dram").inc()
             self.events.publish(self.location(victim))
         return True
 
@@ -208,6 +217,7 @@ class KVStore(ReadPath, WritePath):
             freed += self.ssd.file_bytes.get(victim, 0)
             self.forget(victim)
             self.counters.ssd_evictions += 1
+            metrics.EVICTIONS.labels("ssd").inc()
         return freed >= target
 
     def forget(self, session_id: str, local_only: bool = False) -> None:
@@ -295,7 +305,12 @@ class KVStore(ReadPath, WritePath):
             loc.tier, loc.load_estimate_s = (TIER_DRAM, 0.0) if ok else (TIER_SSD,
                                                                          loc.load_estimate_s)
         self.events.publish(loc)
-        self.events.publish(LoadDone(session_id, ok, time.monotonic() - start))
+        elapsed = time.monotonic() - start
+        self.events.publish(LoadDone(session_id, ok, elapsed))
+        metrics.PROMOTIONS.labels("ok" if ok else "failed").inc()
+        metrics.PROMOTION_TIME.observe(elapsed)
+        if ok:
+            metrics.PROMOTION_BYTES.inc(loc.num_bytes)
 
     # -- awareness --------------------------------------------------------------------------
 

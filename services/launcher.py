@@ -59,7 +59,7 @@ class LocalDeployment:
     metrics: bool = True  # /metrics of store, worker and scheduler on free ports
     dram_bytes: str = "2GiB"
     ssd_bytes: str = "64GiB"
-    eviction: str = "lru"
+    eviction: str = "bidaw-size"
     policy: str = "bidaw"
     model: str = "smollm2-135m"
     default_max_tokens: int = 256

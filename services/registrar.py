@@ -47,3 +47,11 @@ class Registrar:
                 stub.Deregister(self._registration(), timeout=2.0)
             except grpc.RpcError:
                 pass
+
+
+def advertised(config_advertise: str, listen: str, port: int) -> str:
+    """host:port others should dial: --advertise, else the listen host (loopback if wildcard)."""
+    if config_advertise:
+        return config_advertise
+    host = listen.rsplit(":", 1)[0]
+    return f"{'127.0.0.1' if host in ('', '0.0.0.0', '[::]') else host}:{port}"

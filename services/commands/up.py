@@ -19,7 +19,8 @@ def register(sub, groups) -> None:
     p.add_argument("--worker-port", type=int, default=50053, help="compute worker gRPC port")
     p.add_argument("--dram-bytes", default="2GiB", help="DRAM tier capacity")
     p.add_argument("--ssd-bytes", default="64GiB", help="SSD tier capacity")
-    p.add_argument("--eviction", default="lru", help="DRAM eviction policy")
+    p.add_argument("--eviction", default="bidaw-size",
+                   help="DRAM eviction policy: bidaw-size, bidaw, lru, fifo, queue-aware")
     p.add_argument("--policy", default="bidaw", choices=["fcfs", "bidaw"],
                    help="scheduling policy")
     p.add_argument("--model", default="smollm2-135m", help="model to serve")
