@@ -347,8 +347,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         return self._registration_reply()
 
     def Deregister(self, request, context):
-        if self.membership.leave(request.kind, request.address):
-            self._drop_member(request.kind, request.address)
+        self.membership.leave(request.kind, request.address)
+        self._drop_member(request.kind, request.address)  # static members may leave too
         return self._registration_reply()
 
     def _registration_reply(self) -> scheduler_pb2.RegistrationReply:

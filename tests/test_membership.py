@@ -38,17 +38,17 @@ def cluster(tmp_path):
 
 
 def test_workers_and_store_shards_join_and_leave_during_a_replay(cluster, tmp_path, smollm):
-    store_a = cluster("store", "--data-dir", str(tmp_path / "a")).wait()
-    sched_port_flags = ["--store", store_a.target, "--workers", "", "--heartbeat-s", "0.5"]
-    scheduler = cluster("scheduler", *sched_port_flags).wait()
-    member = ["--scheduler", scheduler.target]
+    # Nothing static: the scheduler starts empty and every member registers itself.
+    scheduler = cluster("scheduler", "--store", "", "--workers", "", "--heartbeat-s", "0.5")
+    member = ["--scheduler", scheduler.wait().target]
+    store_a = cluster("store", "--data-dir", str(tmp_path / "a"), *member).wait()
     worker_1 = cluster("worker", "--store", store_a.target, *member).wait()
     client = ChatClient(scheduler.target)
 
     def stats():
         return client.stub.Stats(scheduler_pb2.SchedulerStatsRequest())
 
-    wait_for(lambda: stats().workers == 1)
+    wait_for(lambda: stats().workers == 1 and stats().stores == 1)
     records: dict[tuple[int, int], tuple[list[int], list[int], int]] = {}
     errors: list[BaseException] = []
 

@@ -91,7 +91,8 @@ def _run(args: argparse.Namespace) -> int:
     say(f"working set {ws.peak_bytes / 2**20:.0f} MiB (all KV {ws.total_bytes / 2**20:.0f} MiB, "
         f"median reuse {ws.reuse_bytes_median / 2**20:.1f} MiB); DRAM "
         f"{sizes.dram_bytes / 2**20:.0f} MiB ({ws.peak_bytes / sizes.dram_bytes:.2f}x), ideal "
-        f"{sizes.ideal_dram_bytes / 2**20:.0f} MiB, SSD cap {sizes.ssd_read_gbps_cap * 1e3:.1f} MB/s")
+        f"{sizes.ideal_dram_bytes / 2**20:.0f} MiB, SSD cap "
+        f"{sizes.ssd_read_gbps_cap * 1e3:.1f} MB/s")
     opts = LiveOptions(model=args.model, max_loads=args.max_loads, deadline_s=args.deadline,
                        data_dir=args.data_dir)
     rows, runs = {}, {}

@@ -6,6 +6,7 @@ conversation can no longer be continued as planned); turns past the deadline are
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -69,6 +70,8 @@ class Replayer:
                 await asyncio.gather(*(self._user(u) for u in self.plan.users))
             finally:
                 sampler.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sampler
                 if store_ch is not None:
                     await store_ch.close()
         return ReplayResult(self.records, self.samples, self._now())

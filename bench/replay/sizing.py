@@ -3,8 +3,9 @@
 The working set is the peak, over the plan's timeline, of the KV of every session that will be
 used again: from a turn's send to the session's next turn it holds (history + query + answer) x
 bytes_per_token. In the timeline a turn lasts answer_len x `turn_s_per_token` (0: instant), so a
-slow machine, where sessions stay open longer, gets the larger working set it really has. The paper's setting is
-a working set 3.91x the DRAM tier; the ideal system gets DRAM larger than all KV ever stored.
+slow machine, where sessions stay open longer, gets the larger working set it really has.
+The paper's setting is a working set 3.91x the DRAM tier; the ideal gets DRAM larger than all KV
+ever stored.
 """
 from __future__ import annotations
 
