@@ -6,6 +6,11 @@ The reference checker (`dangling`) works on the rendered YAML, the way the API s
 kubelet would resolve names: generated ConfigMap/Secret names with their hash suffix, Service
 selectors and ports, StatefulSet headless services, PVCs, probes, HPAs, PDBs, NetworkPolicies,
 and host:port addresses inside configuration values.
+
+The membership checker (`membership_problems`) does the same for run-time registration: every
+compute worker and KV store pod, up to its HPA's maximum, registers with a scheduler Service
+port (BIDAW_*_SCHEDULER) under its own stable name behind its own headless Service
+(BIDAW_*_ADVERTISE, expanded from the downward API as kubelet expands it).
 """
 from __future__ import annotations
 
@@ -111,6 +116,26 @@ def env_of(container: dict, docs, namespace: str) -> dict[str, str]:
             env[item["name"]] = item["value"]
         else:
             env.setdefault(item["name"], "<from " + next(iter(item["valueFrom"])) + ">")
+    return env
+
+
+def pod_env(obj: dict, container: dict, docs, ordinal: int = 0) -> dict[str, str]:
+    """The environment as kubelet hands it to pod number `ordinal` of `obj`: envFrom
+    ConfigMaps, then `env` in order, the downward API's metadata.name/namespace filled in, and
+    `$(VAR)` expanded from the variables defined before it (an unknown one stays as written)."""
+    ns = _ns(obj)
+    name = f"{obj['metadata']['name']}-{ordinal}" if obj["kind"] == "StatefulSet" \
+        else f"{obj['metadata']['name']}-pod"
+    env = env_of({**container, "env": []}, docs, ns)
+    fields = {"metadata.name": name, "metadata.namespace": ns}
+    for item in container.get("env", []):
+        if "value" in item:
+            env[item["name"]] = re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)),
+                                       item["value"])
+        elif "fieldRef" in item["valueFrom"] and item["valueFrom"]["fieldRef"]["fieldPath"] in fields:
+            env[item["name"]] = fields[item["valueFrom"]["fieldRef"]["fieldPath"]]
+        else:
+            env[item["name"]] = "<from " + next(iter(item["valueFrom"])) + ">"
     return env
 
 
@@ -271,12 +296,27 @@ def _address_refs(docs, index) -> list[str]:
     return problems
 
 
-def _resolve(host: str, port: int, ns: str, index) -> str | None:
+def dns_parts(host: str, ns: str) -> tuple[list[str], str | None]:
+    """`service` or `pod.service`, from a name as a pod of namespace `ns` resolves it:
+    `service`, `service.ns`, `service.ns.svc[.cluster.local]`, and the same behind `pod.`."""
     parts = host.split(".")
-    if len(parts) > 2 and parts[2] == ns:  # name.namespace...: the namespace must be ours
-        parts = parts[:2]
-    elif len(parts) > 1 and parts[1] == ns:
-        parts = parts[:1]
+    for suffix in (["svc", "cluster", "local"], ["svc"]):
+        if len(parts) > len(suffix) + 1 and parts[-len(suffix):] == suffix:
+            if parts[-len(suffix) - 1] != ns:
+                return [], f"namespace {parts[-len(suffix) - 1]} is not the deployment's ({ns})"
+            return parts[:-len(suffix) - 1], (None if len(parts) - len(suffix) - 1 <= 2
+                                              else f"{host} is not service or pod.service")
+    if len(parts) > 1 and parts[-1] == ns:  # service.ns, pod.service.ns
+        parts = parts[:-1]
+    if len(parts) > 2:
+        return [], f"{host} is not service or pod.service in namespace {ns}"
+    return parts, None
+
+
+def _resolve(host: str, port: int, ns: str, index) -> str | None:
+    parts, problem = dns_parts(host, ns)
+    if problem:
+        return problem
     if len(parts) == 1:
         svc = index.get(("Service", ns, parts[0]))
         if svc is None:
@@ -430,9 +470,8 @@ def test_every_setting_is_a_config_field(overlay, monkeypatch):
                 field = name[len(prefix):].lower()
                 if field not in fields:
                     problems.append(f"{where}: {name}: {cls.__name__} has no field {field!r}")
-            for name, value in env.items():
-                monkeypatch.setenv(name, value.replace("$(POD_NAME)", "pod-0")
-                                   if not value.startswith("<from") else "1")
+            for name, value in pod_env(obj, c, docs).items():  # as kubelet expands it
+                monkeypatch.setenv(name, value if not value.startswith("<from") else "1")
             try:
                 load_config(cls, args, env_prefix=prefix)
             except (ValueError, TypeError) as exc:
@@ -489,16 +528,221 @@ def test_capacities_fit_their_volumes_and_limits(overlay):
 
 @needs_kubectl
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_scheduler_lists_every_worker_and_hpa_bounds_hold(overlay):
-    """Until workers register themselves, the scheduler's list is the StatefulSet's pods."""
+def test_compute_and_storage_autoscale_within_bounds(overlay):
+    """Workers and shards register themselves, so the replica count is the only knob: each
+    StatefulSet has an HPA of its own, and the replicas an overlay sets sit within its bounds."""
     docs = render(overlay)
-    replicas = _by(docs, "StatefulSet", "compute")["spec"]["replicas"]
-    workers = _config(docs, "BIDAW_SCHEDULER_")["BIDAW_SCHEDULER_WORKERS"].split(",")
-    assert workers == [f"compute-{i}.compute:50053" for i in range(replicas)]
-    for hpa in (d for d in docs if d["kind"] == "HorizontalPodAutoscaler"):
+    hpas = [d for d in docs if d["kind"] == "HorizontalPodAutoscaler"]
+    for hpa in hpas:
         target = _by(docs, hpa["spec"]["scaleTargetRef"]["kind"], hpa["spec"]["scaleTargetRef"]["name"])
         assert hpa["spec"]["minReplicas"] <= target["spec"]["replicas"] <= hpa["spec"]["maxReplicas"], \
             hpa["metadata"]["name"]
+    scaled = {(h["spec"]["scaleTargetRef"]["kind"], h["spec"]["scaleTargetRef"]["name"]) for h in hpas}
+    assert {("StatefulSet", "compute"), ("StatefulSet", "kv-store")} <= scaled
+
+
+# -- run-time membership: workers and shards register with the scheduler ---------------------------
+
+MEMBERS = {"worker": "BIDAW_WORKER_", "store": "BIDAW_STORE_"}  # `bidaw serve X` -> env prefix
+
+
+def _served(docs, service: str) -> list[tuple[dict, dict]]:
+    """(workload, container) pairs running `bidaw serve <service>`."""
+    found = []
+    for obj in docs:
+        spec = pod_spec(obj)
+        for c in containers(spec) if spec is not None else []:
+            argv = bidaw_command(c)
+            if argv and argv[:2] == ["serve", service]:
+                found.append((obj, c))
+    return found
+
+
+def _pods_possible(docs, obj: dict) -> int:
+    """How many pods the workload may have: its replicas, or its HPA's maximum."""
+    counts = [obj["spec"].get("replicas", 1)]
+    counts += [h["spec"]["maxReplicas"] for h in docs if h["kind"] == "HorizontalPodAutoscaler"
+               and h["spec"]["scaleTargetRef"]["name"] == obj["metadata"]["name"]
+               and h["spec"]["scaleTargetRef"]["kind"] == obj["kind"]]
+    return max(counts)
+
+
+def _listen_port(env: dict[str, str], prefix: str) -> int:
+    return int(env.get(f"{prefix}LISTEN", "").rsplit(":", 1)[-1] or -1)
+
+
+def _service_port_to(svc: dict, workload: dict, port: int) -> bool:
+    """Does `svc` expose `port` and send it to the workload's container port of that number?"""
+    ports = container_ports(workload)
+    return any(p["port"] == port and ports.get(p.get("targetPort", p["port"])) == port
+               for p in svc["spec"].get("ports", []))
+
+
+def membership_problems(docs) -> list[str]:
+    """Every compute worker and KV store pod registers with an existing scheduler Service port
+    that leads to the scheduler's listen port (BIDAW_*_SCHEDULER), under its own stable name:
+    `<pod>.<its headless Service>[.<namespace>.svc]:<its listen port>` (BIDAW_*_ADVERTISE),
+    checked for every pod the StatefulSet may have (up to its HPA's maximum). Workers keep a
+    fallback shard (BIDAW_WORKER_STORE), without which they would never use a store."""
+    problems: list[str] = []
+    index = {(o["kind"], _ns(o), o["metadata"]["name"]): o for o in docs}
+    schedulers = _served(docs, "scheduler")
+    if not schedulers:
+        return ["no workload runs `bidaw serve scheduler`"]
+    for service, prefix in MEMBERS.items():
+        members = _served(docs, service)
+        if not members:
+            problems.append(f"no workload runs `bidaw serve {service}`")
+        for obj, c in members:
+            ns, name = _ns(obj), obj["metadata"]["name"]
+            if obj["kind"] != "StatefulSet":
+                problems.append(f"{obj['kind']}/{name}: a {service} needs a stable name (StatefulSet)")
+                continue
+            for ordinal in range(_pods_possible(docs, obj)):
+                pod = f"{name}-{ordinal}"
+                env = pod_env(obj, c, docs, ordinal)
+                listen = _listen_port(env, prefix)
+                problems += [f"{pod}: {p}" for p in
+                             _scheduler_problems(env.get(f"{prefix}SCHEDULER", ""), prefix, ns, index,
+                                                 docs, schedulers)]
+                problems += [f"{pod}: {p}" for p in
+                             _advertise_problems(env.get(f"{prefix}ADVERTISE", ""), prefix, pod, obj,
+                                                 listen, index)]
+                if service == "worker" and not env.get("BIDAW_WORKER_STORE"):
+                    problems.append(f"{pod}: BIDAW_WORKER_STORE is empty: no fallback store, and "
+                                    "with none the worker recomputes every prompt")
+    return problems
+
+
+def _scheduler_problems(value: str, prefix: str, ns: str, index, docs, schedulers) -> list[str]:
+    items = [t.strip() for t in value.split(",") if t.strip()]
+    if not items:
+        return [f"no {prefix}SCHEDULER: it never registers"]
+    problems = []
+    for item in items:
+        match = ADDRESS_RE.match(item)
+        if not match or "$(" in item:
+            problems.append(f"{prefix}SCHEDULER={item} is not host:port")
+            continue
+        host, port = match.group(1), int(match.group(2))
+        problem = _resolve(host, port, ns, index)
+        if problem:
+            problems.append(f"{prefix}SCHEDULER={item}: {problem}")
+            continue
+        svc = index[("Service", ns, dns_parts(host, ns)[0][-1])]
+        if not any(_ns(o) == ns and selects(svc["spec"].get("selector"), pod_labels(o))
+                   and _listen_port(pod_env(o, c, docs), "BIDAW_SCHEDULER_") == port
+                   and _service_port_to(svc, o, port) for o, c in schedulers):
+            problems.append(f"{prefix}SCHEDULER={item}: Service {svc['metadata']['name']} port {port} "
+                            "does not lead to a scheduler listening on it")
+    return problems
+
+
+def _advertise_problems(value: str, prefix: str, pod: str, obj: dict, listen: int, index) -> list[str]:
+    ns, governing = _ns(obj), obj["spec"]["serviceName"]
+    match = ADDRESS_RE.match(value)
+    if not value:
+        return [f"no {prefix}ADVERTISE: it would register 127.0.0.1:{listen}, which only it can dial"]
+    if not match or "$(" in value:
+        return [f"{prefix}ADVERTISE={value} is not host:port (an unset variable?)"]
+    host, port = match.group(1), int(match.group(2))
+    parts, problem = dns_parts(host, ns)
+    if problem:
+        return [f"{prefix}ADVERTISE={value}: {problem}"]
+    if len(parts) != 2 or parts[0] != pod:
+        return [f"{prefix}ADVERTISE={value} does not name this pod ({pod}.{governing}): "
+                "use $(POD_NAME) from the downward API"]
+    if parts[1] != governing:
+        return [f"{prefix}ADVERTISE={value} is not behind its own headless Service {governing}"]
+    svc = index.get(("Service", ns, governing))
+    problems = []
+    if svc is None or svc["spec"].get("clusterIP") != "None" \
+            or not selects(svc["spec"].get("selector"), pod_labels(obj)):
+        problems.append(f"{prefix}ADVERTISE={value}: Service {governing} is not a headless Service "
+                        "selecting this pod")
+    if port != listen:
+        problems.append(f"{prefix}ADVERTISE={value}: the pod listens on {listen} ({prefix}LISTEN)")
+    elif svc is not None and not _service_port_to(svc, obj, port):
+        problems.append(f"{prefix}ADVERTISE={value}: Service {governing} has no port {port} "
+                        "to that container port")
+    return problems
+
+
+@needs_kubectl
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_members_register_with_the_scheduler_under_their_own_names(overlay):
+    problems = membership_problems(render(overlay))
+    assert not problems, "\n".join(problems)
+
+
+def _set_env(docs, workload: str, name: str, value: str | None) -> None:
+    """Set (or, with None, remove) an `env` item of the workload's first container."""
+    env = _find(docs, "StatefulSet", workload)["spec"]["template"]["spec"]["containers"][0]["env"]
+    env[:] = [e for e in env if e["name"] != name] + ([{"name": name, "value": value}] if value else [])
+
+
+@needs_kubectl
+@pytest.mark.parametrize("breakage, expected", [
+    (lambda d: _set_env(d, "compute", "BIDAW_WORKER_ADVERTISE", "$(POD_NAME).kv-store.$(POD_NAMESPACE).svc:50053"),
+     "not behind its own headless Service compute"),
+    (lambda d: _set_env(d, "kv-store", "BIDAW_STORE_ADVERTISE", "kv-store-0.kv-store.$(POD_NAMESPACE).svc:50051"),
+     "does not name this pod (kv-store-1.kv-store)"),
+    (lambda d: _set_env(d, "kv-store", "BIDAW_STORE_ADVERTISE", "$(POD_NAME).kv-store.other.svc:50051"),
+     "namespace other"),
+    (lambda d: _set_env(d, "compute", "BIDAW_WORKER_ADVERTISE", "$(POD_NAME).compute.$(POD_NAMESPACE).svc:50099"),
+     "listens on 50053"),
+    (lambda d: _set_env(d, "compute", "BIDAW_WORKER_ADVERTISE", "$(POD).compute:50053"),
+     "an unset variable"),
+    (lambda d: _set_env(d, "kv-store", "BIDAW_STORE_ADVERTISE", None), "no BIDAW_STORE_ADVERTISE"),
+    (lambda d: _set_env(d, "kv-store", "BIDAW_STORE_SCHEDULER", None), "no BIDAW_STORE_SCHEDULER"),
+    (lambda d: _set_env(d, "compute", "BIDAW_WORKER_SCHEDULER", "scheduler.$(POD_NAMESPACE).svc:5005"),
+     "has no port 5005"),
+    (lambda d: _set_env(d, "compute", "BIDAW_WORKER_SCHEDULER", "gateway:8000"),
+     "does not lead to a scheduler"),
+    (lambda d: _find(d, "Service", "kv-store")["spec"].pop("clusterIP"), "not a headless Service"),
+    (lambda d: _find(d, "ConfigMap", "bidaw-worker")["data"].update(BIDAW_WORKER_STORE=""),
+     "no fallback store"),
+])
+def test_membership_checker_catches(breakage, expected):
+    docs = copy.deepcopy(list(render("dev-cpu")))
+    assert not membership_problems(docs)
+    breakage(docs)
+    problems = membership_problems(docs)
+    assert any(expected in p for p in problems), problems
+
+
+@needs_kubectl
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_scheduler_starts_with_no_static_members(overlay, monkeypatch):
+    """Every member registers, so the scheduler's own lists are empty, and it starts and serves
+    that way (gRPC health SERVING, no workers, no shards) until the first member registers."""
+    from services.config import load_config
+    from services.gen import scheduler_pb2, scheduler_pb2_grpc
+    from services.grpc_util import channel, wait_healthy
+    from scheduler.config import SchedulerConfig
+    from scheduler.main import start
+
+    docs = render(overlay)
+    (obj, c), = _served(docs, "scheduler")
+    env = {k: v for k, v in pod_env(obj, c, docs).items() if k.startswith("BIDAW_SCHEDULER_")}
+    assert env.get("BIDAW_SCHEDULER_WORKERS") == "" and env.get("BIDAW_SCHEDULER_STORE") == "", \
+        "workers and shards register themselves: no static lists"
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("BIDAW_SCHEDULER_LISTEN", "127.0.0.1:0")
+    monkeypatch.setenv("BIDAW_SCHEDULER_METRICS_LISTEN", "")
+    config = load_config(SchedulerConfig, None, env_prefix="BIDAW_SCHEDULER_")
+    assert config.workers == [] and config.store == "" and config.heartbeat_s > 0
+    server, service = start(config)
+    try:
+        target = f"127.0.0.1:{server.port}"
+        wait_healthy(target, timeout=20, service="bidaw.v1.Scheduler")
+        stats = scheduler_pb2_grpc.SchedulerStub(channel(target)).Stats(
+            scheduler_pb2.SchedulerStatsRequest(), timeout=5)
+        assert (stats.workers, stats.stores) == (0, 0)
+    finally:
+        server.stop(0)
+        service.stop()
 
 
 @needs_kubectl
@@ -562,40 +806,60 @@ def test_bidaw_workloads_have_disruption_budgets(overlay):
         assert any(selects(p["spec"]["selector"], labels) for p in pdbs), name
 
 
+def ingress_allowed(docs, target: str, port: int) -> set[str]:
+    """Evaluate the NetworkPolicies: the components (or "outside", "anyone") that may open
+    `port` on the pods of component `target`."""
+    components = {pod_labels(d).get("app.kubernetes.io/component"): d for d in docs if d["kind"] in WORKLOADS}
+    labels = pod_labels(components[target])
+    policies = [p for p in docs if p["kind"] == "NetworkPolicy"
+                and "Ingress" in p["spec"]["policyTypes"]
+                and (p["spec"]["podSelector"] == {} or selects(p["spec"]["podSelector"], labels))]
+    assert policies, f"no policy isolates {target}"
+    who: set[str] = set()
+    for policy in policies:
+        for rule in policy["spec"].get("ingress", []):
+            ports = {p["port"] for p in rule.get("ports", [])}
+            if ports and port not in ports:
+                continue
+            if "from" not in rule:
+                return {"anyone"}
+            for peer in rule["from"]:
+                if "namespaceSelector" in peer or "ipBlock" in peer:
+                    who.add("outside")
+                    continue
+                who |= {name for name, d in components.items() if selects(peer["podSelector"], pod_labels(d))
+                        or peer["podSelector"] == {}}
+    return who
+
+
 @needs_kubectl
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_only_scheduler_and_workers_reach_the_kv_store(overlay):
-    """Evaluate the NetworkPolicies: who may open the KV store's gRPC port, and Redis's."""
+    """Who may open the KV store's gRPC port, Redis's, a worker's and the scheduler's."""
     docs = render(overlay)
-    components = {pod_labels(d).get("app.kubernetes.io/component"): d for d in docs if d["kind"] in WORKLOADS}
-
-    def allowed(target: str, port: int) -> set[str]:
-        labels = pod_labels(components[target])
-        policies = [p for p in docs if p["kind"] == "NetworkPolicy"
-                    and "Ingress" in p["spec"]["policyTypes"]
-                    and (p["spec"]["podSelector"] == {} or selects(p["spec"]["podSelector"], labels))]
-        assert policies, f"no policy isolates {target}"
-        who: set[str] = set()
-        for policy in policies:
-            for rule in policy["spec"].get("ingress", []):
-                ports = {p["port"] for p in rule.get("ports", [])}
-                if ports and port not in ports:
-                    continue
-                if "from" not in rule:
-                    return {"anyone"}
-                for peer in rule["from"]:
-                    if "namespaceSelector" in peer or "ipBlock" in peer:
-                        who.add("outside")
-                        continue
-                    who |= {name for name, d in components.items() if selects(peer["podSelector"], pod_labels(d))
-                            or peer["podSelector"] == {}}
-        return who
-
-    assert allowed("kv-store", 50051) == {"scheduler", "compute"}
-    assert allowed("redis", 6379) == {"kv-store"}
+    assert ingress_allowed(docs, "kv-store", 50051) == {"scheduler", "compute"}
+    assert ingress_allowed(docs, "redis", 6379) == {"kv-store"}
     # Ray nodes talk to each other on every port (Ray picks most of them at run time).
-    assert "scheduler" in allowed("compute", 50053) <= {"scheduler", "compute", "ray-head"}
-    assert allowed("scheduler", 50052) == {"gateway", "compute"}
+    assert "scheduler" in ingress_allowed(docs, "compute", 50053) <= {"scheduler", "compute", "ray-head"}
+    # Turns from the gateway; registration and heartbeats from workers and shards.
+    assert ingress_allowed(docs, "scheduler", 50052) == {"gateway", "compute", "kv-store"}
+
+
+@needs_kubectl
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_members_and_scheduler_reach_each_other(overlay):
+    """Each member may open the scheduler port it registers on (BIDAW_*_SCHEDULER), and the
+    scheduler may open the port each member advertises (BIDAW_*_ADVERTISE)."""
+    docs = render(overlay)
+    for service, prefix in MEMBERS.items():
+        for obj, c in _served(docs, service):
+            component = pod_labels(obj)["app.kubernetes.io/component"]
+            env = pod_env(obj, c, docs)
+            for item in env[f"{prefix}SCHEDULER"].split(","):
+                port = int(item.rsplit(":", 1)[1])
+                assert component in ingress_allowed(docs, "scheduler", port), (component, item)
+            port = int(env[f"{prefix}ADVERTISE"].rsplit(":", 1)[1])
+            assert "scheduler" in ingress_allowed(docs, component, port), (component, port)
 
 
 @needs_kubectl
