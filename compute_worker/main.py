@@ -62,5 +62,5 @@ def serve(config: WorkerConfig) -> None:
                           advertised(config.advertise, config.listen, server.port)).start()
     wait_for_signal()
     registrar.stop()  # first: the scheduler stops sending turns here
-    server.stop()
+    server.stop(grace=30.0)  # then running turns get time to finish
     ray.shutdown()
