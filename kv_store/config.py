@@ -14,6 +14,8 @@ class StoreConfig:
     eviction: str = field(default="bidaw-size", metadata={
         "help": "DRAM eviction policy: bidaw-size, bidaw, lru, fifo or queue-aware"})
     lease_seconds: float = field(default=60.0, metadata={"help": "default lease lifetime"})
+    promotion_hold_seconds: float = field(default=30.0, metadata={
+        "help": "a promoted session stays pinned in DRAM until read, at most this long"})
     promote_concurrency: int = field(default=2, metadata={"help": "SSD->DRAM loads at once"})
     ssd_read_gbps: float = field(default=1.5, metadata={"help": "SSD read bandwidth assumed "
                                                         "for load estimates until measured (GB/s)"})

@@ -84,6 +84,9 @@ class KVStore(ReadPath, WritePath):
         self._versions: dict[str, int] = {}  # catalog version the local state is based on
         self._ssd_lru: OrderedDict[str, None] = OrderedDict()  # SSD tier order, oldest first
         self._holds: dict[str, ReadHandle] = {}  # shm read lease -> the regions it keeps
+        # session -> pin taken when its promotion landed: the load was asked for by a queued
+        # turn, so the KV stays in DRAM until that turn reads it (or the pin expires).
+        self._promoted: dict[str, str] = {}
         # prepared co-located write: region name -> (session, payload, lease)
         self._prepared: dict[str, tuple[str, Payload, str]] = {}
         self._queued: list[str] = []  # sessions of queued requests, soonest first
@@ -301,6 +304,9 @@ class KVStore(ReadPath, WritePath):
             log.exception("promotion of %r failed", session_id)
         with self._lock:
             loc = self.location(session_id)
+            if ok and self._promoted.get(session_id) not in self.leases:
+                self._promoted[session_id] = self.leases.acquire(
+                    session_id, time.monotonic(), self.config.promotion_hold_seconds)
         if loc.tier == TIER_LOADING:  # still counted as running until _load returns
             loc.tier, loc.load_estimate_s = (TIER_DRAM, 0.0) if ok else (TIER_SSD,
                                                                          loc.load_estimate_s)

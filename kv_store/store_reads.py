@@ -20,6 +20,10 @@ class ReadPath:
         if max_tokens < 0:
             raise errors.invalid("max_tokens is negative")
         self._refresh(session_id)
+        with self._lock:  # the turn a promotion was for is reading: its pin has done its job
+            hold = self._promoted.pop(session_id, None)
+            if hold is not None:
+                self.leases.release(hold)
         while True:
             handle = self._read_dram(session_id, max_tokens)
             if handle is not None:

@@ -95,3 +95,20 @@ def test_promoting_a_session_already_in_dram_is_a_no_op(store):
     client.write("d", 0, [1], KV, 100, "m", b"x" * 100)
     reply = client.stub.Promote(kv_store_pb2.PromoteRequest(session_id="d"))
     assert reply.tier == common_pb2.TIER_DRAM and reply.load_estimate_s == 0
+
+
+def test_a_promoted_session_stays_in_dram_until_its_turn_reads_it(store):
+    client, core = store(dram_bytes=3 * MIB)
+    on_ssd(client, core, ["wanted"])
+    stream = AwarenessStream(client.stub)
+    stream.next("snapshot")
+    client.stub.Promote(kv_store_pb2.PromoteRequest(session_id="wanted"))
+    assert stream.next("load_finished", where=lambda e: e.session_id == "wanted").ok
+    # Newer sessions fill DRAM: LRU would drop "wanted" first, but the queued turn's pin holds.
+    for sid in ("x", "y", "z"):
+        client.write(sid, 0, list(range(16)), KV, MIB // 16, "m", os.urandom(MIB))
+    assert client.lookup("wanted").tier == common_pb2.TIER_DRAM
+    assert client.read("wanted").tier == common_pb2.TIER_DRAM  # the turn reads it from DRAM
+    for sid in ("u", "v", "w"):  # read once, the pin is gone: it ages out like any other
+        client.write(sid, 0, list(range(16)), KV, MIB // 16, "m", os.urandom(MIB))
+    assert client.lookup("wanted").tier == common_pb2.TIER_SSD
