@@ -2,11 +2,17 @@
 
 - decode throughput of the continuous-batching engine with 1, 4 and 16 concurrent sessions;
 - restoring a 2,000-token OPT history from stored tensor 6 vs stored K/V vs recomputing it;
-- time to first token of a turn after a 1,000-token history: KV from DRAM vs full recompute.
+- time to first token of a turn after a 1,000-token history: KV from DRAM vs full recompute;
+- queueing and TTFT of the bidaw vs the fcfs scheduler on a live replay of the paper's sample
+  trace with DRAM smaller than the working set (through `bidaw bench live`).
 """
 from __future__ import annotations
 
+import json
+import pathlib
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -120,7 +126,26 @@ def ttft_dram_vs_recompute(model, tokenizer, store: KVClient, history: int = 100
             "ttft_recompute_over_dram": full_s / dram_s}
 
 
-def run(sessions=(1, 4, 16)) -> dict:
+SAMPLE_TRACE = pathlib.Path(__file__).resolve().parents[2] / "shared" / "traces" / \
+    "bidaw_sample.txt"
+
+
+def scheduler_replay(trace: str | pathlib.Path = SAMPLE_TRACE, users: int = 10) -> dict:
+    """Mean queueing time and TTFT, bidaw vs fcfs (both with LRU eviction, so only the
+    scheduler differs), replaying the same sampled users of `trace` live."""
+    cmd = [sys.executable, "-m", "services.cli", "bench", "live", "--trace", str(trace),
+           "--systems", "fcfs-lru,bidaw-sched-only", "--users", str(users), "--window-s", "300",
+           "--time-scale", "0.2", "--max-rounds", "4", "--json"]
+    out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    rows = out["systems"]
+    pick = {"bidaw": rows["bidaw-sched-only"], "fcfs": rows["fcfs-lru"]}
+    return {"queueing_mean_s": {k: v["queueing_mean"] for k, v in pick.items()},
+            "ttft_mean_s": {k: v["ttft_mean"] for k, v in pick.items()},
+            "replay": {"turns": {k: v["turns"] for k, v in pick.items()},
+                       "working_set_over_dram": out["config"]["working_set_over_dram"]}}
+
+
+def run(sessions=(1, 4, 16), replay: bool = True) -> dict:
     from compute_worker.loaders.registry import load_model
     from kv_store.main import start
 
@@ -137,6 +162,8 @@ def run(sessions=(1, 4, 16)) -> dict:
         finally:
             server.stop(0)
             core.close()
+    if replay:
+        result.update(scheduler_replay())
     tps = result["decode_tokens_per_s"]
     result["batching_speedup_16_vs_1"] = tps[str(max(sessions))] / tps[str(min(sessions))]
     return result

@@ -21,6 +21,7 @@ hit rates known then, so every call is O(log n) (heaps with lazy deletion).
 """
 from __future__ import annotations
 
+import math
 from itertools import islice
 from typing import Iterable
 
@@ -39,7 +40,7 @@ _ANSWER_REPR = [0] + list(ANSWER_EDGES)
 
 
 class _Session:
-    __slots__ = ("last", "answer", "history", "scale", "potential")
+    __slots__ = ("last", "answer", "history", "scale", "potential", "pace", "factor")
 
     def __init__(self) -> None:
         self.last: float | None = None      # time of the latest access
@@ -49,6 +50,8 @@ class _Session:
         self.history: list[float] | None = None
         self.scale = 1.0
         self.potential: float | None = None  # hit potential computed at the latest answer
+        self.pace = 0.0                      # log(own gap / model median), decayed mean
+        self.factor = 1.0                    # exp(pace): the session's think-time multiplier
 
 
 class BidawPolicy(EvictionPolicy):
@@ -59,8 +62,14 @@ class BidawPolicy(EvictionPolicy):
                  prior_weight: float = 2.0, history_decay: float = 0.8, ghost_lag_s: float = 300.0,
                  ghost_window: float = 4000.0, rate_window: float = 500.0,
                  protect_queue: int = 30, tie_break: str = "return",
-                 stale_quantile: float | None = 0.99, potential_step: float = 0.1,
-                 ghost_sample_rate: int = 1) -> None:
+                 stale_quantile: float | None = 0.98, potential_step: float = 0.25,
+                 ghost_sample_rate: int = 1, pace_decay: float | None = 0.8,
+                 pace_in_lb: bool = True, pace_in_stale: bool = True,
+                 tie_quantile: float | None = None) -> None:
+        self.tie_quantile = tie_quantile
+        self.pace_decay = pace_decay
+        self.pace_in_lb = pace_in_lb
+        self.pace_in_stale = pace_in_stale
         self.potential_step = potential_step
         self.tie_break = tie_break
         # Not in the paper (its scripts free ended sessions, an oracle): a session idle past this
@@ -72,7 +81,7 @@ class BidawPolicy(EvictionPolicy):
         self.ghost = GhostCache(capacity_bytes, nb, watermark_bytes, ghost_lag_s, ghost_window,
                                 sample_rate=ghost_sample_rate)
         self.meter = ReuseDistanceMeter()
-        self.think = ThinkTimeModel(extra_quantiles=(lb_quantile, stale_quantile))
+        self.think = ThinkTimeModel(extra_quantiles=(lb_quantile, stale_quantile, tie_quantile))
         self.lb_quantile = lb_quantile
         self.prior_weight = prior_weight
         self.history_decay = history_decay
@@ -150,11 +159,16 @@ class BidawPolicy(EvictionPolicy):
     def _access(self, key: Key, size: int, now: float) -> None:
         s = self._sessions.touch(key, now, self.__contains__)
         distance = self.meter.access(key, size)
-        bucket = self.regions.bucket(distance) if distance is not None else None
+        bucket = None if distance is None else self.regions.bucket(distance)
         self.ghost.record(key, size, bucket, now)
         if s.last is not None and distance is not None:
             gap = now - s.last
             self.think.observe(s.answer, gap)
+            d = self.pace_decay
+            if d is not None and s.answer is not None:
+                r = math.log(max(gap, 0.5) / self.think.stats(s.answer).quantiles[0.5])
+                s.pace = d * s.pace + (1.0 - d) * r
+                s.factor = math.exp(s.pace)
             self._observe_rate(distance, gap)
             self._observe_bucket(s, bucket)
         s.last = now
@@ -164,11 +178,7 @@ class BidawPolicy(EvictionPolicy):
 
     def _rank_pending(self) -> None:
         for key, s in self._unranked.items():
-            if s.potential is None:
-                self._rank(key, s)
-            else:
-                self._heap.set(key, (s.potential, -self._tie(s), self._entered[key]))
-                self._set_deadline(key, s)
+            self._rank(key, s, s.potential)
         self._unranked.clear()
 
     def _observe_rate(self, distance: int, gap: float) -> None:
@@ -209,13 +219,17 @@ class BidawPolicy(EvictionPolicy):
         return self._rate_bytes / self._rate_secs * gap_lb
 
     def hit_potential(self, answer: int | None, history: list[float] | None,
-                      scale: float = 1.0) -> float:
+                      scale: float = 1.0, factor: float = 1.0) -> float:
         """P(small) + Σ P(promising_i)·hitrate_i over the buckets at or above the lower bound's.
 
-        `history` holds the session's own bucket counts × `scale`."""
+        `history` holds the session's own bucket counts × `scale`; `factor` = the session's own
+        think-time multiplier (scales its lower bound when `pace_in_lb`)."""
         self._maybe_refresh()
         a = self._answer_index(answer)
-        first = self._lb_bucket[a]
+        if self.pace_in_lb and factor != 1.0:
+            first = self.regions.bucket(self._lb_bytes[a] * factor)
+        else:
+            first = self._lb_bucket[a]
         num, mass = 0.0, 0.0
         if history is not None:
             hr = self._hr
@@ -226,8 +240,8 @@ class BidawPolicy(EvictionPolicy):
                     mass += x
             num /= scale
             mass /= scale
-        num += self._prior_num[a]
-        mass += self._prior_mass[a]
+        num += self._prior_num[a][first]
+        mass += self._prior_mass[a][first]
         return num / mass if mass > 0.0 else self._hr[first]
 
     def _maybe_refresh(self) -> None:
@@ -238,36 +252,41 @@ class BidawPolicy(EvictionPolicy):
         self._until_refresh = self.refresh_every
         nb, ext = self.regions.n_buckets, self.regions.extreme
         self._hr = [1.0] + [self.ghost.hit_rate(j) for j in range(1, ext)] + [0.0]
-        self._lb_bucket = [self.regions.bucket(self.lower_bound(None if a == N_ANSWER_BUCKETS else
-                                                                   _ANSWER_REPR[a]))
-                           for a in range(N_ANSWER_BUCKETS + 1)]
-        # The prior's share of each potential: numerator and mass above the lower bound.
+        self._lb_bytes = [self.lower_bound(None if a == N_ANSWER_BUCKETS else _ANSWER_REPR[a])
+                          for a in range(N_ANSWER_BUCKETS + 1)]
+        self._lb_bucket = [self.regions.bucket(x) for x in self._lb_bytes]
+        # The prior's share of each potential: numerator and mass at or above each bucket
+        # (suffix sums, so any lower-bound bucket is one look-up).
         self._prior_num, self._prior_mass = [], []
-        for a, prior in enumerate(self._prior):
+        for prior in self._prior:
             w = self.prior_weight / (sum(prior) or 1.0)
-            first = self._lb_bucket[a]
-            self._prior_num.append(sum(prior[j] * w * self._hr[j] for j in range(first, nb)))
-            self._prior_mass.append(sum(prior[j] * w for j in range(first, nb)))
+            num, mass = [0.0] * (nb + 1), [0.0] * (nb + 1)
+            for j in range(nb - 1, -1, -1):
+                num[j] = num[j + 1] + prior[j] * w * self._hr[j]
+                mass[j] = mass[j + 1] + prior[j] * w
+            self._prior_num.append(num)
+            self._prior_mass.append(mass)
 
-    def _rank(self, key: Key, s: _Session) -> None:
-        potential = self.hit_potential(s.answer, s.history, s.scale)
-        if self.potential_step > 0.0:
-            potential = int(potential / self.potential_step)
-        s.potential = potential
+    def _rank(self, key: Key, s: _Session, potential: float | None = None) -> None:
+        """(Re)file the session: by its potential (recomputed unless given), then by when it is
+        expected back (latest first), then by order of entry; and its stale deadline."""
+        if potential is None:
+            potential = self.hit_potential(s.answer, s.history, s.scale, s.factor)
+            if self.potential_step > 0.0:
+                potential = int(potential / self.potential_step)
+            s.potential = potential
         stats = self.think.stats(s.answer)
-        self._heap.set(key, (potential, -self._tie(s, stats), self._entered[key]))
-        self._set_deadline(key, s, stats)
-
-    def _set_deadline(self, key: Key, s: _Session, stats: GapStats | None = None) -> None:
-        """When the session counts as ended: a high quantile of its expected think time."""
-        if self.stale_quantile is not None:
-            last = s.last if s.last is not None else 0.0
-            stats = stats or self.think.stats(s.answer)
-            self._stale.set(key, (last + stats.quantiles[self.stale_quantile], self._entered[key]))
-
-    def _tie(self, s: _Session, stats: GapStats | None = None) -> float:
-        """Among equal potentials, evict the session expected back last."""
         last = s.last if s.last is not None else 0.0
+        order = self._entered[key]
         if self.tie_break == "recency":
-            return last
-        return last + (stats or self.think.stats(s.answer)).mean
+            tie = last
+        else:  # the session expected back last goes first
+            t = stats.mean if self.tie_quantile is None else stats.quantiles[self.tie_quantile]
+            tie = last + t * s.factor
+        self._heap.set(key, (potential, -tie, order))
+        if self.stale_quantile is not None:
+            # When the session counts as ended: a high quantile of its expected think time.
+            q = stats.quantiles[self.stale_quantile]
+            if self.pace_in_stale:
+                q *= s.factor
+            self._stale.set(key, (last + q, order))

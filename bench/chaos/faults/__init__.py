@@ -1,0 +1,39 @@
+"""One module per fault. Each exposes NAME and a class `Fault` with:
+- `setup(ctx)`: before the topology starts (flags, side processes such as Redis or a proxy);
+- `inject(ctx) -> int`: during the replay: inject the fault and recover from it (restart, heal),
+  returning how many faults it injected;
+- `check(ctx) -> list[str]`: after the replay: fault-specific failures (e.g. no resync);
+- `teardown(ctx)`;
+and attributes `workers` (compute workers needed), `probe_misses_allowed` (an acknowledged probe
+may come back as a miss, e.g. after the disk filled up and the store evicted it; wrong bytes are
+never allowed), `ssd_snapshot` (KV on SSD before the fault must be there after it)."""
+from __future__ import annotations
+
+import importlib
+
+ORDER = ["store-kill", "worker-kill", "actor-kill", "scheduler-kill", "ssd-corrupt",
+         "disk-full", "slow-disk", "redis-restart", "partition"]
+
+
+def load(name: str):
+    if name not in ORDER:
+        raise ValueError(f"unknown fault {name!r}; known: {', '.join(ORDER)}")
+    return importlib.import_module(f"bench.chaos.faults.{name.replace('-', '_')}").Fault()
+
+
+class BaseFault:
+    workers = 1
+    probe_misses_allowed = False
+    ssd_snapshot = False
+
+    def setup(self, ctx) -> None:
+        pass
+
+    def inject(self, ctx) -> int:
+        raise NotImplementedError
+
+    def check(self, ctx) -> list[str]:
+        return []
+
+    def teardown(self, ctx) -> None:
+        pass
