@@ -15,7 +15,8 @@ GIB = 1 << 30
 
 
 def test_bidaw_defaults():
-    assert make_policy("bidaw").stale_quantile == 0.99
+    p = make_policy("bidaw")
+    assert (p.stale_quantile, p.potential_step, p.pace_decay, p.ghost.sample_rate) == (0.98, 0.25, 0.8, 2)
     assert make_policy("bidaw-size").size_exponent == 0.3
 
 

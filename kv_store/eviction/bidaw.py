@@ -63,7 +63,7 @@ class BidawPolicy(EvictionPolicy):
                  ghost_window: float = 4000.0, rate_window: float = 500.0,
                  protect_queue: int = 30, tie_break: str = "return",
                  stale_quantile: float | None = 0.98, potential_step: float = 0.25,
-                 ghost_sample_rate: int = 1, pace_decay: float | None = 0.8,
+                 ghost_sample_rate: int = 2, pace_decay: float | None = 0.8,
                  pace_in_lb: bool = True, pace_in_stale: bool = True,
                  tie_quantile: float | None = None) -> None:
         self.tie_quantile = tie_quantile
@@ -169,7 +169,11 @@ class BidawPolicy(EvictionPolicy):
                 r = math.log(max(gap, 0.5) / self.think.stats(s.answer).quantiles[0.5])
                 s.pace = d * s.pace + (1.0 - d) * r
                 s.factor = math.exp(s.pace)
-            self._observe_rate(distance, gap)
+            # Distinct bytes per second over about the last `rate_window` returns (ratio of
+            # decayed sums), so the bound follows the load.
+            g = self._rate_gamma
+            self._rate_bytes = self._rate_bytes * g + distance
+            self._rate_secs = self._rate_secs * g + (gap if gap > 1e-3 else 1e-3)
             self._observe_bucket(s, bucket)
         s.last = now
         # Ranked when this turn's answer arrives, or at the next eviction decision if it has not
@@ -224,8 +228,10 @@ class BidawPolicy(EvictionPolicy):
 
         `history` holds the session's own bucket counts × `scale`; `factor` = the session's own
         think-time multiplier (scales its lower bound when `pace_in_lb`)."""
-        self._maybe_refresh()
-        a = self._answer_index(answer)
+        self._until_refresh -= 1
+        if self._until_refresh <= 0:
+            self._maybe_refresh()
+        a = N_ANSWER_BUCKETS if answer is None else answer_bucket(answer)
         if self.pace_in_lb and factor != 1.0:
             first = self.regions.bucket(self._lb_bytes[a] * factor)
         else:
@@ -245,10 +251,7 @@ class BidawPolicy(EvictionPolicy):
         return num / mass if mass > 0.0 else self._hr[first]
 
     def _maybe_refresh(self) -> None:
-        """Re-derive hit rates, normalised priors and lower-bound buckets every few accesses."""
-        self._until_refresh -= 1
-        if self._until_refresh > 0:
-            return
+        """Re-derive hit rates, normalised priors and lower-bound buckets (every few rankings)."""
         self._until_refresh = self.refresh_every
         nb, ext = self.regions.n_buckets, self.regions.extreme
         self._hr = [1.0] + [self.ghost.hit_rate(j) for j in range(1, ext)] + [0.0]
