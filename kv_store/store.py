@@ -185,8 +185,9 @@ class KVStore(ReadPath, WritePath):
         now = time.monotonic()
         exclude = None
         while not self.arena.fits(need):
-            if exclude is None:  # leased, being written to SSD (inclusive), or asked to keep
-                exclude = self.leases.held(now) | keep | self.writer.keys()
+            if exclude is None:  # leased, being written to SSD (inclusive), asked to keep, or
+                # needed by a queued turn: evicting that only means reading it back from SSD
+                exclude = self.leases.held(now) | keep | self.writer.keys() | set(self._queued)
             victim = self.policy.victim(now, exclude)
             if victim is None:
                 return False
