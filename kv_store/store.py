@@ -297,7 +297,11 @@ class KVStore(ReadPath, WritePath):
         start = time.monotonic()
         ok = False
         try:
-            self.open_read(session_id).release()
+            with self._lock:  # no room in DRAM: reading it now would only be read again later
+                room = session_id in self.dram or self._make_room(
+                    self.ssd.file_bytes.get(session_id, 0), keep={session_id})
+            if room:
+                self.open_read(session_id).release()
             ok = session_id in self.dram
         except errors.StoreError as exc:
             log.info("promotion of %r failed: %s", session_id, exc.message)

@@ -112,3 +112,18 @@ def test_a_promoted_session_stays_in_dram_until_its_turn_reads_it(store):
     for sid in ("u", "v", "w"):  # read once, the pin is gone: it ages out like any other
         client.write(sid, 0, list(range(16)), KV, MIB // 16, "m", os.urandom(MIB))
     assert client.lookup("wanted").tier == common_pb2.TIER_SSD
+
+
+def test_a_promotion_without_room_fails_fast_without_reading_the_ssd(store):
+    client, core = store(dram_bytes=2 * MIB + 64 * 1024)
+    on_ssd(client, core, ["wanted"])
+    for sid in ("q1", "q2"):  # DRAM full of KV that queued turns need: not evictable
+        client.write(sid, 0, list(range(16)), KV, MIB // 16, "m", os.urandom(MIB))
+        core.on_arrival(sid)
+    read_before = core.stats()["ssd_bytes_read"]
+    stream = AwarenessStream(client.stub)
+    stream.next("snapshot")
+    client.stub.Promote(kv_store_pb2.PromoteRequest(session_id="wanted"))
+    assert not stream.next("load_finished", where=lambda e: e.session_id == "wanted").ok
+    assert core.stats()["ssd_bytes_read"] == read_before  # nothing read just to be dropped
+    assert {client.lookup(s).tier for s in ("q1", "q2")} == {common_pb2.TIER_DRAM}
