@@ -13,6 +13,9 @@ class StoreConfig:
     ssd_bytes: int = field(default=64 << 30, metadata={"help": "SSD tier capacity"})
     eviction: str = field(default="bidaw-size", metadata={
         "help": "DRAM eviction policy: bidaw-size, bidaw, lru, fifo or queue-aware"})
+    policy_time_scale: float = field(default=1.0, metadata={
+        "help": "the eviction policy's clock runs at wall time / this (a trace replayed at "
+                "x0.02 passes 0.02, so think-time priors stay in trace seconds)"})
     lease_seconds: float = field(default=60.0, metadata={"help": "default lease lifetime"})
     promotion_hold_seconds: float = field(default=30.0, metadata={
         "help": "a promoted session stays pinned in DRAM until read, at most this long"})

@@ -34,6 +34,7 @@ from .config import StoreConfig
 from .dram_tier import DramTier
 from .events import EventHub, LoadDone, Location
 from .eviction.registry import NEEDS_FUTURE, policy_class
+from .eviction.time_scaled import TimeScaled
 from .leases import Leases
 from .persist import Persister
 from .promoter import Promoter
@@ -63,7 +64,9 @@ def make_store_policy(config: StoreConfig):
         kwargs["capacity_bytes"] = max(config.dram_bytes, 1)
     if "watermark_bytes" in params:
         kwargs["watermark_bytes"] = max(config.dram_bytes // 100, 1)
-    return cls(**kwargs)
+    policy = cls(**kwargs)
+    return policy if config.policy_time_scale == 1.0 else TimeScaled(policy,
+                                                                   config.policy_time_scale)
 
 
 class KVStore(ReadPath, WritePath):

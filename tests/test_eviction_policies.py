@@ -263,3 +263,18 @@ def test_random_operations_keep_the_contract(ops, name):
         assert all(k in p for k in resident)
     for k in itertools.islice(iter(resident), 3):
         p.remove(k)
+
+
+def test_a_time_scaled_policy_sees_trace_seconds():
+    from kv_store.eviction.registry import make_policy
+    from kv_store.eviction.time_scaled import TimeScaled
+
+    seen = []
+    inner = make_policy("lru")
+    original = inner.admit
+    inner.admit = lambda key, size, now: (seen.append(now), original(key, size, now))
+    policy = TimeScaled(inner, 0.02)
+    policy.admit("a", 10, 2.0)  # 2 s of a x0.02 replay are 100 s of the trace
+    policy.admit("b", 10, 3.0)
+    assert seen == [100.0, 150.0] and len(policy) == 2 and "a" in policy
+    assert policy.victim(4.0) == "a" and policy.name == "lru"

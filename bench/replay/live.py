@@ -72,7 +72,8 @@ def run_system(name: str, system: System, plan: Plan, sizes: TierSizes, opts: Li
                                      dir=opts.data_dir or None) as tmp:
         max_answer = max((t.answer_len for u in plan.users for t in u.turns), default=256)
         dep = LocalDeployment(data_dir=str(Path(tmp)), **deployment_kwargs(
-            system, sizes, model=opts.model, max_loads=opts.max_loads, max_answer=max_answer))
+            system, sizes, model=opts.model, max_loads=opts.max_loads, max_answer=max_answer,
+            time_scale=plan.config.time_scale))
         t = time.monotonic()
         with dep.start(timeout=opts.start_timeout_s):
             _warm_up(dep.scheduler_target)

@@ -33,9 +33,10 @@ ABLATIONS = ("bidaw-sched-only", "bidaw-evict-only")
 
 
 def deployment_kwargs(system: System, sizes: TierSizes, *, model: str, max_loads: int = 2,
-                      max_answer: int = 4096) -> dict:
-    """Keyword arguments of services.launcher.LocalDeployment (without data_dir)."""
-    store = ["--promote-concurrency", str(max_loads)]
+                      max_answer: int = 4096, time_scale: float = 1.0) -> dict:
+    """Keyword arguments of services.launcher.LocalDeployment (without data_dir). The store's
+    eviction policy runs on trace time (`time_scale`), as the replay does."""
+    store = ["--promote-concurrency", str(max_loads), "--policy-time-scale", f"{time_scale:g}"]
     if sizes.ssd_read_gbps_cap > 0:  # load estimates then match the emulated disk
         store += ["--ssd-read-gbps-cap", f"{sizes.ssd_read_gbps_cap:.6f}",
                   "--ssd-read-gbps", f"{sizes.ssd_read_gbps_cap:.6f}"]
