@@ -28,7 +28,7 @@ def run(args) -> int:
     with tempfile.TemporaryDirectory(prefix="bidaw-demo-") as tmp:
         dep = LocalDeployment(data_dir=args.data_dir or tmp, dram_bytes=args.dram_bytes,
                               model=args.model, default_max_tokens=args.max_tokens)
-        print("starting KV store, compute worker (Ray), scheduler ...", flush=True)
+        print("starting KV store, compute worker (Ray), scheduler, gateway ...", flush=True)
         with dep:
             conv = Conversation(ChatClient(dep.scheduler_target), "demo")
             for i, text in enumerate(SCRIPT, 1):
