@@ -10,8 +10,8 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 @pytest.fixture(scope="session")
 def deployment(tmp_path_factory):
-    """The embedded deployment (three processes) with a DRAM tier of 4 MiB: a SmolLM2
-    conversation past ~91 tokens (46 KB of KV per token) no longer fits and lives on SSD."""
+    """The embedded deployment (store, worker, scheduler, gateway processes) with a DRAM tier
+    of 4 MiB: a SmolLM2 conversation past ~91 tokens (46 KB of KV per token) lives on SSD."""
     from services.launcher import LocalDeployment
 
     dep = LocalDeployment(data_dir=str(tmp_path_factory.mktemp("deployment")),
