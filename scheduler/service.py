@@ -347,6 +347,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         return self._registration_reply()
 
     def Deregister(self, request, context):
+        if request.kind not in (scheduler_pb2.MEMBER_KIND_WORKER, scheduler_pb2.MEMBER_KIND_STORE):
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "kind must be WORKER or STORE")
         self.membership.leave(request.kind, request.address)
         self._drop_member(request.kind, request.address)  # static members may leave too
         return self._registration_reply()

@@ -18,7 +18,8 @@ from bench.replay.tokens import query_tokens
 from bench.traces import load_trace
 from services.chat_client import ChatClient
 
-TRACE = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "traces" / "bidaw_sample.txt"
+TRACE = (pathlib.Path(__file__).resolve().parents[3] / "shared" / "traces"
+         / "bidaw_sample.txt")
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
              grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.CANCELLED,
              grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL, grpc.StatusCode.ABORTED}
@@ -49,7 +50,13 @@ def plan_for(turns: int, seed: int = 0, trace: str | None = None) -> Plan:
     to 8 tokens and conversations to 224 tokens so a 2-core machine replays them in seconds."""
     rounds = 4
     users = max(2, min(16, math.ceil(turns / 2)))
-    plan = make_plan(load_trace(str(trace or TRACE), "bidaw"), PlanConfig(
+    path = pathlib.Path(trace or TRACE)
+    if path.exists():
+        turns_in = load_trace(str(path), "bidaw")
+    else:  # no checkout of ../shared: the generator with the public trace's statistics
+        from bench.traces import SynthConfig, synthesize
+        turns_in = synthesize(SynthConfig(seed=seed))
+    plan = make_plan(turns_in, PlanConfig(
         window_s=3600.0, users=users, max_rounds=rounds, time_scale=0.01, max_context=224,
         max_answer=8, seed=seed))
     kept, left = [], turns  # trim to exactly `turns`

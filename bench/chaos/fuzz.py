@@ -1,7 +1,7 @@
 """Property-based fuzzing (hypothesis) of every gRPC method and HTTP endpoint with malformed,
 oversized, out-of-range and adversarial inputs. A service passes when each input gets a clear
-status within a deadline (never UNKNOWN/INTERNAL — an unhandled exception — never a hang, never a
-5xx other than deliberate 503 shedding), it stays healthy, and a rejected write stores nothing.
+status within a deadline (never UNKNOWN/INTERNAL — an unhandled exception — never a hang,
+never a 5xx other than deliberate 503 shedding), it stays healthy, and a rejected write stores nothing.
 
 The same functions serve the tests (tests/test_fuzz_*.py) and `bidaw chaos` (against a live
 deployment). Each returns a Tally; `crashes` lists what broke."""
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import math
 import uuid
 from dataclasses import dataclass, field
 
@@ -44,10 +43,16 @@ SETTINGS = dict(deadline=None, database=None, derandomize=True,
 class Tally:
     inputs: int = 0
     crashes: list[str] = field(default_factory=list)
+    statuses: dict = field(default_factory=dict)  # status (gRPC code name or HTTP) -> count
+
+    def saw(self, status) -> None:
+        self.statuses[status] = self.statuses.get(status, 0) + 1
 
     def add(self, other: "Tally") -> "Tally":
         self.inputs += other.inputs
         self.crashes += other.crashes
+        for k, v in other.statuses.items():
+            self.statuses[k] = self.statuses.get(k, 0) + v
         return self
 
 
@@ -64,6 +69,7 @@ def _code(call) -> grpc.StatusCode:
 
 def _judge(tally: Tally, what: str, code: grpc.StatusCode, detail: str = "") -> None:
     tally.inputs += 1
+    tally.saw(code.name)
     if code in CRASH:
         tally.crashes.append(f"{what}: {code.name} {detail[:200]}")
 
@@ -110,8 +116,7 @@ def _write_chunks(sid: str, w: dict) -> list:
         data = data[:n * h["bytes_per_token"]]
         chunks = [(data[i:i + 100], i) for i in range(0, len(data), 100)]
     header = kv_store_pb2.KVChunk(header=kv_store_pb2.KVHeader(
-        session_id=sid, **{k: (v % 2**32 if k == "format" or k == "tier" else v)
-                           for k, v in h.items()}))
+        session_id=sid, **h))
     out = [kv_store_pb2.KVChunk(data=d, offset=o) for d, o in chunks]
     if w["consistent"]:
         return [header, *out]
@@ -206,7 +211,8 @@ def _turn_st(cheap: bool):
         st.booleans(), st.lists(st.text(max_size=5), max_size=3), u64s)
 
 
-def fuzz_scheduler(target: str, examples: int = 100, register: bool = True) -> Tally:
+def fuzz_scheduler(target: str, examples: int = 100, register: bool = True,
+                   submit: bool = True) -> Tally:
     """SubmitTurn (and, with `register`, Register/Deregister: only against a scheduler of its
     own, as accepted registrations join the pool)."""
     stub = scheduler_pb2_grpc.SchedulerStub(channel(target))
@@ -214,7 +220,7 @@ def fuzz_scheduler(target: str, examples: int = 100, register: bool = True) -> T
 
     @settings(max_examples=examples, **SETTINGS)
     @given(turn=_turn_st(cheap=True), big=st.booleans(), mt=u32s)
-    def submit(turn, big, mt):
+    def submit_turns(turn, big, mt):
         if big:  # out-of-range max_tokens on an otherwise fine request: refused, not run
             turn = common_pb2.TurnRequest(session_id="fz", prompt_token_ids=[100],
                                           max_tokens=max(mt, 10**6))
@@ -236,7 +242,8 @@ def fuzz_scheduler(target: str, examples: int = 100, register: bool = True) -> T
             tally.crashes.append(f"a refused Register({kind}, {address!r}) changed membership")
         _judge(tally, "Scheduler.Deregister", _code(lambda: stub.Deregister(reg, timeout=20)))
 
-    submit()
+    if submit:  # needs a worker: with none a valid turn waits (queued) until its deadline
+        submit_turns()
     if register:
         registration()
     _judge(tally, "Scheduler health after fuzzing",
@@ -270,15 +277,19 @@ json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False) |
     st.text(max_size=30), lambda kids: st.lists(kids, max_size=4) |
     st.dictionaries(st.text(max_size=10), kids, max_size=4), max_leaves=12)
+good_messages = st.lists(st.fixed_dictionaries(
+    {"role": st.sampled_from(["user", "user", "system", "assistant", "tool", "x"]),
+     "content": st.one_of(st.text(max_size=40), st.text(max_size=40), json_values)}),
+    min_size=1, max_size=3)
 chat_bodies = st.fixed_dictionaries(
-    {"model": st.one_of(st.just("smollm2-135m"), st.text(max_size=10), json_values)},
-    optional={"messages": st.one_of(json_values, st.lists(st.fixed_dictionaries(
-        {"role": st.sampled_from(["user", "system", "assistant", "tool", "x"]),
-         "content": st.one_of(st.text(max_size=40), json_values)}), max_size=3)),
-        "max_tokens": st.one_of(st.integers(-5, 2), st.integers(-2**63, 2**63), json_values),
-        "max_completion_tokens": st.integers(-5, 2), "temperature": json_values,
-        "stream": json_values, "n": json_values, "stop": json_values, "user": session_ids,
-        "prompt": json_values, "seed": json_values})
+    {"model": st.one_of(st.sampled_from(["smollm2-135m"] * 4 + ["", "gpt-4"]), json_values),
+     "messages": st.one_of(good_messages, good_messages, json_values),
+     "prompt": st.one_of(st.text(max_size=40), st.text(max_size=40), json_values)},
+    optional={"max_tokens": st.one_of(st.integers(-5, 2), st.integers(-2**63, 2**63),
+                                      json_values),
+              "max_completion_tokens": st.integers(-5, 2), "temperature": json_values,
+              "stream": json_values, "n": json_values, "stop": json_values,
+              "user": session_ids, "seed": json_values})
 header_text = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7e), max_size=300)
 
 
@@ -303,6 +314,7 @@ def fuzz_http(host: str, port: int, examples: int = 100, api_key: str = "") -> T
         except (OSError, http.client.HTTPException) as exc:
             tally.crashes.append(f"{what}: no HTTP answer ({type(exc).__name__}: {exc})")
             return
+        tally.saw(status)
         if status >= 500 and status not in (503,):
             tally.crashes.append(f"{what}: HTTP {status}")
 
@@ -336,8 +348,24 @@ def fuzz_http(host: str, port: int, examples: int = 100, api_key: str = "") -> T
         judge(f"{method} {path[:60]} {raw[:40]!r} (Content-Length {length})", method, path,
               raw if method not in ("GET",) else None, headers)
 
+    @settings(max_examples=max(5, examples // 4), **SETTINGS)
+    @given(sid=header_text, user=session_ids, text=st.text(max_size=60),
+           path=st.sampled_from(["/v1/chat/completions", "/v1/completions"]),
+           stream=st.booleans())
+    def valid_bodies(sid, user, text, path, stream):
+        """Well-formed requests (they run the model) with adversarial session ids."""
+        body = {"model": "smollm2-135m", "max_tokens": 2, "stream": stream, "user": user}
+        if path.endswith("chat/completions"):
+            body["messages"] = [{"role": "user", "content": text or "hi"}]
+        else:
+            body["prompt"] = text or "hi"
+        judge(f"POST {path} session {sid[:40]!r} user {user[:40]!r}", "POST", path,
+              json.dumps(body).encode(),
+              {"Content-Type": "application/json", "X-Session-Id": sid, **auth})
+
     json_bodies()
     raw_bytes()
+    valid_bodies()
     judge("POST oversized body (9 MB)", "POST", "/v1/chat/completions",
           b'{"messages": [{"role": "user", "content": "' + b"x" * (9 << 20) + b'"}]}',
           {"Content-Type": "application/json", **auth})
@@ -376,7 +404,7 @@ def fuzz_live(examples: int = 100, verbose: bool = False) -> tuple[int, int, lis
         server, _ = start_scheduler(SchedulerConfig(listen="127.0.0.1:0", store="",
                                                     workers=[]))
         try:
-            tally.add(fuzz_scheduler(f"127.0.0.1:{server.port}", examples))
+            tally.add(fuzz_scheduler(f"127.0.0.1:{server.port}", examples, submit=False))
         finally:
             server.stop(0)
     for c in tally.crashes:

@@ -64,7 +64,7 @@ class ProbeWriter:
                 self.refused += 1  # not acknowledged: the store is away or refused it
                 time.sleep(0.3)
             time.sleep(0.05)
-        client.close() if hasattr(client, "close") else None
+        client.close()
 
     def lost(self, allowed_missing: set[str] = frozenset()) -> tuple[int, list[str]]:
         """(sessions whose acknowledged KV did not come back intact, details)."""
@@ -90,6 +90,7 @@ class ProbeWriter:
                         sid not in allowed_missing:
                     lost += 1
                     why.append(f"{sid}: {len(tokens)} tokens back, {len(want)} acknowledged")
+        client.close()
         return lost, why
 
 

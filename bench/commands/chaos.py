@@ -37,7 +37,8 @@ def run(args) -> int:
 
         fuzz_inputs, fuzz_crashes, fuzz_problems = fuzz_live(args.fuzz_examples,
                                                              verbose=args.verbose)
-    out = {"faults": [{k: v for k, v in r.items() if k not in ("problems", "checks") or args.details}
+    hidden = () if args.details else ("problems", "checks")
+    out = {"faults": [{k: v for k, v in r.items() if k not in hidden}
                       for r in results],
            "fuzz_inputs": fuzz_inputs, "fuzz_crashes": fuzz_crashes}
     if args.json:
