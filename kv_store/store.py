@@ -93,6 +93,9 @@ class KVStore(ReadPath, WritePath):
         # prepared co-located write: region name -> (session, payload, lease)
         self._prepared: dict[str, tuple[str, Payload, str]] = {}
         self._queued: list[str] = []  # sessions of queued requests, soonest first
+        # session -> when its turn arrived: its KV is not evicted to make room for a while (a
+        # turn that fails never completes, so the protection must expire on its own)
+        self._queued_at: dict[str, float] = {}
         self._lock = threading.RLock()
         self._stripes = [threading.Lock() for _ in range(LOCK_STRIPES)]
         self.writer = OrderedWriter(config.ssd_write_concurrency)
@@ -190,7 +193,7 @@ class KVStore(ReadPath, WritePath):
         while not self.arena.fits(need):
             if exclude is None:  # leased, being written to SSD (inclusive), asked to keep, or
                 # needed by a queued turn: evicting that only means reading it back from SSD
-                exclude = self.leases.held(now) | keep | self.writer.keys() | set(self._queued)
+                exclude = self.leases.held(now) | keep | self.writer.keys() | self._waiting(now)
             victim = self.policy.victim(now, exclude)
             if victim is None:
                 return False
@@ -202,6 +205,12 @@ class KVStore(ReadPath, WritePath):
             metrics.EVICTIONS.labels("dram").inc()
             self.events.publish(self.location(victim))
         return True
+
+    def _waiting(self, now: float) -> set[str]:
+        """Sessions whose turn is queued (arrived within a lease lifetime, not yet complete)."""
+        for sid in [s for s, t in self._queued_at.items() if now - t > self.config.lease_seconds]:
+            del self._queued_at[sid]
+        return set(self._queued_at)
 
     def _drop_dram(self, session_id: str) -> None:
         if self.dram.drop(session_id):
@@ -338,6 +347,7 @@ class KVStore(ReadPath, WritePath):
         with self._lock:
             self.counters.arrivals_observed += 1
             self._queued.append(session_id)
+            self._queued_at[session_id] = time.monotonic()
             if len(self._queued) > MAX_QUEUED:
                 del self._queued[:len(self._queued) - MAX_QUEUED]
             self.policy.observe_queue(list(self._queued), time.monotonic())
@@ -345,8 +355,9 @@ class KVStore(ReadPath, WritePath):
     def on_turn_complete(self, session_id: str, answer_tokens: int) -> None:
         with self._lock:
             self.counters.answers_observed += 1
-            if session_id in self._queued:
+            while session_id in self._queued:
                 self._queued.remove(session_id)
+            self._queued_at.pop(session_id, None)
             now = time.monotonic()
             self.policy.observe_answer(session_id, answer_tokens, now)
             self.policy.observe_queue(list(self._queued), now)

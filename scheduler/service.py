@@ -225,8 +225,10 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         skip the tokens the client already has, checking they are the same ones."""
         sent: list[int] = []  # token ids the client already has
         backoff = 0.5
+        if self.pool.healthy_count() == 0:  # waiting would only end at the client's deadline
+            context.abort(grpc.StatusCode.UNAVAILABLE, "no compute worker is available; retry")
         for attempt in itertools.count():
-            pending = self._enqueue(request.session_id, arrival, context)
+            pending = self._enqueue(request.session_id, arrival, context, first=attempt == 0)
             if pending is None:
                 return
             with tracing.span("scheduler.dispatch", worker=pending.worker.target,
@@ -291,7 +293,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self.stores.turn_complete(session_id, summary.completion_tokens,
                                   summary.prompt_tokens + summary.completion_tokens)
 
-    def _enqueue(self, session_id: str, arrival: float, context) -> Pending | None:
+    def _enqueue(self, session_id: str, arrival: float, context,
+                 first: bool = True) -> Pending | None:
         loc = self.stores.location(session_id)
         where = LOCATION.get(loc.tier, "none") if loc is not None else "none"
         with self._cond:
@@ -304,7 +307,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                            loc.num_bytes if loc is not None else 0)
             self._pending[pending.seq] = pending
             self._cond.notify_all()
-        self.stores.arrival(session_id, pending.seq)
+        if first:  # a re-run is the same turn: the store already knows it is queued
+            self.stores.arrival(session_id, pending.seq)
         while not pending.dispatched.wait(0.25):
             if not context.is_active() or self._stop.is_set():
                 with self._cond:
