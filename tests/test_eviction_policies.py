@@ -17,7 +17,7 @@ GIB = 1 << 30
 def test_bidaw_defaults():
     p = make_policy("bidaw")
     assert (p.stale_quantile, p.potential_step, p.pace_decay, p.ghost.sample_rate) == (0.98, 0.25, 0.8, 2)
-    assert make_policy("bidaw-size").size_exponent == 0.3
+    assert make_policy("bidaw-size").size_exponent == 0.2
 
 
 def test_registry_names_and_errors():
