@@ -7,7 +7,7 @@ import time
 
 from services.chat_client import ChatClient
 from services.gen import common_pb2, scheduler_pb2
-from tests.proc_util import find_descendant
+from bench.chaos.procs import find_descendant
 
 PROMPT = [{"role": "user", "content": "Count slowly from one to forty, in words."}]
 

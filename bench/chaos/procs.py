@@ -1,4 +1,4 @@
-"""Finding processes for fault injection, from /proc (a copy of tests/proc_util)."""
+"""Finding processes for fault injection (chaos runs and tests), from /proc: no extra dependency."""
 from __future__ import annotations
 
 import os
