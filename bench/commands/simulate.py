@@ -75,19 +75,6 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def parse_policy_args(items: list[str]) -> dict[str, dict[str, Any]]:
-    import yaml
-
-    out: dict[str, dict[str, Any]] = {}
-    for item in items:
-        name_key, sep, value = item.partition("=")
-        policy, dot, key = name_key.rpartition(".")
-        if not sep or not dot:
-            raise SystemExit(f"--policy-arg wants POLICY.KEY=VALUE, got {item!r}")
-        out.setdefault(policy, {})[key.replace("-", "_")] = yaml.safe_load(value)
-    return out
-
-
 def run_cache_only(args: argparse.Namespace) -> dict:
     import time
 
@@ -99,7 +86,12 @@ def run_cache_only(args: argparse.Namespace) -> dict:
     if unknown:
         raise SystemExit(f"unknown policies {unknown}; known: {', '.join(POLICY_NAMES)}")
     capacities = [float(x) for x in str(args.dram_gib).split(",") if x.strip()]
-    kwargs = parse_policy_args(args.policy_arg)
+    from bench.timed_sim import parse_policy_args
+
+    try:
+        kwargs = parse_policy_args(args.policy_arg or [])
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     turns = _load_turns(args)
     log = prepare_accesses(turns, args.kv_bytes_per_token, args.max_kv_tokens, args.sample_users,
                            args.partial_users)

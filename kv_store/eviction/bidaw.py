@@ -22,10 +22,9 @@ hit rates known then, so every call is O(log n) (heaps with lazy deletion).
 from __future__ import annotations
 
 import math
-from itertools import islice
-from typing import Iterable
 
-from kv_store.eviction.base import EvictionPolicy, Key
+from kv_store.eviction.answer_ranked import AnswerRankedPolicy
+from kv_store.eviction.base import Key
 from kv_store.eviction.lazy_heap import LazyHeap
 from kv_store.ghost_cache import GhostCache
 from kv_store.reuse_distance import ReuseDistanceMeter
@@ -54,7 +53,7 @@ class _Session:
         self.factor = 1.0                    # exp(pace): the session's think-time multiplier
 
 
-class BidawPolicy(EvictionPolicy):
+class BidawPolicy(AnswerRankedPolicy):
     name = "bidaw"
 
     def __init__(self, capacity_bytes: int = 200 * GIB, watermark_bytes: int = 2 * GIB,
@@ -66,6 +65,7 @@ class BidawPolicy(EvictionPolicy):
                  ghost_sample_rate: int = 2, pace_decay: float | None = 0.8,
                  pace_in_lb: bool = True, pace_in_stale: bool = True,
                  tie_quantile: float | None = None) -> None:
+        super().__init__(protect_queue)
         self.tie_quantile = tie_quantile
         self.pace_decay = pace_decay
         self.pace_in_lb = pace_in_lb
@@ -95,11 +95,7 @@ class BidawPolicy(EvictionPolicy):
         self._rate_gamma = 1.0 - 1.0 / rate_window
         self._sessions: SessionRegistry[_Session] = SessionRegistry(_Session)
         self._heap = LazyHeap()
-        self._entered: dict[Key, int] = {}
         self._unranked: dict[Key, _Session] = {}  # accessed, not yet re-ranked
-        self._seq = 0
-        self._protect = protect_queue
-        self._protected: frozenset = frozenset()
         self.refresh_every = 64
         self._until_refresh = 0
 
@@ -111,28 +107,11 @@ class BidawPolicy(EvictionPolicy):
         self._until_refresh = 0
 
     # ---- the interface --------------------------------------------------------------------
-    def admit(self, key: Key, size: int, now: float) -> None:
-        self._seq += 1
-        self._entered[key] = self._seq
-        self._access(key, size, now)
-
-    def touch(self, key: Key, size: int, now: float) -> None:
-        if key not in self._entered:
-            self.admit(key, size, now)
-            return
-        self._access(key, size, now)
-
     def observe_answer(self, key: Key, answer_tokens: int, now: float) -> None:
-        s = self._sessions.get(key) or self._sessions.touch(key, now, self.__contains__)
-        s.answer = answer_tokens
-        s.last = now if s.last is None else max(s.last, now)
+        s = self._note_answer(key, answer_tokens, now)
         if key in self._entered:
             self._unranked.pop(key, None)
             self._rank(key, s)
-
-    def observe_queue(self, upcoming: Iterable[Key], now: float) -> None:
-        if self._protect:
-            self._protected = frozenset(islice(upcoming, self._protect))
 
     def remove(self, key: Key) -> None:
         if self._entered.pop(key, None) is not None:

@@ -20,10 +20,9 @@ the victim is the best of the class tops (a few dozen), plus one min-heap of sta
 from __future__ import annotations
 
 import math
-from itertools import islice
-from typing import Iterable
 
-from kv_store.eviction.base import EvictionPolicy, Key
+from kv_store.eviction.answer_ranked import AnswerRankedPolicy
+from kv_store.eviction.base import Key
 from kv_store.eviction.lazy_heap import LazyHeap
 from kv_store.session_registry import SessionRegistry
 from kv_store.think_time_model import ThinkTimeModel
@@ -41,7 +40,7 @@ class _Session:
         self.t_next = 0.0
 
 
-class BidawSizePolicy(EvictionPolicy):
+class BidawSizePolicy(AnswerRankedPolicy):
     name = "bidaw-size"
 
     def __init__(self, size_exponent: float = 0.2, stale_quantile: float | None = 0.99,
@@ -56,33 +55,13 @@ class BidawSizePolicy(EvictionPolicy):
         self._sessions: SessionRegistry[_Session] = SessionRegistry(_Session)
         self._classes: dict[int, LazyHeap] = {}
         self._stale = LazyHeap()
-        self._entered: dict[Key, int] = {}
-        self._seq = 0
-        self._protect = protect_queue
-        self._protected: frozenset = frozenset()
+        super().__init__(protect_queue)
 
     # ---- the interface --------------------------------------------------------------------
-    def admit(self, key: Key, size: int, now: float) -> None:
-        self._seq += 1
-        self._entered[key] = self._seq
-        self._access(key, size, now)
-
-    def touch(self, key: Key, size: int, now: float) -> None:
-        if key not in self._entered:
-            self.admit(key, size, now)
-            return
-        self._access(key, size, now)
-
     def observe_answer(self, key: Key, answer_tokens: int, now: float) -> None:
-        s = self._sessions.get(key) or self._sessions.touch(key, now, self.__contains__)
-        s.answer = answer_tokens
-        s.last = now if s.last is None else max(s.last, now)
+        s = self._note_answer(key, answer_tokens, now)
         if key in self._entered:
             self._rank(key, s)
-
-    def observe_queue(self, upcoming: Iterable[Key], now: float) -> None:
-        if self._protect:
-            self._protected = frozenset(islice(upcoming, self._protect))
 
     def remove(self, key: Key) -> None:
         if self._entered.pop(key, None) is None:
