@@ -110,11 +110,16 @@ class ReadPath:
         """A read whose bytes stay in shared memory for a co-located worker, under a lease that
         keeps its regions until released or expired."""
         with self._lock:
-            too_big = session_id not in self.dram and \
-                self.ssd.file_bytes.get(session_id, 0) > self.dram.capacity
-        if too_big:  # say so before reading it: the stream will read it once
-            raise errors.precondition(f"KV of session {session_id!r} is larger than shared "
-                                      "memory; read it over the gRPC stream")
+            need = 0 if session_id in self.dram else self.ssd.file_bytes.get(session_id, 0)
+            too_big = need > self.dram.capacity
+            # Make room before reading: a read that lands outside shared memory would be read
+            # from the SSD a second time by the stream the worker falls back to.
+            no_room = not too_big and need > 0 and not self._make_room(need, keep={session_id})
+        if too_big or no_room:  # say so before reading it: the stream will read it once
+            raise errors.precondition(
+                f"KV of session {session_id!r} is larger than shared memory; read it over the "
+                "gRPC stream" if too_big else f"no room in shared memory for the KV of session "
+                f"{session_id!r} now; read it over the gRPC stream")
         handle = self.open_read(session_id, max_tokens)
         if handle.buffer is not None:
             handle.release()

@@ -61,6 +61,22 @@ def test_a_session_that_does_not_fit_is_read_over_the_stream(store):
     assert core.stats()["shm_reads"] == 0
 
 
+def test_no_room_in_shared_memory_reads_the_ssd_once(store):
+    client, core = store(dram_bytes=8 * BPT)
+    data = os.urandom(6 * BPT)
+    client.write("cold", 0, list(range(6)), KV, BPT, "m", data)
+    client.write("hot", 0, list(range(4)), KV, BPT, "m", os.urandom(4 * BPT))  # evicts cold
+    lease = client.stub.OpenShmRead(kv_store_pb2.OpenShmReadRequest(session_id="hot"))
+    assert client.lookup("cold").tier == common_pb2.TIER_SSD
+    before, file_bytes = core.stats()["ssd_bytes_read"], core.ssd.file_bytes["cold"]
+    got = client.read("cold")  # hot's leased pages leave no room: refused before any read
+    assert got.tier == common_pb2.TIER_SSD and got.data == data
+    stats = core.stats()
+    assert stats["ssd_bytes_read"] - before == file_bytes  # once, by the stream
+    assert stats["shm_reads"] == 1  # only hot's
+    client.release(lease.lease_id)
+
+
 def test_a_leased_region_survives_eviction_until_released(store):
     client, core = store(dram_bytes=8 * BPT)
     a = os.urandom(4 * BPT)
