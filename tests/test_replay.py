@@ -199,7 +199,7 @@ def test_working_set_counts_kv_awaiting_reuse_and_sizes_tiers():
     assert ws.total_bytes == (91 + 14 + 32) * 10
     assert ws.reuses == 4
     sizes = tier_sizes(ws, ratio=2.0, load_s=0.5)
-    assert sizes.dram_bytes == max(1 << 20, ws.peak_bytes // 2)
+    assert sizes.dram_bytes == max(1 << 20, ws.total_bytes // 2)
     assert sizes.ideal_dram_bytes > ws.total_bytes
     assert sizes.ssd_read_gbps_cap == pytest.approx(ws.reuse_bytes_median / 0.5 / 1e9, abs=1e-6)
     assert tier_sizes(ws, dram_bytes=123, ssd_read_gbps_cap=0.0).dram_bytes == 123
