@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
 COMMANDS = [
@@ -44,8 +45,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the deployments a bench or demo started are stopped
+    # instead of orphaned (`bidaw serve` installs its own handlers).
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
