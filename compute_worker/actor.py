@@ -36,12 +36,21 @@ class EngineHost:
 
     def __init__(self, model_spec: str, store_target: str | None, kv_format: str = "auto",
                  default_max_tokens: int = 256, threads: int = 0, device: str = "",
-                 max_batch: int = 16):
+                 max_batch: int = 16, tls=None):
+        """`tls`: the worker's TLSFiles, for the actor's channels to the KV store (the actor is
+        another process, so the worker's process-wide setting does not reach it)."""
         import os
 
         import torch
 
+        from services.malloc import tune as tune_malloc
+
+        tune_malloc()  # before the model and KV buffers are allocated (see services/malloc.py)
         tracing.init_tracing("compute-worker")  # the actor is its own process; before any channel
+        if tls is not None:
+            from services.grpc_util import configure_tls
+
+            configure_tls(tls)
 
         from .engine import Engine
         from .kv_io import KVSessionIO

@@ -6,7 +6,7 @@ import os
 import tempfile
 
 from services.gen import compute_worker_pb2_grpc
-from services.grpc_util import Server
+from services.grpc_util import Server, tls_files
 from services.runtime import wait_for_signal
 
 from .config import WorkerConfig
@@ -39,7 +39,7 @@ def start(config: WorkerConfig):
     # step loop batches them all.
     actor = EngineActor.options(num_cpus=1, max_concurrency=config.max_batch + 4).remote(
         config.model, config.store, config.kv_format, config.default_max_tokens, config.threads,
-        config.device, config.max_batch)
+        config.device, config.max_batch, tls_files())
     ray.get(actor.info.remote())  # fail fast if the model does not load
     service = ComputeWorkerService(actor, config.worker_id)
     server = Server(config.listen, [(compute_worker_pb2_grpc.add_ComputeWorkerServicer_to_server,
@@ -55,11 +55,13 @@ def serve(config: WorkerConfig) -> None:
     import ray
 
     from services.gen import scheduler_pb2
+    from services.membership_auth import config_token
     from services.registrar import Registrar, advertised
 
     server, _ = start(config)
     registrar = Registrar(config.scheduler, scheduler_pb2.MEMBER_KIND_WORKER,
-                          advertised(config.advertise, config.listen, server.port)).start()
+                          advertised(config.advertise, config.listen, server.port),
+                          config_token(config)).start()
     wait_for_signal()
     registrar.stop()  # first: the scheduler stops sending turns here
     server.stop(grace=30.0)  # then running turns get time to finish

@@ -60,7 +60,23 @@ def probe_target(args: list[str]) -> tuple[str, str, str] | None:
     return "grpc", target, GRPC_SERVICE.get(ns.service, "")
 
 
-def check(kind: str, target: str, what: str, timeout: float = 3.0) -> bool:
+def tls_files(args: list[str]):
+    """The TLS files of a `bidaw serve` gRPC service (its --tls-* / BIDAW_*_TLS_*), or None:
+    with TLS on, the check must dial with them (and present the cert where mTLS is on)."""
+    from services.cli import build_parser
+
+    ns = build_parser().parse_args(args)
+    if ns.command != "serve" or ns.service in HTTP_SERVICES:
+        return None
+    from services.commands.serve import SERVICES, _load
+    from services.config import load_config
+    from services.tls import TLSFiles
+
+    config_ref, _, env_prefix, _ = SERVICES[ns.service]
+    return TLSFiles.from_config(load_config(_load(config_ref), ns, env_prefix=env_prefix))
+
+
+def check(kind: str, target: str, what: str, timeout: float = 3.0, tls=None) -> bool:
     if kind == "http":
         import urllib.request
 
@@ -72,7 +88,9 @@ def check(kind: str, target: str, what: str, timeout: float = 3.0) -> bool:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    with grpc.insecure_channel(target) as channel:
+    from services.grpc_util import channel as make_channel
+
+    with make_channel(target, tls) as channel:  # `tls` None: plaintext
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
                 health_pb2.HealthCheckRequest(service=what), timeout=timeout)
@@ -88,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     target = probe_target(args)
     if target is None:
         return 0
-    healthy = check(*target)
+    healthy = check(*target, tls=tls_files(args))
     print(f"{target[1]} {'serving' if healthy else 'NOT serving'}")
     return 0 if healthy else 1
 

@@ -25,11 +25,13 @@ def start(config: StoreConfig) -> tuple[Server, KVStore]:
 
 def serve(config: StoreConfig) -> None:
     from services.gen import scheduler_pb2
+    from services.membership_auth import config_token
     from services.registrar import Registrar, advertised
 
     server, store = start(config)
     registrar = Registrar(config.scheduler, scheduler_pb2.MEMBER_KIND_STORE,
-                          advertised(config.advertise, config.listen, server.port)).start()
+                          advertised(config.advertise, config.listen, server.port),
+                          config_token(config)).start()
     wait_for_signal()
     registrar.stop()  # first: sessions stop being routed here
     server.stop()

@@ -20,7 +20,23 @@ class SchedulerConfig:
     max_loads: int = field(default=2, metadata={"help": "SSD->DRAM loads in flight at once"})
     max_queue: int = field(default=1024, metadata={
         "help": "queued turns beyond which new ones are refused (RESOURCE_EXHAUSTED)"})
+    rpc_threads: int = field(default=0, metadata={
+        "help": "gRPC threads (a turn holds one while queued or running); 0: max_queue + 512 "
+                "running + 32 for Stats, health and heartbeats. Calls beyond it are refused "
+                "(RESOURCE_EXHAUSTED), never queued unseen"})
     max_tokens_limit: int = field(default=4096, metadata={"help": "largest max_tokens accepted"})
     scheduler_id: str = field(default="scheduler", metadata={"help": "id on the Awareness stream"})
     metrics_listen: str = field(default="", metadata={
         "help": "host:port for Prometheus /metrics (empty: off)"})
+    tls_cert: str = field(default="", metadata={
+        "help": "PEM certificate: serve gRPC over TLS and present it to the services it dials "
+                "(empty: plaintext)"})
+    tls_key: str = field(default="", metadata={"help": "PEM private key of --tls-cert"})
+    tls_ca: str = field(default="", metadata={
+        "help": "PEM CA: trust servers it signed and, serving, require client certificates "
+                "it signed (mTLS)"})
+    cluster_token: str = field(default="", repr=False, metadata={  # never in a repr or log
+        "help": "shared secret members must send to Register/Deregister (empty: anyone may)"
+                "; prefer the env var or --cluster-token-file so it stays out of `ps`"})
+    cluster_token_file: str = field(default="", metadata={
+        "help": "file holding --cluster-token (surrounding whitespace ignored)"})

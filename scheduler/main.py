@@ -18,8 +18,10 @@ def start(config: SchedulerConfig) -> tuple[Server, SchedulerService]:
     if config.policy not in ("fcfs", "bidaw"):
         raise ValueError(f"--policy must be fcfs or bidaw, not {config.policy!r}")
     service = SchedulerService(config, WorkerPool(config.workers)).start()
+    threads = config.rpc_threads or config.max_queue + 512 + 32
     server = Server(config.listen, [(scheduler_pb2_grpc.add_SchedulerServicer_to_server,
-                                     service)], name="bidaw.v1.Scheduler")
+                                     service)], name="bidaw.v1.Scheduler",
+                    max_workers=threads, max_concurrent_rpcs=threads)
     log.info("scheduler on port %d, policy %s, workers %s", server.port, config.policy,
              ",".join(config.workers))
     return server, service

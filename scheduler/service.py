@@ -13,7 +13,6 @@ import itertools
 import logging
 import threading
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 
 import grpc
@@ -22,10 +21,13 @@ import services.tracing as tracing
 from services import metrics
 from services.gen import (common_pb2, compute_worker_pb2, kv_store_pb2, scheduler_pb2,
                           scheduler_pb2_grpc)
+from services.membership_auth import authorize
 
 from .config import SchedulerConfig
+from .member_address import address_problem
 from .membership import Membership
 from .policy import make_queue
+from .session_locks import SessionLocks
 from .store_shards import StoreShards
 from .workers import Worker, WorkerPool
 
@@ -82,7 +84,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self._loading: dict[int, tuple[str, float]] = {}  # request id -> (session, start)
         self._cond = threading.Condition()
         self._seq = itertools.count()
-        self._session_locks: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
+        self._session_locks = SessionLocks()  # entries live only while a turn needs one
         self.finished = 0
         self.failed = 0
         self.rerun = 0
@@ -217,7 +219,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         if problem:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         arrival = time.monotonic()
-        with self._session_locks[request.session_id]:
+        with self._session_locks.hold(request.session_id):
             yield from self._serve(request, context, arrival)
 
     def _serve(self, request, context, arrival: float):
@@ -335,10 +337,12 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     # -- membership -------------------------------------------------------------------------
 
     def Register(self, request, context):
+        authorize(context, self.config)  # first: an outsider learns nothing about the rest
         if request.kind not in (scheduler_pb2.MEMBER_KIND_WORKER, scheduler_pb2.MEMBER_KIND_STORE):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "kind must be WORKER or STORE")
-        if ":" not in request.address:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "address must be host:port")
+        problem = address_problem(request.address)  # we will dial it: host:port and no more
+        if problem:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         if self.membership.beat(request.kind, request.address, time.monotonic()):
             log.info("%s %s joined", scheduler_pb2.MemberKind.Name(request.kind),
                      request.address)
@@ -351,8 +355,12 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         return self._registration_reply()
 
     def Deregister(self, request, context):
+        authorize(context, self.config)
         if request.kind not in (scheduler_pb2.MEMBER_KIND_WORKER, scheduler_pb2.MEMBER_KIND_STORE):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "kind must be WORKER or STORE")
+        problem = address_problem(request.address)
+        if problem:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         self.membership.leave(request.kind, request.address)
         self._drop_member(request.kind, request.address)  # static members may leave too
         return self._registration_reply()

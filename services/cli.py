@@ -16,6 +16,7 @@ COMMANDS = [
     "services.commands.up",
     "services.commands.chat",
     "services.commands.demo",
+    "services.commands.certs",
     "bench.commands.trace",
     "bench.commands.simulate",
     "bench.commands.bench_policies",
@@ -25,6 +26,7 @@ COMMANDS = [
     "bench.commands.bench_compute",
     "bench.commands.bench_gateway",
     "bench.commands.chaos",
+    "bench.commands.load",
 ]
 
 

@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass, field
 
 from .grpc_util import wait_healthy
+from .tls import TLSFiles
 
 
 def wait_http(url: str, timeout: float, alive=lambda: True) -> None:
@@ -56,6 +57,11 @@ class LocalDeployment:
     worker_port: int = 0
     gateway_port: int = 0
     gateway_api_keys: str = ""  # tenant:key,...; passed by env so keys stay out of `ps`
+    # A directory written by `bidaw certs`: every gRPC hop uses mTLS with its files.
+    tls_dir: str = ""
+    # Members must send it to Register/Deregister; by env, like the API keys. (Here every
+    # member is static, so it guards the scheduler against outside registrations.)
+    cluster_token: str = ""
     metrics: bool = True  # /metrics of store, worker and scheduler on free ports
     dram_bytes: str = "2GiB"
     ssd_bytes: str = "64GiB"
@@ -77,6 +83,15 @@ class LocalDeployment:
         self.gateway_port = self.gateway_port or free_port(self.host)
         self.metrics_ports = {name: free_port(self.host) if self.metrics else 0
                               for name in ("store", "worker", "scheduler")}
+
+    @property
+    def tls(self) -> TLSFiles | None:
+        """What a client of this deployment's gRPC services needs (None: plaintext)."""
+        return TLSFiles.from_dir(self.tls_dir) if self.tls_dir else None
+
+    def _security_args(self) -> list[str]:
+        tls = self.tls
+        return ["--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca] if tls else []
 
     @property
     def store_target(self) -> str:
@@ -109,7 +124,9 @@ class LocalDeployment:
         logs.mkdir(parents=True, exist_ok=True)
         out = open(logs / f"{name}.log", "ab") if self.quiet else None
         env = {**os.environ, "RAY_AUTH_MODE": "disabled", **self.extra_env, **(env or {})}
-        args = [*args, *self.extra_args.get(name, [])]
+        if self.cluster_token and name != "gateway":
+            env[f"BIDAW_{name.upper()}_CLUSTER_TOKEN"] = self.cluster_token
+        args = [*args, *self._security_args(), *self.extra_args.get(name, [])]
         proc = subprocess.Popen([sys.executable, "-m", "services.cli", "serve", name, *args],
                                 stdout=out, stderr=subprocess.STDOUT if out else None, env=env,
                                 start_new_session=True)
@@ -150,7 +167,8 @@ class LocalDeployment:
                 wait_http(f"http://{self.host}:{self.gateway_port}/health", timeout,
                           alive=lambda: proc.poll() is None)
             else:
-                wait_healthy(target, timeout, alive=lambda: proc.poll() is None)
+                wait_healthy(target, timeout, alive=lambda: proc.poll() is None,
+                             tls=self.tls)
         except TimeoutError:
             log = pathlib.Path(self.data_dir) / "logs" / f"{name}.log"
             tail = log.read_text()[-3000:] if log.exists() else ""

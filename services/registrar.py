@@ -9,14 +9,18 @@ import grpc
 
 from .gen import scheduler_pb2, scheduler_pb2_grpc
 from .grpc_util import channel
+from .membership_auth import call_metadata
 
 log = logging.getLogger("bidaw.membership")
 
 
 class Registrar:
-    def __init__(self, schedulers: str, kind: int, address: str):
+    def __init__(self, schedulers: str, kind: int, address: str, token: str = ""):
+        """`token`: the cluster token the scheduler requires (services.membership_auth)."""
         self.kind = kind
         self.address = address
+        self._metadata = call_metadata(token)
+        self._warned: set[grpc.StatusCode] = set()
         self._stubs = [scheduler_pb2_grpc.SchedulerStub(channel(t.strip()))
                        for t in schedulers.split(",") if t.strip()]
         self._stop = threading.Event()
@@ -35,16 +39,26 @@ class Registrar:
         while not self._stop.is_set():
             for stub in self._stubs:
                 try:
-                    interval = stub.Register(self._registration(), timeout=2.0).heartbeat_s
+                    interval = stub.Register(self._registration(), timeout=2.0,
+                                             metadata=self._metadata).heartbeat_s
                 except grpc.RpcError as exc:
-                    log.debug("register with scheduler failed: %s", exc.code())
+                    refused = exc.code() in (grpc.StatusCode.UNAUTHENTICATED,
+                                             grpc.StatusCode.INVALID_ARGUMENT)
+                    # A refusal will not heal by retrying (wrong token, bad --advertise): say
+                    # so once; an unreachable scheduler is routine while it restarts.
+                    if refused and exc.code() not in self._warned:
+                        self._warned.add(exc.code())
+                        log.warning("the scheduler refused this member: %s: %s",
+                                    exc.code().name, exc.details())
+                    else:
+                        log.debug("register with scheduler failed: %s", exc.code())
             self._stop.wait(max(0.2, interval / 2))  # two beats per period: one may be lost
 
     def stop(self) -> None:
         self._stop.set()
         for stub in self._stubs:
             try:
-                stub.Deregister(self._registration(), timeout=2.0)
+                stub.Deregister(self._registration(), timeout=2.0, metadata=self._metadata)
             except grpc.RpcError:
                 pass
 

@@ -15,6 +15,7 @@ import grpc
 from bench.replay.plan import Plan, ScriptedTurn, UserScript
 from bench.replay.records import ANSWERED, FAILED, QueueSample, TurnRecord
 from bench.replay.tokens import query_tokens
+from services.grpc_util import aio_channel
 from services.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc, scheduler_pb2, \
     scheduler_pb2_grpc
 
@@ -60,9 +61,10 @@ class Replayer:
         self._t0 = loop.time()
         self.records: list[TurnRecord] = []
         self.samples: list[QueueSample] = []
-        async with grpc.aio.insecure_channel(self.target, options=_OPTIONS) as ch:
+        # TLS when the command configured it (bidaw replay --tls-*), else plaintext
+        async with aio_channel(self.target, options=_OPTIONS) as ch:
             self._stub = scheduler_pb2_grpc.SchedulerStub(ch)
-            store_ch = (grpc.aio.insecure_channel(self.store_target, options=_OPTIONS)
+            store_ch = (aio_channel(self.store_target, options=_OPTIONS)
                         if self.store_target else None)
             self._store = kv_store_pb2_grpc.KVStoreStub(store_ch) if store_ch else None
             sampler = asyncio.create_task(self._sample())

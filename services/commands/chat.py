@@ -16,6 +16,9 @@ def register(sub, groups) -> None:
     p.add_argument("--max-tokens", type=int, default=256, help="answer length limit")
     p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
     p.add_argument("--json", action="store_true", help="one JSON object per turn")
+    from services.tls import add_client_args
+
+    add_client_args(p)
     p.set_defaults(func=run)
 
 
@@ -23,7 +26,9 @@ def run(args) -> int:
     import grpc
 
     from services.chat_client import ChatClient, Conversation
+    from services.tls import configure_client
 
+    configure_client(args, "chat")
     conv = Conversation(ChatClient(args.target), args.session or f"chat-{uuid.uuid4().hex[:8]}",
                         args.system)
     interactive = not args.message and sys.stdin.isatty()

@@ -50,8 +50,25 @@ def run(args) -> int:
         config = load_config(_load(config_ref), args, env_prefix=env)
     except ValueError as exc:
         raise SystemExit(f"bidaw serve {args.service}: {exc}")
+    from services.grpc_util import configure_tls
+    from services.tls import TLSConfigError, TLSFiles
+
+    try:  # before any server or channel exists; the gateway only dials (no cert needed)
+        configure_tls(TLSFiles.from_config(config), server=args.service != "gateway")
+    except TLSConfigError as exc:
+        raise SystemExit(f"bidaw serve {args.service}: {exc}")
+    if hasattr(config, "cluster_token"):
+        from services.membership_auth import config_token
+
+        try:  # read and checked now, not at the first Register
+            config_token(config)
+        except ValueError as exc:
+            raise SystemExit(f"bidaw serve {args.service}: {exc}")
     setup_logging(args.service)
     init_tracing(TRACE_NAMES[args.service])  # before any gRPC server or channel exists
     start_metrics_server(getattr(config, "metrics_listen", ""))
+    from services.malloc import tune as tune_malloc
+
+    tune_malloc()  # long-running, many threads, varied KV-sized buffers: see services/malloc.py
     _load(serve_ref)(config)
     return 0

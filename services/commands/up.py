@@ -24,6 +24,8 @@ def register(sub, groups) -> None:
     p.add_argument("--policy", default="bidaw", choices=["fcfs", "bidaw"],
                    help="scheduling policy")
     p.add_argument("--model", default="smollm2-135m", help="model to serve")
+    p.add_argument("--tls-dir", default="", help="directory from `bidaw certs`: mTLS on every "
+                   "gRPC hop (default: plaintext on loopback)")
     p.add_argument("--verbose", action="store_true", help="service logs on the terminal")
     p.set_defaults(func=run)
 
@@ -37,11 +39,13 @@ def run(args) -> int:
                           gateway_port=args.port,
                           dram_bytes=args.dram_bytes, ssd_bytes=args.ssd_bytes,
                           eviction=args.eviction, policy=args.policy, model=args.model,
-                          quiet=not args.verbose)
+                          tls_dir=args.tls_dir, quiet=not args.verbose)
     print("starting KV store, compute worker, scheduler, gateway ...", flush=True)
     with dep:
         print(f"OpenAI API {dep.gateway_url}   (OpenAI(base_url=..., api_key=...))")
-        print(f"scheduler  {dep.scheduler_target}   (bidaw chat --target {dep.scheduler_target})")
+        tls = f" --tls-dir {args.tls_dir}" if args.tls_dir else ""
+        print(f"scheduler  {dep.scheduler_target}   (bidaw chat --target "
+              f"{dep.scheduler_target}{tls})")
         print(f"KV store   {dep.store_target}\nworker     {dep.worker_target}")
         print("metrics    " + "  ".join(f"{n} {u}" for n, u in dep.metrics_urls.items()))
         print(f"logs in {args.data_dir}/logs; Ctrl-C to stop", flush=True)

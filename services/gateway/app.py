@@ -16,6 +16,7 @@ from .backend import Backend
 from .config import GatewayConfig
 from .errors import ApiError, bad_request
 from .protocol import check_model, parse_chat, parse_completion
+from .ratelimit import InFlight, RateLimiter, retry_after_s
 from .responses import Reply
 from .turns import TurnServer
 
@@ -40,6 +41,8 @@ class Gateway:
         self.backend = backend or Backend(config.scheduler, config.request_timeout_s)
         self.turns = TurnServer(self.backend, config.retry_after_s, config.max_session_id)
         self.in_flight = 0
+        self.tenant_rate = RateLimiter(config.tenant_rate, config.tenant_burst)
+        self.tenant_in_flight = InFlight(config.tenant_max_in_flight)
         self.draining = False
         self.started = int(time.time())
         self.app = web.Application(client_max_size=config.max_body_bytes,
@@ -137,6 +140,7 @@ class Gateway:
             metrics.HTTP_SHED.labels("in_flight").inc()
             raise ApiError(429, f"{self.in_flight} requests in flight; retry later", None,
                            "overloaded", self.config.retry_after_s)
+        self._admit_tenant(tenant)
         self.in_flight += 1  # one event loop: no lock needed
         metrics.HTTP_IN_FLIGHT.set(self.in_flight)
         try:
@@ -146,7 +150,24 @@ class Gateway:
             return await self.turns.serve(request, tenant, parsed, Reply(chat, model))
         finally:
             self.in_flight -= 1
+            self.tenant_in_flight.leave(tenant)
             metrics.HTTP_IN_FLIGHT.set(self.in_flight)
+
+    def _admit_tenant(self, tenant: str) -> None:
+        """The tenant's own limits. The rate token is taken last, so a request refused for
+        another reason costs the tenant nothing."""
+        if not self.tenant_in_flight.enter(tenant):
+            metrics.HTTP_SHED.labels("tenant_in_flight").inc()
+            raise ApiError(429, f"tenant {tenant} has {self.tenant_in_flight.limit} requests "
+                           "in flight; retry later", None, "tenant_concurrency_exceeded",
+                           self.config.retry_after_s)
+        wait = self.tenant_rate.acquire(tenant, time.monotonic())
+        if wait:
+            self.tenant_in_flight.leave(tenant)
+            metrics.HTTP_SHED.labels("tenant_rate").inc()
+            raise ApiError(429, f"tenant {tenant} is over its rate of "
+                           f"{self.tenant_rate.rate:g} requests/s; retry later", None,
+                           "rate_limit_exceeded", retry_after_s(wait))
 
     # -- routes ----------------------------------------------------------------------------
 

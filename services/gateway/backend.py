@@ -7,7 +7,7 @@ from opentelemetry import trace
 
 from services import tracing
 from services.gen import common_pb2, scheduler_pb2_grpc
-from services.grpc_util import _OPTIONS as GRPC_OPTIONS
+from services.grpc_util import aio_channel
 from services.tracing_grpc import finish, rpc_attributes
 
 SUBMIT_TURN = "/bidaw.v1.Scheduler/SubmitTurn"
@@ -63,7 +63,7 @@ class Backend:
     def __init__(self, target: str, timeout: float):
         self.target = target
         self.timeout = timeout
-        self._channel = grpc.aio.insecure_channel(target, options=GRPC_OPTIONS)
+        self._channel = aio_channel(target)  # TLS when `bidaw serve gateway --tls-*` set it
         self._stub = scheduler_pb2_grpc.SchedulerStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
 

@@ -1,0 +1,32 @@
+"""The deployment `bidaw load` starts when no --target is given: the embedded LocalDeployment,
+sized to shed load rather than queue it without end on a small machine."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.launcher import LocalDeployment
+
+
+@dataclass
+class LoadLimits:
+    dram_bytes: str = "64MiB"   # small: most conversations' KV goes to the SSD tier
+    ssd_bytes: str = "2GiB"     # small too, so SSD eviction runs and the disk stays bounded
+    # Turns the gateway lets through at once. Kept below the scheduler's 64 gRPC threads (each
+    # SubmitTurn holds one), so Stats and health checks still find a thread under load.
+    max_in_flight: int = 48
+    max_queue: int = 32         # the scheduler's queue bound (running turns are not queued)
+    request_timeout_s: float = 300.0
+
+
+def start(data_dir: str, limits: LoadLimits, max_tokens: int) -> LocalDeployment:
+    dep = LocalDeployment(
+        data_dir=data_dir, dram_bytes=limits.dram_bytes, ssd_bytes=limits.ssd_bytes,
+        default_max_tokens=max_tokens,
+        extra_args={"gateway": ["--max-in-flight", str(limits.max_in_flight),
+                                "--request-timeout-s", str(limits.request_timeout_s)],
+                    "scheduler": ["--max-queue", str(limits.max_queue)]})
+    return dep.start()
+
+
+def service_pids(dep: LocalDeployment) -> dict[str, int]:
+    return {name: proc.pid for name, proc in dep.procs}
