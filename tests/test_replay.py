@@ -139,6 +139,9 @@ def test_systems_map_to_deployments():
     assert "--prefetch-window" not in bidaw["extra_args"]["scheduler"]
     assert deployment_kwargs(SYSTEMS["ideal"], sizes, model="m")["dram_bytes"] == str(1 << 30)
     assert deployment_kwargs(SYSTEMS["recompute"], sizes, model="m")["use_store"] is False
+    assert bidaw["extra_args"]["worker"] == []  # the worker's own batch size
+    capped = deployment_kwargs(SYSTEMS["bidaw"], sizes, model="m", max_batch=6)
+    assert capped["extra_args"]["worker"] == ["--max-batch", "6"]
 
 def _trace() -> list[Turn]:
     turns = [Turn(1, 0.0, 10, 20, 0), Turn(1, 30.0, 5, 40, 1), Turn(1, 100.0, 8, 8, 2),

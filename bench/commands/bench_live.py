@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     p.add_argument("--load-s", type=float, default=1.0,
                    help="seconds a median reuse load should take under the cap")
     p.add_argument("--max-loads", type=int, default=2, help="SSD->DRAM loads at once")
+    p.add_argument("--max-batch", type=int, default=0,
+                   help="worker's batch cap (0: its default, 16); a smaller one makes a busy "
+                   "machine queue turns at the scheduler, as a full GPU does")
     p.add_argument("--deadline", type=float, default=150.0,
                    help="per system: send no turn after this many seconds (0: none)")
     p.add_argument("--data-dir", default="", help="where deployments keep files (default: tmp)")
@@ -95,7 +98,8 @@ def _run(args: argparse.Namespace) -> int:
         f"peak {ws.peak_bytes / sizes.dram_bytes:.2f}x), ideal "
         f"{sizes.ideal_dram_bytes / 2**20:.0f} MiB, SSD cap "
         f"{sizes.ssd_read_gbps_cap * 1e3:.1f} MB/s")
-    opts = LiveOptions(model=args.model, max_loads=args.max_loads, deadline_s=args.deadline,
+    opts = LiveOptions(model=args.model, max_loads=args.max_loads, max_batch=args.max_batch,
+                       deadline_s=args.deadline,
                        data_dir=args.data_dir)
     rows, runs = {}, {}
     for name in names:
@@ -121,7 +125,8 @@ def _run(args: argparse.Namespace) -> int:
         "working_set_over_dram": ws.total_bytes / sizes.dram_bytes,
         "live_peak_over_dram": ws.peak_bytes / sizes.dram_bytes,
         "dram_bytes": sizes.dram_bytes, "ideal_dram_bytes": sizes.ideal_dram_bytes,
-        "ssd_read_gbps_cap": sizes.ssd_read_gbps_cap, "model": args.model}}
+        "ssd_read_gbps_cap": sizes.ssd_read_gbps_cap, "model": args.model,
+        "max_batch": args.max_batch, "load_s": args.load_s}}
     if args.json:
         print(json.dumps(out))
     else:

@@ -33,9 +33,12 @@ ABLATIONS = ("bidaw-sched-only", "bidaw-evict-only")
 
 
 def deployment_kwargs(system: System, sizes: TierSizes, *, model: str, max_loads: int = 2,
-                      max_answer: int = 4096, time_scale: float = 1.0) -> dict:
+                      max_answer: int = 4096, time_scale: float = 1.0,
+                      max_batch: int = 0) -> dict:
     """Keyword arguments of services.launcher.LocalDeployment (without data_dir). The store's
-    eviction policy runs on trace time (`time_scale`), as the replay does."""
+    eviction policy runs on trace time (`time_scale`), as the replay does. `max_batch` > 0
+    caps the worker's batch, so a busy machine queues turns at the scheduler (where the
+    policies act) instead of slowing every running turn."""
     store = ["--promote-concurrency", str(max_loads), "--policy-time-scale", f"{time_scale:g}"]
     if sizes.ssd_read_gbps_cap > 0:  # load estimates then match the emulated disk
         store += ["--ssd-read-gbps-cap", f"{sizes.ssd_read_gbps_cap:.6f}",
@@ -43,7 +46,8 @@ def deployment_kwargs(system: System, sizes: TierSizes, *, model: str, max_loads
     scheduler = ["--max-loads", str(max_loads)]
     if system.policy == "fcfs":
         scheduler += ["--prefetch-window", str(system.prefetch_window)]
+    worker = ["--max-batch", str(max_batch)] if max_batch > 0 else []
     return dict(dram_bytes=str(sizes.ideal_dram_bytes if system.ideal else sizes.dram_bytes),
                 ssd_bytes=str(sizes.ssd_bytes), eviction=system.eviction, policy=system.policy,
                 model=model, use_store=system.use_store, default_max_tokens=max_answer,
-                extra_args={"store": store, "scheduler": scheduler})
+                extra_args={"store": store, "scheduler": scheduler, "worker": worker})
