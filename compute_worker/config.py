@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from services.security_config import SecurityConfig
+
 
 @dataclass
-class WorkerConfig:
+class WorkerConfig(SecurityConfig):
     listen: str = field(default="127.0.0.1:50053", metadata={"help": "gRPC address to serve on"})
     store: str = field(default="127.0.0.1:50051", metadata={
         "help": "KV store address (empty: no store, recompute every prompt)"})
@@ -29,15 +31,3 @@ class WorkerConfig:
         "help": "object store of the local Ray"})
     metrics_listen: str = field(default="", metadata={
         "help": "host:port for Prometheus /metrics (empty: off)"})
-    tls_cert: str = field(default="", metadata={
-        "help": "PEM certificate: serve gRPC over TLS and present it to the services it dials "
-                "(empty: plaintext)"})
-    tls_key: str = field(default="", metadata={"help": "PEM private key of --tls-cert"})
-    tls_ca: str = field(default="", metadata={
-        "help": "PEM CA: trust servers it signed and, serving, require client certificates "
-                "it signed (mTLS)"})
-    cluster_token: str = field(default="", repr=False, metadata={  # never in a repr or log
-        "help": "shared secret sent to the scheduler when registering"
-                "; prefer the env var or --cluster-token-file so it stays out of `ps`"})
-    cluster_token_file: str = field(default="", metadata={
-        "help": "file holding --cluster-token (surrounding whitespace ignored)"})
