@@ -11,8 +11,7 @@ from scheduler.session_locks import SessionLocks
 from services.gateway.background import BackgroundGateway
 from services.gateway.config import GatewayConfig
 from services.gateway.ratelimit import InFlight, RateLimiter, retry_after_s
-from tests.fake_scheduler import start_fake_scheduler
-from tests.test_gateway_api import assert_error, chat_body, post
+from tests.test_gateway_api import assert_error, chat_body, fake, post  # noqa: F401 (fixture)
 
 
 # -- the pure parts ---------------------------------------------------------------------------
@@ -100,13 +99,6 @@ def test_session_locks_serialise_a_session_and_forget_it_after():
 
 
 # -- over HTTP --------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def fake():
-    server, fake = start_fake_scheduler()
-    yield server, fake
-    server.stop(0)
-
 
 @pytest.fixture(scope="module")
 def limited(fake):
