@@ -169,24 +169,28 @@ class KVClient:
         return self.stub.WriteKV(chunks(), timeout=self.timeout)
 
     def _write_region(self, session_id: str, start_token: int, data) -> str:
-        """Put `data` into a region the store prepared; '' when the stream must carry it."""
+        """Put `data` into the regions the store prepared; '' when the stream must carry it."""
         try:
             reply = self.stub.PrepareShmWrite(kv_store_pb2.PrepareShmWriteRequest(
                 session_id=session_id, start_token=start_token, num_bytes=len(data)),
                 timeout=self.timeout)
-            fd = os.open(self._shm_dir / reply.file, os.O_WRONLY)
+            view = memoryview(data).cast("B")
+            if sum(p.length for p in reply.pieces) != len(view):
+                return ""  # not what we asked for; the region expires on its own
+            pos = 0
+            for piece in reply.pieces:
+                fd = os.open(self._shm_dir / piece.region, os.O_WRONLY)
+                try:
+                    done = 0
+                    while done < piece.length:
+                        done += os.pwrite(fd, view[pos + done:pos + piece.length],
+                                          piece.offset + done)
+                finally:
+                    os.close(fd)
+                pos += piece.length
+            return reply.region
         except (grpc.RpcError, OSError):
             return ""  # no room in shared memory now; an unused region expires on its own
-        try:
-            view = memoryview(data).cast("B")
-            done = 0
-            while done < len(view):
-                done += os.pwrite(fd, view[done:], reply.offset + done)
-            return reply.region
-        except OSError:
-            return ""
-        finally:
-            os.close(fd)
 
     def close(self) -> None:
         self._channel.close()

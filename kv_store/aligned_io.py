@@ -19,6 +19,9 @@ def align_up(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
+IOV_MAX = 1024  # buffers one pwritev takes (Linux)
+
+
 def aligned_buffer(nbytes: int) -> mmap.mmap:
     """Page-aligned anonymous memory of at least one page (mmap refuses length 0)."""
     return mmap.mmap(-1, max(align_up(nbytes), ALIGN))
@@ -54,7 +57,7 @@ class DirectFile:
         total = 0
         while views:
             try:
-                n = os.pwritev(self.fd, views, offset + total)
+                n = os.pwritev(self.fd, views[:IOV_MAX], offset + total)
             except OSError as exc:
                 if exc.errno == errno.EINVAL and self.direct:
                     self._fallback()

@@ -1,6 +1,6 @@
 """The bytes of one write on their way in, and of one read on their way out.
 
-A write's bytes land in a fresh shared-memory segment when the DRAM tier will keep them (then the
+A write's bytes land in fresh shared-memory segments when the DRAM tier will keep them (then the
 SSD write reads that very memory, page-aligned, with O_DIRECT), else in anonymous aligned memory.
 A read hands out pieces of segments (DRAM) or of an aligned buffer the SSD tier filled; chunks for
 a gRPC stream are read straight out of them.
@@ -14,38 +14,56 @@ from typing import Callable, Iterator
 
 from .aligned_io import aligned_buffer
 from .dram_tier import ShmPiece
+from .scatter import ScatterView
 from .session_meta import SessionMeta
 from .shm_arena import Segment, ShmArena
 
 
 class Payload:
-    """Incoming KV bytes: `write_at` fills them, `view` reads them (page-aligned)."""
+    """Incoming KV bytes: `write_at` fills them, `scatter` reads them (page-aligned)."""
 
     def __init__(self, nbytes: int, arena: ShmArena | None = None,
-                 segment: Segment | None = None):
+                 segments: list[Segment] | None = None):
         self.nbytes = nbytes
-        self.segment = segment  # holds the creator's reference until `release`
+        self.segments = segments or []  # hold the creator's references until `release`
         self._arena = arena
-        self._map: mmap.mmap | None = None if segment is not None else aligned_buffer(nbytes)
+        self._map: mmap.mmap | None = None if self.segments else aligned_buffer(nbytes)
 
     def write_at(self, offset: int, data: bytes) -> None:
-        if self.segment is None:
+        if not self.segments:
             self._map[offset:offset + len(data)] = data
-        else:  # pwrite, not a mapping: a full tmpfs answers ENOSPC instead of SIGBUS
-            os.pwrite(self._arena.fd, data, self.segment.offset + offset)
+            return
+        data = memoryview(data).cast("B")
+        pos = 0  # pwrite, not a mapping: a full tmpfs answers ENOSPC instead of SIGBUS
+        for segment, local, take in self._spans(offset, offset + len(data)):
+            os.pwrite(self._arena.fd, data[pos:pos + take], segment.offset + local)
+            pos += take
 
-    def view(self) -> memoryview:
-        """The bytes, page-aligned (the segment in the arena, or the buffer)."""
-        if self.segment is not None:
-            return self._arena.view(self.segment)[:self.nbytes]
-        return memoryview(self._map)[:self.nbytes]
+    def pieces(self) -> list[ShmPiece]:
+        """The bytes as pieces of the segments, in order."""
+        return [ShmPiece(seg, local, take) for seg, local, take in self._spans(0, self.nbytes)]
+
+    def scatter(self) -> ScatterView:
+        """The bytes, page-aligned (the segments in the arena, or the buffer)."""
+        if self.segments:
+            return ScatterView([self._arena.view(s) for s in self.segments], self.nbytes)
+        return ScatterView([self._map], self.nbytes)
+
+    def _spans(self, start: int, stop: int):
+        base = 0
+        for segment in self.segments:
+            lo, hi = max(start, base), min(stop, base + segment.size)
+            if lo < hi:
+                yield segment, lo - base, hi - lo
+            base += segment.size
 
     def release(self, unref: Callable[[Segment], None] | None = None) -> None:
-        """Let go of the memory (`unref` gives the segment reference back, under the lock)."""
+        """Let go of the memory (`unref` gives the segment references back, under the lock)."""
         self._map = None  # closed by the collector once no view is left
-        if self.segment is not None and unref is not None:
-            unref(self.segment)
-            self.segment = None
+        if unref is not None:
+            for segment in self.segments:
+                unref(segment)
+            self.segments = []
 
 
 @dataclass

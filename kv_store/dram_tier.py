@@ -1,6 +1,6 @@
 """The DRAM (performance) tier: each session's KV as a list of pieces of shared-memory segments.
 
-A session's bytes are the concatenation of its pieces; appending a turn adds the turn's segment,
+A session's bytes are the concatenation of its pieces; appending a turn adds the turn's segments,
 cutting a diverged tail shortens the list, and a session loaded from SSD is pieces of the file's
 image. Nothing is copied to grow or shrink an entry. Capacity is the arena's: whole segments,
 counted until their last holder lets go.
@@ -60,14 +60,15 @@ class DramTier:
         self._entries[session_id] = list(pieces)
         self._sizes[session_id] = sum(p.length for p in pieces)
 
-    def write_at(self, session_id: str, offset: int, piece: ShmPiece) -> None:
-        """Keep bytes [0, offset) of the entry and put `piece` after them."""
+    def write_at(self, session_id: str, offset: int, new: list[ShmPiece]) -> None:
+        """Keep bytes [0, offset) of the entry and put the `new` pieces after them."""
         kept = self.pieces(session_id, offset, take_refs=False)  # a trimmed last piece keeps
         for old in self._entries[session_id][len(kept):]:          # its segment's reference
             self.arena.unref(old.segment)
-        self.arena.ref(piece.segment)
-        self._entries[session_id] = kept + [piece]
-        self._sizes[session_id] = offset + piece.length
+        for piece in new:
+            self.arena.ref(piece.segment)
+        self._entries[session_id] = kept + list(new)
+        self._sizes[session_id] = offset + sum(p.length for p in new)
 
     def pieces(self, session_id: str, nbytes: int, take_refs: bool = True) -> list[ShmPiece]:
         """Pieces covering the first `nbytes` of the entry; with references a reader must

@@ -19,6 +19,7 @@ from .aligned_io import aligned_buffer
 from .buffers import Payload
 from .catalog import CatalogEntry
 from .session_meta import SessionMeta
+from .scatter import ScatterView
 from .shm_arena import Segment
 from .ssd_log import SessionLog
 from .ssd_record import CorruptRecord
@@ -58,9 +59,12 @@ class Persister:
                                          "it up and write again")
                 meta = SessionMeta(session_id, format, bytes_per_token, model,
                                    (base.token_ids[:start] if base else []) + token_ids)
-                view = payload.view()
+                view = payload.scatter()
+                crc = 0
+                for chunk in view.chunks(0, len(view)):
+                    crc = zlib.crc32(chunk, crc)
                 header = ssd_record.encode_header(session_id, format, start, bytes_per_token,
-                                                  model, token_ids, len(view), zlib.crc32(view))
+                                                  model, token_ids, len(view), crc)
                 offset = entry.ssd_len if base is not None else 0
                 end = self._append(session_id, offset, header, view)
                 written = end - offset
@@ -92,7 +96,7 @@ class Persister:
             view = None
             store.release_payload(payload)
 
-    def _append(self, session_id: str, offset: int, header: bytes, view: memoryview) -> int:
+    def _append(self, session_id: str, offset: int, header: bytes, view: ScatterView) -> int:
         store = self.store
         need = len(header) + len(view) + 4096
         with store._lock:
@@ -162,21 +166,21 @@ class Persister:
     # -- reads (the caller holds the session lock; no write of the session is running) --------
 
     def read_session(self, session_id: str, admit: bool):
-        """(result, segment or None, buffer or None, version) with the verified file image in
-        a new DRAM segment (`admit` and room) or aligned memory; None if the file changed
-        under the read (read again)."""
+        """(result, segments or None, buffer or None, version) with the verified file image in
+        new DRAM segments (`admit` and room) or aligned memory; None if the file changed under
+        the read (read again)."""
         store = self.store
         entry = self.catalog.get(session_id)
-        segment: Segment | None = None
+        segments: list[Segment] | None = None
         with store._lock:
             if entry is not None and admit:
-                segment = store._dram_segment(session_id, 0, entry.ssd_len)
+                segments = store._dram_segments(session_id, 0, entry.ssd_len)
         if entry is None:
             with store._lock:
                 store.forget(session_id, local_only=True)
             return ReadResult(SessionLog(), 0), None, None, 0
         try:
-            image = store.arena.view(segment) if segment is not None else \
+            image = ScatterView([store.arena.view(s) for s in segments]) if segments else \
                 aligned_buffer(entry.ssd_len)
             with self.ssd.open_read(session_id) as f:
                 result = self.ssd.read_file(f, entry.ssd_len, image)
@@ -186,11 +190,11 @@ class Persister:
         if result.corrupt:
             version = self._drop_bad_tail(session_id, entry, result)
             if version is None:
-                if segment is not None:
-                    store.release_segment(segment)
+                if segments:
+                    store.release_segments(segments)
                 return None
-        if segment is not None:
-            return result, segment, None, version
+        if segments:
+            return result, segments, None, version
         return result, None, image, version
 
     def _drop_bad_tail(self, session_id: str, entry: CatalogEntry,

@@ -213,17 +213,19 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
             tier = metrics.TIER_LABELS[handle.tier]
             span.set_attributes({"bidaw.tier": tier, "bidaw.kv_tokens": handle.meta.num_tokens})
         metrics.KV_READ_BYTES.labels(tier).inc(sum(p.length for p in handle.shm))
-        return kv_store_pb2.OpenShmReadReply(
-            header=_header(handle), lease_id=lease_id,
-            pieces=[kv_store_pb2.ShmPiece(region=ARENA, offset=p.segment.offset + p.offset,
-                                          length=p.length) for p in handle.shm])
+        return kv_store_pb2.OpenShmReadReply(header=_header(handle), lease_id=lease_id,
+                                             pieces=_wire_pieces(handle.shm))
 
     @_status
     def PrepareShmWrite(self, request, context):
-        segment = self.store.prepare_shm_write(request.session_id, request.start_token,
-                                               request.num_bytes, request.lease_seconds)
-        return kv_store_pb2.PrepareShmWriteReply(region=segment.name, file=ARENA,
-                                                 offset=segment.offset)
+        name, pieces = self.store.prepare_shm_write(request.session_id, request.start_token,
+                                                    request.num_bytes, request.lease_seconds)
+        return kv_store_pb2.PrepareShmWriteReply(region=name, pieces=_wire_pieces(pieces))
+
+
+def _wire_pieces(pieces) -> list:
+    return [kv_store_pb2.ShmPiece(region=ARENA, offset=p.segment.offset + p.offset,
+                                  length=p.length) for p in pieces]
 
 
 def _header(handle: ReadHandle) -> kv_store_pb2.KVHeader:

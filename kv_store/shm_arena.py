@@ -6,12 +6,13 @@ touch: a region carved from pages an evicted session left behind is ready to be 
 fresh file pays for every page again (on a busy machine that cost more than the disk read that
 fills it). Pages, once touched, stay with the arena; it never holds more than its capacity.
 
-A region is written once and never changed afterwards: a turn's new KV, or the image of a session
-file loaded from SSD. A region is counted from creation until its last reference goes (the DRAM
-entry that holds it, a lease of a worker reading it, an SSD write in flight): only then can its
-pages become another region, so a co-located worker that holds a lease reads exactly the bytes
-the lease named. Capacity accounting is exact: whole pages, including regions kept by leases
-after their entry was evicted.
+A region is written once and never changed afterwards: (part of) a turn's new KV, or of the image
+of a session file loaded from SSD. One write takes several regions when no free run is long
+enough (`allocate`): nothing is ever evicted only to make pages contiguous. A region is counted
+from creation until its last reference goes (the DRAM entry that holds it, a lease of a worker
+reading it, an SSD write in flight): only then can its pages become another region, so a
+co-located worker that holds a lease reads exactly the bytes the lease named. Capacity accounting
+is exact: whole pages, including regions kept by leases after their entry was evicted.
 
 The directory also holds `.probe` with a random token: a client that can read the token back
 shares this machine's /dev/shm (the same pod or host) and may use the arena directly.
@@ -88,8 +89,25 @@ class ShmArena:
         return memoryview(self._map)[segment.offset:segment.offset + segment.span]
 
     def fits(self, nbytes: int) -> bool:
-        """A region of `nbytes` can be carved now (free pages, and contiguous)."""
-        return self._free.largest() >= align_up(nbytes)
+        """`allocate(nbytes)` would succeed now: enough free pages, wherever they lie."""
+        return self.free() >= align_up(nbytes)
+
+    def allocate(self, nbytes: int) -> list[Segment] | None:
+        """Regions holding `nbytes` in order: one if a free run is that long, else the largest
+        runs (all but the last used whole). None, and nothing taken, if the pages are not free."""
+        if not self.fits(nbytes):
+            return None
+        one = self.create(nbytes)
+        if one is not None:
+            return [one]
+        out: list[Segment] = []
+        left = nbytes
+        while left > 0:
+            run = min(self._free.largest(), align_up(left))
+            segment = self.create(min(run, left))
+            out.append(segment)
+            left -= segment.size
+        return out
 
     def create(self, nbytes: int) -> Segment | None:
         """A new region of `nbytes` (None if no contiguous run of free pages is that long)."""

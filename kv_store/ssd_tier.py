@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from . import ssd_record
 from .aligned_io import ALIGN, DirectFile, align_up, aligned_buffer, fsync_dir
 from .bandwidth import BandwidthCap, BandwidthMeter
+from .scatter import ScatterView
 from .ssd_log import SessionLog
 from .ssd_record import CorruptRecord
 
@@ -114,10 +115,13 @@ class SsdTier:
 
     # -- writes -----------------------------------------------------------------------------
 
-    def append(self, session_id: str, offset: int, header: bytes, payload: memoryview,
+    def append(self, session_id: str, offset: int, header: bytes, payload,
                payload_aligned: bool) -> int:
         """Write one record at `offset` (the committed end); durable on return. Offset 0
-        replaces the file atomically. Returns the new committed length."""
+        replaces the file atomically. Returns the new committed length. `payload`: a
+        ScatterView, or any buffer."""
+        if not isinstance(payload, ScatterView):
+            payload = ScatterView([payload])
         path = self.path(session_id)
         path.parent.mkdir(exist_ok=True)
         if offset == 0:
@@ -138,7 +142,7 @@ class SsdTier:
         return end
 
     def _write_fresh(self, session_id: str, path: pathlib.Path, header: bytes,
-                     payload: memoryview, payload_aligned: bool) -> int:
+                     payload: ScatterView, payload_aligned: bool) -> int:
         tmp = path.with_suffix(".tmp")
         end = len(header) + align_up(len(payload))
         try:
@@ -154,23 +158,32 @@ class SsdTier:
         return end
 
     @staticmethod
-    def _buffers(header: bytes, payload: memoryview, aligned: bool, direct: bool) -> list:
-        """The record as buffers O_DIRECT accepts: page-aligned, whole pages."""
+    def _buffers(header: bytes, payload: ScatterView, aligned: bool, direct: bool) -> list:
+        """The record as buffers O_DIRECT accepts: page-aligned, whole pages. Every payload
+        buffer but the last is whole pages already (ScatterView's rule)."""
+        views = list(payload.chunks(0, len(payload)))
         pad = align_up(len(payload)) - len(payload)
         if not direct:
-            return [header, payload, bytes(pad)]
+            return [header, *views, bytes(pad)]
         head = aligned_buffer(len(header))
         head[:len(header)] = header
         if not aligned:  # bytes from a socket: one copy into aligned memory
             body = aligned_buffer(len(payload))
-            body[:len(payload)] = payload
+            pos = 0
+            for v in views:
+                body[pos:pos + len(v)] = v
+                pos += len(v)
             return [head, body]
-        whole = len(payload) - len(payload) % ALIGN
-        if whole == len(payload):
-            return [head, payload]
-        tail = aligned_buffer(len(payload) - whole)
-        tail[:len(payload) - whole] = payload[whole:]
-        return [head, payload[:whole], tail]
+        if not views:
+            return [head]
+        last = views.pop()
+        whole = len(last) - len(last) % ALIGN
+        out = [head, *views, last[:whole]]
+        if whole < len(last):
+            tail = aligned_buffer(len(last) - whole)
+            tail[:len(last) - whole] = last[whole:]
+            out.append(tail)
+        return out
 
     def truncate(self, session_id: str, length: int) -> None:
         """Drop everything past `length` (records that failed their checksum)."""
@@ -195,15 +208,16 @@ class SsdTier:
             return self.read_file(f, length, into)
 
     def read_file(self, f: DirectFile, length: int, into) -> ReadResult:
-        """Read the first `length` bytes of an open session file into `into` (page-aligned,
-        at least align_up(length) bytes) and verify every record as its bytes arrive."""
-        view = memoryview(into).cast("B")[:align_up(length)]
+        """Read the first `length` bytes of an open session file into `into` (a ScatterView,
+        or one page-aligned buffer; at least align_up(length) bytes) and verify every record
+        as its bytes arrive."""
+        image = into if isinstance(into, ScatterView) else ScatterView([into])
         start = time.monotonic()
         with self._lock:
             self._active_reads += 1
             overlap = self._active_reads
         try:
-            result = self._read_verified(f, view, length)
+            result = self._read_verified(f, image, length)
         finally:
             with self._lock:
                 self._active_reads -= 1
@@ -216,25 +230,25 @@ class SsdTier:
             time.sleep(wait)
         return f.pread_into(view, offset)
 
-    def _read_verified(self, f: DirectFile, view: memoryview, length: int) -> ReadResult:
-        offsets = list(range(0, len(view), self.io_bytes))
+    def _read_verified(self, f: DirectFile, image: ScatterView, length: int) -> ReadResult:
+        jobs = [(off, view) for block in range(0, align_up(length), self.io_bytes)
+                for off, view in _at(image, block, min(block + self.io_bytes, align_up(length)))]
         futures = {}
 
         def submit(k: int) -> None:
-            if k < len(offsets):
-                off = offsets[k]
-                futures[k] = self._readers.submit(self._read_chunk, f,
-                                                  view[off:off + self.io_bytes], off)
+            if k < len(jobs):
+                off, view = jobs[k]
+                futures[k] = self._readers.submit(self._read_chunk, f, view, off)
 
         for k in range(self.read_depth):
             submit(k)
-        checker = _Checker(view, length)
+        checker = _Checker(image, length)
         try:
-            for k, off in enumerate(offsets):
+            for k, (off, view) in enumerate(jobs):
                 got = futures.pop(k).result()
                 submit(k + self.read_depth)
                 checker.advance(off + got)
-                if got < min(self.io_bytes, len(view) - off) or checker.failed:
+                if got < len(view) or checker.failed:
                     break
         finally:
             for fut in futures.values():  # stop early on a bad record; wait for the rest
@@ -248,11 +262,20 @@ class SsdTier:
         self._readers.shutdown(wait=True, cancel_futures=True)
 
 
+def _at(image: ScatterView, start: int, stop: int) -> list[tuple[int, memoryview]]:
+    """(file offset, buffer view) pairs covering image bytes [start, stop)."""
+    out, pos = [], start
+    for view in image.chunks(start, stop):
+        out.append((pos, view))
+        pos += len(view)
+    return out
+
+
 class _Checker:
     """Parses and checksums records as the bytes before `available` arrive, in order."""
 
-    def __init__(self, view: memoryview, length: int):
-        self.view = view
+    def __init__(self, image: ScatterView, length: int):
+        self.image = image
         self.length = length
         self.log = SessionLog()
         self.failed = ""
@@ -274,11 +297,12 @@ class _Checker:
 
     def _parse_header(self, available: int) -> bool:
         pos = self.log.end
-        head = self.view[pos:available]
+        head = self.image.read(pos, min(available, pos + ssd_record.FIXED_SIZE))
         try:
             if len(head) < ssd_record.FIXED_SIZE:
                 raise CorruptRecord("truncated header")
             need = ssd_record.FIXED_SIZE + ssd_record.variable_size(head)
+            head = self.image.read(pos, min(available, pos + need))
             if len(head) < need:
                 raise CorruptRecord("truncated header")
             header, payload_at = ssd_record.decode_header(head)
@@ -302,7 +326,8 @@ class _Checker:
         payload_end = self._payload_at + header.payload_len
         stop = min(available, payload_end)
         if stop > self._crc_pos:
-            self._crc = zlib.crc32(self.view[self._crc_pos:stop], self._crc)
+            for chunk in self.image.chunks(self._crc_pos, stop):
+                self._crc = zlib.crc32(chunk, self._crc)
             self._crc_pos = stop
         if self._crc_pos < payload_end:
             if available >= self.length:

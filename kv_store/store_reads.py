@@ -7,6 +7,7 @@ import time
 from . import errors
 from .buffers import ReadHandle
 from .dram_tier import ShmPiece
+from .scatter import Layout
 from .session_meta import SessionMeta
 from .shm_arena import Segment
 from .store_state import TIER_DRAM, TIER_SSD, check_session_id
@@ -62,13 +63,13 @@ class ReadPath:
                 break
         else:
             raise errors.unavailable(f"session {session_id!r} kept changing while read")
-        result, segment, buffer, version = got
+        result, segments, buffer, version = got
         log_ = result.log
         with self._lock:
             if log_.meta is None:
                 self.counters.misses += 1
-                if segment is not None:
-                    self.arena.unref(segment)
+                if segments:
+                    self.release_segments(segments)
                 raise errors.not_found(f"KV of session {session_id!r} failed its checksum "
                                        "and was dropped; recompute")
             self.counters.ssd_hits += 1
@@ -76,18 +77,18 @@ class ReadPath:
             if session_id in self._ssd_lru:
                 self._ssd_lru.move_to_end(session_id)
             served = log_.meta.copy()
-            if segment is not None and self._versions.get(session_id) == version \
+            if segments and self._versions.get(session_id) == version \
                     and not self.writer.busy(session_id):
                 self._drop_dram(session_id)
-                self.dram.put(session_id, [ShmPiece(segment, p.offset, p.length)
-                                           for p in log_.pieces])
+                self.dram.put(session_id, _image_pieces(segments, log_.pieces))
                 self.policy.admit(session_id, log_.meta.num_bytes, time.monotonic())
             log_.cut(served.num_tokens if max_tokens == 0 else max_tokens)
             served.token_ids = log_.meta.token_ids
-            if segment is not None:
-                pieces = [ShmPiece(self.arena.ref(segment), p.offset, p.length)
-                          for p in log_.pieces]
-                self.arena.unref(segment)  # the creator's reference
+            if segments:
+                pieces = _image_pieces(segments, log_.pieces)
+                for piece in pieces:
+                    self.arena.ref(piece.segment)
+                self.release_segments(segments)  # the creators' references
                 handle = ReadHandle(served, TIER_SSD, shm=pieces, arena=self.arena,
                                     on_release=lambda: self._release_pieces(pieces))
             else:
@@ -97,9 +98,10 @@ class ReadPath:
         self.events.publish(loc)
         return handle
 
-    def release_segment(self, segment: Segment) -> None:
+    def release_segments(self, segments: list[Segment]) -> None:
         with self._lock:
-            self.arena.unref(segment)
+            for segment in segments:
+                self.arena.unref(segment)
 
     def _release_pieces(self, pieces: list[ShmPiece]) -> None:
         with self._lock:
@@ -132,3 +134,10 @@ class ReadPath:
             self.counters.shm_reads += 1
         return handle, lease_id
 
+
+
+def _image_pieces(segments: list[Segment], pieces) -> list[ShmPiece]:
+    """File-image ranges (`pieces`) as pieces of the segments holding the image, in order."""
+    image = Layout([s.span for s in segments])
+    return [ShmPiece(segments[i], local, take)
+            for p in pieces for i, local, take in image.spans(p.offset, p.offset + p.length)]

@@ -19,27 +19,28 @@ from .store_state import check_session_id
 
 class WritePath:
     def new_payload(self, session_id: str, start_token: int, nbytes: int) -> Payload:
-        """Memory for a write's bytes: a DRAM segment when the tier will keep them."""
+        """Memory for a write's bytes: DRAM segments when the tier will keep them."""
         with self._lock:
-            segment = self._dram_segment(session_id, start_token, nbytes)
-        return Payload(nbytes, self.arena, segment) if segment else Payload(nbytes)
+            segments = self._dram_segments(session_id, start_token, nbytes)
+        return Payload(nbytes, self.arena, segments) if segments else Payload(nbytes)
 
     def prepare_shm_write(self, session_id: str, start_token: int, nbytes: int,
-                          lease_seconds: float) -> Segment:
-        """A region for a co-located worker to write a turn's KV into; WriteKV names it."""
+                          lease_seconds: float) -> tuple[str, list[ShmPiece]]:
+        """Regions for a co-located worker to write a turn's KV into, in order, and the name
+        the WriteKV that follows gives them."""
         check_session_id(session_id)
         if nbytes <= 0:
             raise errors.invalid("num_bytes must be positive")
         with self._lock:
-            segment = self._dram_segment(session_id, start_token, nbytes)
-            if segment is None:
+            segments = self._dram_segments(session_id, start_token, nbytes)
+            if segments is None:
                 raise errors.exhausted("this write cannot go to shared memory now (no room, or "
                                        "the session is not in DRAM); send it over the stream")
             lease_id = self.leases.acquire(session_id, time.monotonic(),
                                            lease_seconds or self.config.lease_seconds, pin=False)
-            self._prepared[segment.name] = (session_id, Payload(nbytes, self.arena, segment),
-                                            lease_id)
-            return segment
+            payload = Payload(nbytes, self.arena, segments)
+            self._prepared[segments[0].name] = (session_id, payload, lease_id)
+            return segments[0].name, payload.pieces()
 
     def take_prepared(self, region: str, session_id: str, nbytes: int) -> Payload:
         with self._lock:
@@ -55,14 +56,15 @@ class WritePath:
             self.counters.shm_writes += 1
             return payload
 
-    def _dram_segment(self, session_id: str, start_token: int, nbytes: int) -> Segment | None:
-        """A new segment when the write's bytes will extend or start a DRAM entry and room can
+    def _dram_segments(self, session_id: str, start_token: int,
+                       nbytes: int) -> list[Segment] | None:
+        """New segments for `nbytes` when they will extend or start a DRAM entry and room can
         be made for them (under the lock)."""
         if start_token != 0 and session_id not in self.dram:
             return None
         if nbytes <= 0 or not self._make_room(nbytes, keep={session_id}):
             return None
-        return self.arena.create(nbytes)
+        return self.arena.allocate(nbytes)
 
     def write(self, session_id: str, start_token: int, token_ids: list[int], format: int,
               bytes_per_token: int, model: str, payload: Payload,
@@ -138,19 +140,18 @@ class WritePath:
                        payload: Payload) -> bool:
         """Put the write's segment into the session's DRAM entry; True if the entry holds the
         whole session afterwards."""
-        segment = payload.segment
-        if segment is None:
+        if not payload.segments:
             self._drop_dram(session_id)  # DRAM could not take the new bytes: SSD keeps it all
             return False
-        piece = ShmPiece(segment, 0, payload.nbytes)
+        pieces = payload.pieces()
         now = time.monotonic()
         if same_entry and session_id in self.dram:
-            self.dram.write_at(session_id, offset, piece)
+            self.dram.write_at(session_id, offset, pieces)
             self.policy.touch(session_id, self.dram.size(session_id), now)
             return True
         self._drop_dram(session_id)
         if offset == 0:
-            self.dram.put(session_id, [piece])
+            self.dram.put(session_id, pieces)
             self.policy.admit(session_id, payload.nbytes, now)
             return True
         return False

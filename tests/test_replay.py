@@ -14,7 +14,8 @@ from bench.replay.client import Replayer
 from bench.replay.plan import PlanConfig, make_plan
 from bench.replay.records import ANSWERED, FAILED, SKIPPED, QueueSample, TurnRecord, \
     read_jsonl, write_jsonl
-from bench.replay.report import arrival_tier, hit_rate_series, ratios, summarize
+from bench.replay.report import (arrival_tier, combine_repeats, hit_rate_series, ratios,
+                                 summarize)
 from bench.replay.sizing import TierSizes, tier_sizes, working_set
 from bench.replay.systems import DEFAULT_SYSTEMS, SYSTEMS, deployment_kwargs
 from bench.replay.tokens import query_tokens
@@ -115,7 +116,11 @@ def test_replay_command_writes_json_records_and_plots(deployment, tmp_path, caps
     records = read_jsonl(tmp_path / "rec.jsonl")
     assert out["planned_turns"] == len(records) == 3
     from_records = summarize(records)  # queue-length fields need the samples, not saved
+    tiers = from_records.pop("by_arrival_tier")
     assert {k: out["summary"][k] for k in from_records} == pytest.approx(from_records, rel=1e-9)
+    assert out["summary"]["by_arrival_tier"].keys() == tiers.keys()
+    for tier, row in tiers.items():
+        assert out["summary"]["by_arrival_tier"][tier] == pytest.approx(row, rel=1e-9)
     assert out["summary"]["exact_answers"] == 3
     for name in ("latency_cdf", "ttft_over_time", "hit_rate_over_time", "queue_lengths"):
         png = tmp_path / "plots" / f"{name}.png"
@@ -230,6 +235,9 @@ def test_summary_from_records():
     assert s["throughput_turns_per_s"] == pytest.approx(3 / 9)
     assert s["exact_answers"] == 3
     assert s["ready_queue_mean"] == 2 and s["queued_max"] == 3
+    assert s["by_arrival_tier"]["ssd"] == {"turns": 1, "latency_mean": 7.0,
+                                           "queueing_mean": pytest.approx(0.7)}
+    assert sorted(s["by_arrival_tier"]) == ["dram", "none", "ssd"]
     assert hit_rate_series(recs, 1.5) == [(0.75, 1.0, 1), (2.25, 0.0, 1)]
 
 
@@ -237,6 +245,18 @@ def test_hit_falls_back_to_the_workers_tier_without_a_lookup():
     r = _rec(0, tier="")
     r.kv_tier, r.cached_tokens = "ssd", 3
     assert summarize([r])["hit_rate"] == 0.0 and summarize([r])["turns_with_stored_kv"] == 1
+
+
+def test_repeated_runs_combine_into_means_totals_and_spread():
+    runs = [{"latency_mean": 2.0, "ttft_mean": 1.0, "queueing_mean": 0.5, "hit_rate": 0.5,
+             "turns": 10, "errors": 0, "store": {"x": 1}},
+            {"latency_mean": 4.0, "ttft_mean": 2.0, "queueing_mean": 1.5, "hit_rate": 0.7,
+             "turns": 9, "errors": 1, "store": {"x": 2}}]
+    row = combine_repeats(runs)
+    assert row["latency_mean"] == pytest.approx(3.0) and row["hit_rate"] == pytest.approx(0.6)
+    assert row["turns"] == 19 and row["errors"] == 1 and "store" not in row
+    assert row["spread"]["latency_mean"] == [2.0, 4.0] and row["repeats"] == runs
+    assert combine_repeats(runs[:1]) == runs[0]
 
 
 def test_ratios_and_records_round_trip(tmp_path):

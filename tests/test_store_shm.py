@@ -137,3 +137,29 @@ def test_async_write_replies_before_the_fsync_and_lands_on_ssd(store, tmp_path):
     reply = client.write("t", 0, list(range(32)), KV, BPT, "m", os.urandom(32 * BPT),
                          durable=False)
     assert reply.durable and reply.tier == common_pb2.TIER_SSD
+
+
+def test_fragmented_shared_memory_is_used_whole_without_extra_evictions(store):
+    client, core = store(dram_bytes=10 * BPT)
+    data = {s: os.urandom(2 * BPT) for s in "abcde"}
+    for s in "abcde":  # five 2-token entries fill the tier: a b c d e
+        client.write(s, 0, [1, 2], KV, BPT, "m", data[s])
+    core.on_session_end("b"), core.on_session_end("d")  # two free runs of 2, apart
+    big = os.urandom(4 * BPT)
+    client.write("f", 0, [1, 2, 3, 4], KV, BPT, "m", big)  # longer than either run
+    assert core.stats()["dram_evictions"] == 0 and len(core.dram.pieces("f", 4 * BPT)) == 2
+    assert client.read("f").data == big  # through shared memory, piece by piece
+    assert KVClient(client.target, shared_memory=False).read("f").data == big
+    # 3 tokens into a full tier: LRU evicts a then c, whose runs are apart (f lies between);
+    # that is enough room, so nothing else goes
+    third = os.urandom(3 * BPT)
+    client.write("g", 0, [1, 2, 3], KV, BPT, "m", third)
+    stats = core.stats()
+    assert stats["dram_evictions"] == 2 and client.lookup("a").tier == common_pb2.TIER_SSD
+    assert all(client.lookup(s).tier == common_pb2.TIER_DRAM for s in "efg")
+    core.on_session_end("e")  # free runs now: one 1-token run and one 2-token run
+    got = client.read("a")  # an SSD load (2 tokens + a header page) into both runs
+    assert got.tier == common_pb2.TIER_SSD and got.data == data["a"]
+    assert core.stats()["dram_evictions"] == 2 and client.lookup("a").tier == common_pb2.TIER_DRAM
+    assert len({p.segment.name for p in core.dram.pieces("a", 2 * BPT)}) == 2
+    assert client.read("a").data == data["a"]  # from DRAM now, the same bytes

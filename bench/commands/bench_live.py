@@ -46,6 +46,9 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     p.add_argument("--max-batch", type=int, default=0,
                    help="worker's batch cap (0: its default, 16); a smaller one makes a busy "
                    "machine queue turns at the scheduler, as a full GPU does")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="run every system this many times, in alternating order (A B C, C B A, "
+                   "...); the report gives means, each run, and the spread")
     p.add_argument("--deadline", type=float, default=150.0,
                    help="per system: send no turn after this many seconds (0: none)")
     p.add_argument("--data-dir", default="", help="where deployments keep files (default: tmp)")
@@ -67,20 +70,19 @@ def _systems(text: str) -> list[str]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from bench.replay.args import describe, plan_config
-    from bench.replay.live import LiveOptions, run_system
+    from bench.replay.live import LiveOptions
     from bench.replay.plan import make_plan
-    from bench.replay.records import write_jsonl
-    from bench.replay.report import bench_row, ratios, summarize
+    from bench.replay.report import combine_repeats, ratios
     from bench.replay.sizing import tier_sizes, working_set
     from bench.replay.source import load_turns
-    from bench.replay.systems import SYSTEMS
     from bench.replay.table import render, render_ratios
     from services.config import parse_size
 
     names = _systems(args.systems)
+    if args.repeat < 1:
+        print("bidaw: --repeat must be at least 1", file=sys.stderr)
+        return 2
     try:
         plan = make_plan(load_turns(args.trace, args.format, args.seed), plan_config(args))
     except (ValueError, OSError) as exc:
@@ -101,24 +103,16 @@ def _run(args: argparse.Namespace) -> int:
     opts = LiveOptions(model=args.model, max_loads=args.max_loads, max_batch=args.max_batch,
                        deadline_s=args.deadline,
                        data_dir=args.data_dir)
-    rows, runs = {}, {}
+    per_run, runs = _run_all(names, plan, sizes, opts, args.repeat, args.records_dir, say)
+    rows = {name: combine_repeats(per_run[name]) for name in names}
     for name in names:
-        bar = tqdm(total=plan.turns, unit="turn", desc=f"{name:16s}", file=sys.stderr,
-                   dynamic_ncols=True)
-        run = run_system(name, SYSTEMS[name], plan, sizes, opts, on_record=lambda r: bar.update())
-        bar.close()
-        rows[name] = bench_row(summarize(run.result.records, run.result.samples))
-        rows[name]["store"] = run.store_stats
-        runs[name] = (run.result.records, run.result.samples)
-        if args.records_dir:
-            write_jsonl(run.result.records, f"{args.records_dir}/{name}.jsonl")
-        say(f"{name}: started in {run.start_s:.0f} s, replay {run.result.wall_s:.0f} s, "
-            f"{rows[name]['turns']} turns, latency mean {rows[name]['latency_mean']:.2f} s")
+        rows[name].setdefault("store", per_run[name][-1]["store"])
     if args.plot:
         from bench.replay.plots import write_all
 
         write_all(runs, args.plot)
     out = {"systems": rows, "ratios": ratios(rows), "config": {
+        "repeat": args.repeat,
         "window": plan.window, "users": len(plan.users), "turns": plan.turns,
         "time_scale": plan.config.time_scale, "max_rounds": plan.config.max_rounds,
         "working_set_bytes": ws.total_bytes, "live_peak_bytes": ws.peak_bytes,
@@ -127,9 +121,48 @@ def _run(args: argparse.Namespace) -> int:
         "dram_bytes": sizes.dram_bytes, "ideal_dram_bytes": sizes.ideal_dram_bytes,
         "ssd_read_gbps_cap": sizes.ssd_read_gbps_cap, "model": args.model,
         "max_batch": args.max_batch, "load_s": args.load_s}}
+    if args.repeat > 1:
+        out["ratios_per_repeat"] = [ratios({n: per_run[n][i] for n in names})
+                                    for i in range(args.repeat)]
     if args.json:
         print(json.dumps(out))
     else:
         print(render(rows))
         print(render_ratios(out["ratios"]))
+        for i, each in enumerate(out.get("ratios_per_repeat", ())):
+            print(f"run {i + 1}: " + ", ".join(f"{k} {v:.2f}x" for k, v in each.items()
+                                               if k.endswith("latency_mean")))
     return 0
+
+
+def _run_all(names, plan, sizes, opts, repeat: int, records_dir: str | None, say):
+    """Each system `repeat` times, in alternating order (A B C, C B A, ...) so a machine that
+    drifts over the run favours none. Returns each system's rows (one per run) and the records
+    and queue samples of its first run (for the plots)."""
+    from tqdm import tqdm
+
+    from bench.replay.live import run_system
+    from bench.replay.records import write_jsonl
+    from bench.replay.report import bench_row, summarize
+    from bench.replay.systems import SYSTEMS
+
+    per_run: dict[str, list[dict]] = {name: [] for name in names}
+    first = {}
+    for rep in range(repeat):
+        for name in (names if rep % 2 == 0 else names[::-1]):
+            tag = name if repeat == 1 else f"{name} #{rep + 1}"
+            bar = tqdm(total=plan.turns, unit="turn", desc=f"{tag:16s}", file=sys.stderr,
+                       dynamic_ncols=True)
+            run = run_system(name, SYSTEMS[name], plan, sizes, opts,
+                             on_record=lambda r: bar.update())
+            bar.close()
+            row = bench_row(summarize(run.result.records, run.result.samples))
+            row["store"] = run.store_stats
+            per_run[name].append(row)
+            first.setdefault(name, (run.result.records, run.result.samples))
+            if records_dir:
+                suffix = "" if repeat == 1 else f".{rep + 1}"
+                write_jsonl(run.result.records, f"{records_dir}/{name}{suffix}.jsonl")
+            say(f"{tag}: started in {run.start_s:.0f} s, replay {run.result.wall_s:.0f} s, "
+                f"{row['turns']} turns, latency mean {row['latency_mean']:.2f} s")
+    return per_run, first

@@ -39,6 +39,18 @@ def hit_counts(records: Sequence[TurnRecord]) -> tuple[int, int]:
     return sum(arrival_tier(r) == "dram" for r in stored), len(stored)
 
 
+def by_arrival_tier(answered: Sequence[TurnRecord]) -> dict[str, dict]:
+    """Turns, mean latency and mean queueing per tier the KV was in on arrival: where a
+    scheduler hides (or pays for) SSD loads."""
+    out: dict[str, dict] = {}
+    for tier in sorted({arrival_tier(r) for r in answered}):
+        group = [r for r in answered if arrival_tier(r) == tier]
+        out[tier] = {"turns": len(group),
+                     "latency_mean": float(np.mean([r.latency_s for r in group])),
+                     "queueing_mean": float(np.mean([r.queue_s for r in group]))}
+    return out
+
+
 def summarize(records: Sequence[TurnRecord], samples: Sequence[QueueSample] = ()) -> dict:
     ok = [r for r in records if r.status == ANSWERED]
     hits, stored = hit_counts(records)
@@ -60,6 +72,7 @@ def summarize(records: Sequence[TurnRecord], samples: Sequence[QueueSample] = ()
         "cached_token_share": (sum(r.cached_tokens for r in ok)
                                / max(1, sum(r.prompt_tokens for r in ok))),
         "span_s": span,
+        "by_arrival_tier": by_arrival_tier(ok),
     }
     if samples:
         out["ready_queue_mean"] = float(np.mean([s.ready for s in samples]))
@@ -75,6 +88,24 @@ BENCH_KEYS = ("ttft_mean", "ttft_p99", "latency_mean", "latency_p99", "queueing_
 def bench_row(summary: dict) -> dict:
     """The fields `bidaw bench live --json` promises, first, then the rest."""
     return {**{k: summary[k] for k in BENCH_KEYS}, **summary}
+
+
+def combine_repeats(runs: Sequence[dict]) -> dict:
+    """One system's rows from N runs of the same plan: counts summed, every other number the
+    mean of the runs; `repeats` keeps each run's row, and `spread` the min and max of the
+    means of latency and TTFT."""
+    if len(runs) == 1:
+        return dict(runs[0])
+    out: dict = {}
+    for key, first in runs[0].items():
+        values = [r[key] for r in runs if key in r]
+        if isinstance(first, bool) or not isinstance(first, (int, float)):
+            continue
+        out[key] = sum(values) if isinstance(first, int) else float(np.mean(values))
+    out["repeats"] = [dict(r) for r in runs]
+    out["spread"] = {k: [min(r[k] for r in runs), max(r[k] for r in runs)]
+                     for k in ("latency_mean", "ttft_mean", "queueing_mean", "hit_rate")}
+    return out
 
 
 def ratios(systems: dict[str, dict]) -> dict[str, float]:
