@@ -22,6 +22,9 @@ class WorkerConfig(SecurityConfig):
         "help": "auto (chosen from the model config), kv or tensor6"})
     default_max_tokens: int = field(default=256, metadata={"help": "max_tokens when unset"})
     max_batch: int = field(default=16, metadata={"help": "turns decoded together in one batch"})
+    min_step_ms: float = field(default=0.0, metadata={
+        "help": "every batch step takes at least this long (benchmarks: a GPU step costs about "
+                "the same however many slots are filled; a CPU step gets faster with fewer)"})
     threads: int = field(default=0, metadata={"help": "torch threads (0: all cores)"})
     device: str = field(default="", metadata={"help": "cuda or cpu (default: cuda if present)"})
     ray_address: str = field(default="", metadata={

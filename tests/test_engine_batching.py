@@ -118,3 +118,19 @@ def test_smollm_batched_answers_equal_solo_answers(smollm, store):
     got = answers_concurrently(batched, [turn(f"b{i}", messages=follow[i]) for i in range(4)])
     assert [ids for ids, _ in got] == ref
     assert all(s.cached_tokens > 0 and s.kv_format == T6 for _, s in got)
+
+
+def test_a_step_floor_paces_every_step_and_changes_no_token(opt_model):
+    """--min-step-ms: each of the 12 decode steps (plus the prefill) lasts at least the floor;
+    the answer is the one without it."""
+    import time
+
+    free = Engine(opt_model, None, KVSessionIO(None, opt_model, "opt", KV))
+    paced = Engine(opt_model, None, KVSessionIO(None, opt_model, "opt", KV), min_step_s=0.05)
+    ids = list(range(5, 40))
+    expected = answer(free, turn("a", ids=ids))[0]
+    start = time.monotonic()
+    got = answer(paced, turn("b", ids=ids))[0]
+    assert got == expected and len(got) == 12
+    assert time.monotonic() - start >= 12 * 0.05
+    free.stop(), paced.stop()

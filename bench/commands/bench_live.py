@@ -46,6 +46,9 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     p.add_argument("--max-batch", type=int, default=0,
                    help="worker's batch cap (0: its default, 16); a smaller one makes a busy "
                    "machine queue turns at the scheduler, as a full GPU does")
+    p.add_argument("--min-step-ms", type=float, default=0.0,
+                   help="worker's step floor: every batch step takes at least this long, as a "
+                   "GPU step does however few sequences it holds (0: off)")
     p.add_argument("--repeat", type=int, default=1,
                    help="run every system this many times, in alternating order (A B C, C B A, "
                    "...); the report gives means, each run, and the spread")
@@ -101,7 +104,7 @@ def _run(args: argparse.Namespace) -> int:
         f"{sizes.ideal_dram_bytes / 2**20:.0f} MiB, SSD cap "
         f"{sizes.ssd_read_gbps_cap * 1e3:.1f} MB/s")
     opts = LiveOptions(model=args.model, max_loads=args.max_loads, max_batch=args.max_batch,
-                       deadline_s=args.deadline,
+                       min_step_ms=args.min_step_ms, deadline_s=args.deadline,
                        data_dir=args.data_dir)
     per_run, runs = _run_all(names, plan, sizes, opts, args.repeat, args.records_dir, say)
     rows = {name: combine_repeats(per_run[name]) for name in names}
@@ -120,7 +123,7 @@ def _run(args: argparse.Namespace) -> int:
         "live_peak_over_dram": ws.peak_bytes / sizes.dram_bytes,
         "dram_bytes": sizes.dram_bytes, "ideal_dram_bytes": sizes.ideal_dram_bytes,
         "ssd_read_gbps_cap": sizes.ssd_read_gbps_cap, "model": args.model,
-        "max_batch": args.max_batch, "load_s": args.load_s}}
+        "max_batch": args.max_batch, "min_step_ms": args.min_step_ms, "load_s": args.load_s}}
     if args.repeat > 1:
         out["ratios_per_repeat"] = [ratios({n: per_run[n][i] for n in names})
                                     for i in range(args.repeat)]

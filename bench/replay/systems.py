@@ -34,11 +34,12 @@ ABLATIONS = ("bidaw-sched-only", "bidaw-evict-only")
 
 def deployment_kwargs(system: System, sizes: TierSizes, *, model: str, max_loads: int = 2,
                       max_answer: int = 4096, time_scale: float = 1.0,
-                      max_batch: int = 0) -> dict:
+                      max_batch: int = 0, min_step_ms: float = 0.0) -> dict:
     """Keyword arguments of services.launcher.LocalDeployment (without data_dir). The store's
     eviction policy runs on trace time (`time_scale`), as the replay does. `max_batch` > 0
     caps the worker's batch, so a busy machine queues turns at the scheduler (where the
-    policies act) instead of slowing every running turn."""
+    policies act) instead of slowing every running turn; `min_step_ms` > 0 gives every batch
+    step that floor, as on an accelerator."""
     store = ["--promote-concurrency", str(max_loads), "--policy-time-scale", f"{time_scale:g}"]
     if sizes.ssd_read_gbps_cap > 0:  # load estimates then match the emulated disk
         store += ["--ssd-read-gbps-cap", f"{sizes.ssd_read_gbps_cap:.6f}",
@@ -47,6 +48,8 @@ def deployment_kwargs(system: System, sizes: TierSizes, *, model: str, max_loads
     if system.policy == "fcfs":
         scheduler += ["--prefetch-window", str(system.prefetch_window)]
     worker = ["--max-batch", str(max_batch)] if max_batch > 0 else []
+    if min_step_ms > 0:
+        worker += ["--min-step-ms", f"{min_step_ms:g}"]
     return dict(dram_bytes=str(sizes.ideal_dram_bytes if system.ideal else sizes.dram_bytes),
                 ssd_bytes=str(sizes.ssd_bytes), eviction=system.eviction, policy=system.policy,
                 model=model, use_store=system.use_store, default_max_tokens=max_answer,
