@@ -14,7 +14,7 @@ from typing import Callable, Iterator
 
 from .aligned_io import aligned_buffer
 from .dram_tier import ShmPiece
-from .scatter import ScatterView
+from .scatter import Layout, ScatterView
 from .session_meta import SessionMeta
 from .shm_arena import Segment, ShmArena
 
@@ -50,12 +50,10 @@ class Payload:
         return ScatterView([self._map], self.nbytes)
 
     def _spans(self, start: int, stop: int):
-        base = 0
-        for segment in self.segments:
-            lo, hi = max(start, base), min(stop, base + segment.size)
-            if lo < hi:
-                yield segment, lo - base, hi - lo
-            base += segment.size
+        """(segment, offset in it, length) covering bytes [start, stop)."""
+        layout = Layout([s.size for s in self.segments])
+        for i, local, take in layout.spans(start, stop):
+            yield self.segments[i], local, take
 
     def release(self, unref: Callable[[Segment], None] | None = None) -> None:
         """Let go of the memory (`unref` gives the segment references back, under the lock)."""
