@@ -5,7 +5,7 @@ so fcfs-lru and cachedattention differ only in eviction, as in the cache-only ta
 baselines hold no lease on a queued request's KV (a DRAM hit can be evicted before it runs and
 is then loaded again — what CachedAttention's queue-aware eviction prevents for the next 30);
 Bidaw leases the KV of every queued request, as the KV store service does.
-`fcfs-lru-sync` loads only when a request reaches the head (a synchronous offload connector).
+`fcfs-lru-head` loads only when a request reaches the head (the GPU keeps running the batch).
 
 A system = a scheduling queue (scheduler.policy) + an eviction policy (kv_store.eviction) + the
 tensor it stores + how much cache it has. Bidaw's mechanisms switch off by suffix, in any order:
@@ -36,7 +36,7 @@ class SystemSpec:
 BASE_SYSTEMS: dict[str, SystemSpec] = {s.name: s for s in (
     SystemSpec("recompute", NO_CACHE),
     SystemSpec("fcfs-lru", TIERED, "fcfs", 30, "lru", "kv"),
-    SystemSpec("fcfs-lru-sync", TIERED, "fcfs", 1, "lru", "kv"),
+    SystemSpec("fcfs-lru-head", TIERED, "fcfs", 1, "lru", "kv"),
     SystemSpec("cachedattention", TIERED, "fcfs", 30, "queue-aware", "kv"),
     SystemSpec("bidaw", TIERED, "bidaw", 1, "bidaw", "auto", pin_queued=True),
     SystemSpec("bidaw-size", TIERED, "bidaw", 1, "bidaw-size", "auto", pin_queued=True),

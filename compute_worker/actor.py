@@ -36,7 +36,8 @@ class EngineHost:
 
     def __init__(self, model_spec: str, store_target: str | None, kv_format: str = "auto",
                  default_max_tokens: int = 256, threads: int = 0, device: str = "",
-                 max_batch: int = 16, tls=None, min_step_ms: float = 0.0):
+                 max_batch: int = 16, tls=None, min_step_ms: float = 0.0,
+                 restore_in_step: bool = False):
         """`tls`: the worker's TLSFiles, for the actor's channels to the KV store (the actor is
         another process, so the worker's process-wide setting does not reach it)."""
         import os
@@ -68,7 +69,7 @@ class EngineHost:
         store = KVShards(store_target) if store_target else None
         kv_io = KVSessionIO(store, model, self.model_name, fmt)
         self.engine = Engine(model, tokenizer, kv_io, default_max_tokens, max_batch,
-                             min_step_s=min_step_ms / 1000.0)
+                             min_step_s=min_step_ms / 1000.0, restore_in_step=restore_in_step)
 
     def info(self) -> dict:
         model, kv_io = self.engine.model, self.engine.kv_io

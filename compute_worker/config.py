@@ -25,6 +25,9 @@ class WorkerConfig(SecurityConfig):
     min_step_ms: float = field(default=0.0, metadata={
         "help": "every batch step takes at least this long (benchmarks: a GPU step costs about "
                 "the same however many slots are filled; a CPU step gets faster with fewer)"})
+    restore_in_step: bool = field(default=False, metadata={
+        "help": "read a turn's KV between batch steps, stalling every running turn (benchmarks: "
+                "the synchronous offload connector of vLLM + LMCache, the FCFS+LRU baseline)"})
     threads: int = field(default=0, metadata={"help": "torch threads (0: all cores)"})
     device: str = field(default="", metadata={"help": "cuda or cpu (default: cuda if present)"})
     ray_address: str = field(default="", metadata={

@@ -4,10 +4,13 @@ Callers (one thread per turn) prepare a Sequence — prompt ids, KV restored fro
 hand it to the step loop. Each step runs ONE forward over every active sequence: prefill chunks
 of new sequences next to single decode tokens of running ones, so a new turn joins the batch at
 the next step and a finished one leaves without stalling the others. KV restore and save happen
-in the callers' threads, overlapping with the batch.
+in the callers' threads, overlapping with the batch — unless `restore_in_step`, the baseline of a
+synchronous offload connector (vLLM + LMCache's default): then a restore runs between steps and
+every running sequence waits for it.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -31,7 +34,8 @@ log = logging.getLogger("bidaw.compute_worker")
 
 class Engine:
     def __init__(self, model, tokenizer, kv_io: KVSessionIO, default_max_tokens: int = 256,
-                 max_batch: int = 16, max_prefill_tokens: int = 512, min_step_s: float = 0.0):
+                 max_batch: int = 16, max_prefill_tokens: int = 512, min_step_s: float = 0.0,
+                 restore_in_step: bool = False):
         self.model = model
         self.tokenizer = tokenizer
         self.kv_io = kv_io
@@ -42,6 +46,10 @@ class Engine:
         # 16, so a slot left empty is lost capacity; on a CPU the others speed up instead.
         # Benchmarks that emulate an accelerator set it (0: off).
         self.min_step_s = min_step_s
+        self.restore_in_step = restore_in_step
+        self._turns = threading.Condition()  # restores waiting or running / a step running
+        self._restoring = 0
+        self._stepping = False
         self._inbox: queue.Queue[Sequence] = queue.Queue()
         self._active: list[Sequence] = []
         self.peak_batch = 0  # most sequences ever run in one step (stats, tests)
@@ -72,7 +80,8 @@ class Engine:
         cfg = self.model.config
         prompt = prompt_ids(turn, self.tokenizer, cfg.vocab_size, self.max_context)
         with tracing.span("worker.kv_restore", prompt_tokens=len(prompt)) as span:
-            restored = self.kv_io.restore(turn.session_id, prompt, kv_stores)
+            with self._restore_slot():
+                restored = self.kv_io.restore(turn.session_id, prompt, kv_stores)
             span.set_attributes({
                 "bidaw.cached_tokens": restored.tokens, "bidaw.tier": TIER_LABELS[restored.tier],
                 "bidaw.kv_bytes": restored.tokens * self.kv_io.bytes_per_token,
@@ -114,6 +123,37 @@ class Engine:
             finish_reason=seq.finish_reason,
             latency_s=time.monotonic() - arrived)
 
+    @contextlib.contextmanager
+    def _restore_slot(self):
+        """With restore_in_step, no batch step runs while a restore does (restores go first:
+        the step loop waits for every one that is waiting)."""
+        if not self.restore_in_step:
+            yield
+            return
+        with self._turns:
+            self._restoring += 1
+            while self._stepping:
+                self._turns.wait()
+        try:
+            yield
+        finally:
+            with self._turns:
+                self._restoring -= 1
+                self._turns.notify_all()
+
+    @contextlib.contextmanager
+    def _step_slot(self):
+        with self._turns:
+            while self._restoring:
+                self._turns.wait()
+            self._stepping = True
+        try:
+            yield
+        finally:
+            with self._turns:
+                self._stepping = False
+                self._turns.notify_all()
+
     # -- the step loop ----------------------------------------------------------------------
 
     def _loop(self) -> None:
@@ -123,7 +163,8 @@ class Engine:
             if not self._active:
                 continue
             try:
-                self._step()
+                with self._step_slot():
+                    self._step()
             except Exception as exc:  # fail this batch's turns, keep serving the next ones
                 log.exception("engine step failed")
                 for seq in self._active:

@@ -39,7 +39,8 @@ def start(config: WorkerConfig):
     # step loop batches them all.
     actor = EngineActor.options(num_cpus=1, max_concurrency=config.max_batch + 4).remote(
         config.model, config.store, config.kv_format, config.default_max_tokens, config.threads,
-        config.device, config.max_batch, tls_files(), config.min_step_ms)
+        config.device, config.max_batch, tls_files(), config.min_step_ms,
+        config.restore_in_step)
     ray.get(actor.info.remote())  # fail fast if the model does not load
     service = ComputeWorkerService(actor, config.worker_id)
     server = Server(config.listen, [(compute_worker_pb2_grpc.add_ComputeWorkerServicer_to_server,

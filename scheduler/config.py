@@ -19,6 +19,11 @@ class SchedulerConfig(SecurityConfig):
     prefetch_window: int = field(default=1, metadata={
         "help": "fcfs only: start SSD loads for the first N queued turns (1: at the head, "
                 "vLLM-style; 30: CachedAttention's look-ahead)"})
+    ssd_aware: bool = field(default=True, metadata={
+        "help": "fcfs only: hold a turn whose KV is on SSD until the store has loaded it (false: "
+                "dispatch it at once and let the worker read the SSD inside its batch step, as "
+                "vLLM with LMCache's synchronous connector does; pair with the worker's "
+                "--restore-in-step true)"})
     max_loads: int = field(default=2, metadata={"help": "SSD->DRAM loads in flight at once"})
     max_queue: int = field(default=1024, metadata={
         "help": "queued turns beyond which new ones are refused (RESOURCE_EXHAUSTED)"})

@@ -78,7 +78,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     def __init__(self, config: SchedulerConfig, pool: WorkerPool):
         self.config = config
         self.pool = pool
-        extra = {"prefetch_window": config.prefetch_window} if config.policy == "fcfs" else {}
+        extra = ({"prefetch_window": config.prefetch_window, "ssd_aware": config.ssd_aware}
+                 if config.policy == "fcfs" else {})
         self.queue = make_queue(config.policy, max_concurrent_loads=config.max_loads, **extra)
         self._pending: dict[int, Pending] = {}  # queued, by request id (= seq)
         self._loading: dict[int, tuple[str, float]] = {}  # request id -> (session, start)

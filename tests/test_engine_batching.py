@@ -134,3 +134,57 @@ def test_a_step_floor_paces_every_step_and_changes_no_token(opt_model):
     assert got == expected and len(got) == 12
     assert time.monotonic() - start >= 12 * 0.05
     free.stop(), paced.stop()
+
+
+@pytest.mark.parametrize("in_step", [True, False])
+def test_restore_in_step_stalls_the_running_batch_while_a_kv_comes_off_ssd(opt_model, tmp_path,
+                                                                          in_step):
+    """--restore-in-step (the synchronous-connector baseline): while one turn reads its KV from a
+    slow SSD, the running turn gets no token; without it the batch keeps decoding. Either way
+    both answers are the ones computed without the store."""
+    import time
+
+    server, core = start(StoreConfig(listen="127.0.0.1:0", data_dir=str(tmp_path),
+                                     dram_bytes=64 << 20, ssd_read_gbps_cap=0.001,
+                                     ssd_io_bytes=64 << 10))
+    client = KVClient(f"127.0.0.1:{server.port}")
+    plain = Engine(opt_model, None, KVSessionIO(None, opt_model, "opt", KV))
+    engine = Engine(opt_model, None, KVSessionIO(client, opt_model, "opt", KV), min_step_s=0.01,
+                    restore_in_step=in_step)
+    try:
+        history = list(range(5, 205))
+        first = answer(engine, turn("b", ids=history, max_tokens=8))[0]
+        core.writer.wait("b")
+        with core._lock:
+            core._drop_dram("b")  # ~640 KB on SSD, read at 1 MB/s
+        assert client.lookup("b").tier == common_pb2.TIER_SSD
+        follow_up = history + first + [7, 8, 9]
+        long_ids = list(range(3, 13))
+
+        stamps: list[float] = []
+        got_a: list[int] = []
+
+        def run_a():
+            for new, _, _ in engine.run(turn("a", ids=long_ids, max_tokens=300)):
+                got_a.extend(new)
+                stamps.append(time.monotonic())
+
+        runner = threading.Thread(target=run_a)
+        runner.start()
+        while len(stamps) < 20:
+            time.sleep(0.005)
+        got_b, summary = answer(engine, turn("b", ids=follow_up, max_tokens=8))
+        runner.join()
+        assert summary.kv_tier == common_pb2.TIER_SSD and summary.cached_tokens >= len(history)
+        assert summary.kv_load_s > 0.4
+        gap = max(b - a for a, b in zip(stamps, stamps[1:]))
+        if in_step:
+            assert gap >= 0.8 * summary.kv_load_s
+        else:
+            assert gap < 0.5 * summary.kv_load_s
+        assert got_a == answer(plain, turn("a", ids=long_ids, max_tokens=300))[0]
+        assert got_b == answer(plain, turn("b", ids=follow_up, max_tokens=8))[0]
+    finally:
+        plain.stop(), engine.stop()
+        server.stop(0)
+        core.close()

@@ -147,6 +147,12 @@ def test_systems_map_to_deployments():
     assert bidaw["extra_args"]["worker"] == []  # the worker's own batch size
     capped = deployment_kwargs(SYSTEMS["bidaw"], sizes, model="m", max_batch=6)
     assert capped["extra_args"]["worker"] == ["--max-batch", "6"]
+    sync = deployment_kwargs(SYSTEMS["fcfs-lru"], sizes, model="m")  # vLLM + LMCache
+    assert sync["extra_args"]["scheduler"][-2:] == ["--ssd-aware", "false"]
+    assert sync["extra_args"]["worker"] == ["--restore-in-step", "true"]
+    loads_first = deployment_kwargs(SYSTEMS["fcfs-lru-head"], sizes, model="m")
+    assert "--ssd-aware" not in loads_first["extra_args"]["scheduler"]
+    assert loads_first["extra_args"]["worker"] == []
 
 def _trace() -> list[Turn]:
     turns = [Turn(1, 0.0, 10, 20, 0), Turn(1, 30.0, 5, 40, 1), Turn(1, 100.0, 8, 8, 2),

@@ -115,6 +115,19 @@ def test_fcfs_head_of_line_blocking():
     assert q.next_load(2.0, 0).request_id == "later"
 
 
+def test_fcfs_unaware_of_ssd_dispatches_in_arrival_order_and_never_loads():
+    q = FCFSQueue(max_concurrent_loads=2, prefetch_window=1, ssd_aware=False)
+    q.add("head", "x", 1, 0.0, "ssd", 10**9)
+    q.add("hit", "y", 2, 0.1, "dram", 0)
+    q.add("busy", "z", 3, 0.2, "loading", 10)
+    assert q.lengths() == {"ready": 3, "waiting": 0, "loading": 0}
+    assert q.next_load(1.0, 0) is None              # the worker reads SSD itself
+    assert q.kv_evicted("hit", 10**6) is None       # where KV went does not matter to it
+    assert q.get("hit").state == READY
+    assert [q.pop_ready().request_id for _ in range(3)] == ["head", "hit", "busy"]
+    assert q.pop_ready() is None and len(q) == 0
+
+
 def test_fcfs_prefetch_window_loads_in_arrival_order():
     q = FCFSQueue(max_concurrent_loads=3, prefetch_window=3)
     q.add(1, "a", 1, 0.0, "dram", 0)

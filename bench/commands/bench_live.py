@@ -14,7 +14,7 @@ SMOLLM2_KV_BYTES_PER_TOKEN = 46_080  # float32 K/V on CPU: 30 layers x 2 x 3 hea
 
 def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     from bench.replay.args import add_plan_args
-    from bench.replay.systems import ABLATIONS, DEFAULT_SYSTEMS
+    from bench.replay.systems import ABLATIONS, BASELINE_VARIANTS, DEFAULT_SYSTEMS
 
     p = groups["bench"].add_parser(
         "live", help="replay one trace against a fresh deployment per system, side by side",
@@ -25,7 +25,8 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
         "load takes --load-s seconds; the ideal's DRAM holds all KV.")
     add_plan_args(p, **DEFAULTS, trace_required=False)
     p.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS),
-                   help=f"comma list (ablations: {', '.join(ABLATIONS)}; 'all' for every one)")
+                   help=f"comma list (ablations: {', '.join(ABLATIONS)}; baseline variants: "
+                   f"{', '.join(BASELINE_VARIANTS)}; 'all' for every one)")
     p.add_argument("--model", default="smollm2-135m", help="model every worker serves")
     p.add_argument("--bytes-per-token", type=int, default=SMOLLM2_KV_BYTES_PER_TOKEN,
                    help="the model's stored KV bytes per token (sizes the tiers)")
@@ -62,9 +63,9 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
 
 
 def _systems(text: str) -> list[str]:
-    from bench.replay.systems import ABLATIONS, DEFAULT_SYSTEMS, SYSTEMS
+    from bench.replay.systems import ABLATIONS, BASELINE_VARIANTS, DEFAULT_SYSTEMS, SYSTEMS
 
-    names = [*DEFAULT_SYSTEMS, *ABLATIONS] if text == "all" else \
+    names = [*DEFAULT_SYSTEMS, *BASELINE_VARIANTS, *ABLATIONS] if text == "all" else \
         [s.strip() for s in text.split(",") if s.strip()]
     unknown = [n for n in names if n not in SYSTEMS]
     if unknown:

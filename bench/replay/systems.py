@@ -12,6 +12,8 @@ class System:
     eviction: str              # store's DRAM eviction policy
     about: str
     prefetch_window: int = 1   # fcfs only: SSD loads may start this far behind the head
+    sync_loads: bool = False   # fcfs only: dispatch without looking at where KV is; the worker
+    #                            reads it between batch steps, stalling the batch (vLLM+LMCache)
     use_store: bool = True     # False: the worker recomputes every prompt
     ideal: bool = False        # DRAM larger than all KV ever stored
 
@@ -19,17 +21,23 @@ class System:
 SYSTEMS: dict[str, System] = {
     "recompute": System("fcfs", "lru", "no KV store: every turn prefills its whole history",
                         use_store=False),
-    "fcfs-lru": System("fcfs", "lru", "vLLM-style offload: FCFS, load at the head, LRU"),
+    "fcfs-lru": System("fcfs", "lru", "vLLM + LMCache-style offload: FCFS unaware of SSD, the "
+                       "KV read inside the batch step (synchronous connector), LRU",
+                       sync_loads=True),
+    "fcfs-lru-head": System("fcfs", "lru", "FCFS that loads the head's KV before dispatch "
+                            "while the batch keeps decoding, LRU"),
     "cachedattention": System("fcfs", "queue-aware", "CachedAttention: FCFS with look-ahead 30 "
                               "prefetch, LRU that spares the next 30 queued", prefetch_window=30),
     "bidaw": System("bidaw", "bidaw", "I/O-aware scheduling + previous-answer-based eviction"),
     "bidaw-sched-only": System("bidaw", "lru", "ablation: Bidaw's scheduler, LRU eviction"),
-    "bidaw-evict-only": System("fcfs", "bidaw", "ablation: FCFS (load at head), Bidaw eviction"),
+    "bidaw-evict-only": System("fcfs", "bidaw", "ablation: FCFS+LRU's scheduling and "
+                               "synchronous loads, Bidaw eviction", sync_loads=True),
     "bidaw-size": System("bidaw", "bidaw-size", "Bidaw with size-aware eviction"),
     "ideal": System("fcfs", "lru", "all KV fits in DRAM", ideal=True),
 }
 DEFAULT_SYSTEMS = ("recompute", "fcfs-lru", "cachedattention", "bidaw", "bidaw-size", "ideal")
 ABLATIONS = ("bidaw-sched-only", "bidaw-evict-only")
+BASELINE_VARIANTS = ("fcfs-lru-head",)
 
 
 def deployment_kwargs(system: System, sizes: TierSizes, *, model: str, max_loads: int = 2,
@@ -47,7 +55,11 @@ def deployment_kwargs(system: System, sizes: TierSizes, *, model: str, max_loads
     scheduler = ["--max-loads", str(max_loads)]
     if system.policy == "fcfs":
         scheduler += ["--prefetch-window", str(system.prefetch_window)]
+        if system.sync_loads:
+            scheduler += ["--ssd-aware", "false"]
     worker = ["--max-batch", str(max_batch)] if max_batch > 0 else []
+    if system.sync_loads:
+        worker += ["--restore-in-step", "true"]
     if min_step_ms > 0:
         worker += ["--min-step-ms", f"{min_step_ms:g}"]
     return dict(dram_bytes=str(sizes.ideal_dram_bytes if system.ideal else sizes.dram_bytes),

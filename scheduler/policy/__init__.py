@@ -24,7 +24,8 @@ Policies:
   blocks one whose KV is ready.
 - "fcfs" (`FCFSQueue`): one queue in arrival order; the head blocks until its KV is loaded. Loads
   start in arrival order among the first `prefetch_window` requests (1: vLLM-style, load at the
-  head; 30: CachedAttention's look-ahead prefetch; 0: unlimited).
+  head; 30: CachedAttention's look-ahead prefetch; 0: unlimited). `ssd_aware=False`: the queue
+  ignores where KV is (never loads; the worker reads SSD inside its step, as vLLM + LMCache do).
 
 Costs: add, load_finished, pop_ready O(log n); remove O(log n) amortised; upcoming(n) O(n α);
 next_load O(n) vectorised for "bidaw" (one numpy argmax, tens of µs at 10,000 queued; R's order

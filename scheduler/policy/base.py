@@ -31,7 +31,7 @@ class RequestQueue(ABC):
             raise ValueError(f"request {request_id!r} is already queued")
         if kv_location not in KV_LOCATIONS:
             raise ValueError(f"unknown kv_location {kv_location!r}; known: {KV_LOCATIONS}")
-        state = _STATE_OF_LOCATION[kv_location]
+        state = self._state_on_arrival(kv_location)
         req = QueuedRequest(request_id, session_id, arrival_seq, arrival_time, kv_location,
                             int(kv_bytes), state)
         self._order.append(req)  # raises on a non-increasing seq, before any state changes
@@ -80,10 +80,11 @@ class RequestQueue(ABC):
         """A READY request's KV left DRAM before dispatch (it held no lease): it needs a load again.
 
         It keeps its arrival position and becomes WAITING (kv_location "ssd", `kv_bytes` to load).
-        Requests that are not READY are ignored (None).
+        Requests that are not READY, and every request of a queue that does not look at where
+        KV is (FCFSQueue(ssd_aware=False)), are ignored (None).
         """
         req = self._by_id.get(request_id)
-        if req is None or req.state != READY:
+        if req is None or req.state != READY or self._state_on_arrival(KV_SSD) == READY:
             return None
         req.kv_location = KV_SSD
         req.kv_bytes = int(kv_bytes)
@@ -130,6 +131,9 @@ class RequestQueue(ABC):
         return request_id in self._by_id
 
     # ---- for subclasses --------------------------------------------------------------------
+    def _state_on_arrival(self, kv_location: str) -> str:
+        return _STATE_OF_LOCATION[kv_location]
+
     @abstractmethod
     def _on_add(self, req: QueuedRequest) -> None: ...
 

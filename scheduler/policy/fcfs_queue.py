@@ -3,6 +3,10 @@
 `prefetch_window` says how far behind the head SSD loads may start (in arrival order):
 1 = load only when a request reaches the head (vLLM-style offload); 30 = CachedAttention's
 scheduler-aware prefetching of the next requests in the job queue; 0 = unlimited.
+
+`ssd_aware=False` is the scheduler that does not know where KV is (vLLM with LMCache's default,
+synchronous connector): every request is READY on arrival and dispatched in arrival order, and
+the worker reads KV from SSD itself, inside its batch step, stalling every running sequence.
 """
 from __future__ import annotations
 
@@ -15,12 +19,17 @@ from scheduler.policy.request import READY, WAITING, QueuedRequest
 class FCFSQueue(RequestQueue):
     name = "fcfs"
 
-    def __init__(self, max_concurrent_loads: int = 2, prefetch_window: int = 1) -> None:
+    def __init__(self, max_concurrent_loads: int = 2, prefetch_window: int = 1,
+                 ssd_aware: bool = True) -> None:
         super().__init__(max_concurrent_loads)
         if prefetch_window < 0:
             raise ValueError("prefetch_window must be >= 0 (0 = unlimited)")
         self.prefetch_window = prefetch_window
+        self.ssd_aware = ssd_aware
         self._waiting: list[tuple[int, QueuedRequest]] = []  # by seq; stale entries skipped
+
+    def _state_on_arrival(self, kv_location: str) -> str:
+        return super()._state_on_arrival(kv_location) if self.ssd_aware else READY
 
     def _on_add(self, req: QueuedRequest) -> None:
         if req.state == WAITING:
