@@ -23,6 +23,7 @@ COMMANDS = [
     "bench.commands.bench_store",
     "bench.commands.replay",
     "bench.commands.bench_live",
+    "bench.commands.bench_cache_replay",
     "bench.commands.bench_compute",
     "bench.commands.bench_gateway",
     "bench.commands.chaos",
