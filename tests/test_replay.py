@@ -268,10 +268,13 @@ def test_repeated_runs_combine_into_means_totals_and_spread():
 def test_ratios_and_records_round_trip(tmp_path):
     rows = {"bidaw": {"latency_mean": 2.0, "ttft_mean": 1.0},
             "ideal": {"latency_mean": 1.6, "ttft_mean": 0.5},
-            "fcfs-lru": {"latency_mean": 5.0, "ttft_mean": 4.0}}
+            "fcfs-lru": {"latency_mean": 5.0, "ttft_mean": 4.0},
+            "fcfs-lru-head": {"latency_mean": 3.0, "ttft_mean": 1.5}}
     r = ratios(rows)
     assert r["bidaw/ideal_latency_mean"] == pytest.approx(1.25)
     assert r["fcfs-lru/bidaw_latency_mean"] == pytest.approx(2.5)
+    assert r["fcfs-lru-head/bidaw_ttft_mean"] == pytest.approx(1.5)
+    assert "cachedattention/bidaw_latency_mean" not in r  # only systems that ran
     recs = [_rec(0), _rec(1, status=FAILED)]
     write_jsonl(recs, tmp_path / "r.jsonl")
     assert read_jsonl(tmp_path / "r.jsonl") == recs

@@ -25,14 +25,19 @@ def history(name: str) -> list[int]:
     return torch.randint(100, 40000, (SIZES[name],), generator=gen).tolist()
 
 
-def race(policy: str, tmp_path) -> dict[str, float]:
+def race(policy: str, tmp_path, sync: bool = False):
     """When each session's second turn was dispatched to the worker (seconds from the first
-    submission), after the SSD/DRAM layout is set up. Dispatch, not finish: how long a worker
-    then takes is not the scheduler's doing."""
+    submission), after the SSD/DRAM layout is set up, and the turns' summaries. Dispatch, not
+    finish: how long a worker then takes is not the scheduler's doing. `sync`: the FCFS that
+    does not look at where KV is, with the worker reading it inside its step (vLLM + LMCache)."""
+    scheduler, worker = ["--max-loads", "1"], []
+    if sync:
+        scheduler, worker = scheduler + ["--ssd-aware", "false"], ["--restore-in-step", "true"]
     dep = LocalDeployment(
-        data_dir=str(tmp_path / policy), dram_bytes="40MiB", eviction="lru", policy=policy,
-        extra_args={"store": ["--ssd-read-gbps-cap", "0.02"],
-                    "scheduler": ["--max-loads", "1"]})
+        data_dir=str(tmp_path / f"{policy}{'-sync' if sync else ''}"), dram_bytes="40MiB",
+        eviction="lru", policy=policy,
+        extra_args={"store": ["--ssd-read-gbps-cap", "0.02"], "scheduler": scheduler,
+                    "worker": worker})
     with dep:
         client, store = ChatClient(dep.scheduler_target), KVClient(dep.store_target)
         for name in ["medium", "small", "big", "filler", "hot"]:  # LRU leaves filler+hot in DRAM
@@ -61,13 +66,19 @@ def race(policy: str, tmp_path) -> dict[str, float]:
             t.join(timeout=120)
         assert set(done) == set(SUBMIT_ORDER)  # every turn answered, the big one too
         assert all(served[n].cached_tokens == SIZES[n] for n in SUBMIT_ORDER)
-        return done
+        return done, served
 
 
 @pytest.fixture(scope="module")
-def dispatch_times(tmp_path_factory):
+def races(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sched")
-    return {policy: race(policy, tmp) for policy in ("bidaw", "fcfs")}
+    return {"bidaw": race("bidaw", tmp), "fcfs": race("fcfs", tmp),
+            "fcfs-sync": race("fcfs", tmp, sync=True)}
+
+
+@pytest.fixture(scope="module")
+def dispatch_times(races):
+    return {name: done for name, (done, _) in races.items()}
 
 
 def test_dram_turn_is_not_blocked_behind_ssd_loads(dispatch_times):
@@ -82,3 +93,16 @@ def test_small_load_overtakes_earlier_big_one_which_still_finishes(dispatch_time
     assert bidaw["small"] < bidaw["big"]  # disk-HRRN: small KV first
     assert fcfs["small"] > fcfs["big"]  # FCFS: arrival order
     assert bidaw["big"] < 30  # and the large load is not starved
+
+
+def test_ssd_unaware_fcfs_dispatches_at_once_and_the_worker_stalls_on_the_reads(races):
+    """The vLLM + LMCache baseline: no turn waits at the scheduler, the worker reads each KV from
+    SSD itself, and the DRAM turn's first token waits behind those reads inside the worker."""
+    done, served = races["fcfs-sync"]
+    assert all(served[n].queue_s < 0.5 for n in SUBMIT_ORDER)  # the scheduler held nobody
+    # The worker read these from SSD itself ("hot" may have been evicted by those reads by the
+    # time its own read came: nothing leases a dispatched turn's KV in this baseline).
+    assert all(served[n].kv_tier == common_pb2.TIER_SSD for n in ("medium", "big", "small"))
+    assert served["big"].kv_load_s > 1.0  # 37 MB at 20 MB/s, read by the worker's turn
+    assert served["hot"].ttft_s > 1.5  # its step waited for the SSD reads in flight
+    assert races["bidaw"][1]["hot"].ttft_s < 1.0

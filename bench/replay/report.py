@@ -119,6 +119,7 @@ def ratios(systems: dict[str, dict]) -> dict[str, float]:
     for key in ("latency_mean", "ttft_mean"):
         ratio("bidaw", "ideal", key)
         ratio("fcfs-lru", "bidaw", key)
+        ratio("fcfs-lru-head", "bidaw", key)
         ratio("cachedattention", "bidaw", key)
         ratio("bidaw-size", "ideal", key)
     return out
