@@ -149,10 +149,17 @@ def test_systems_map_to_deployments():
     assert capped["extra_args"]["worker"] == ["--max-batch", "6"]
     sync = deployment_kwargs(SYSTEMS["fcfs-lru"], sizes, model="m")  # vLLM + LMCache
     assert sync["extra_args"]["scheduler"][-2:] == ["--ssd-aware", "false"]
-    assert sync["extra_args"]["worker"] == ["--restore-in-step", "true"]
+    assert sync["extra_args"]["worker"] == ["--restore-in-step", "true", "--kv-format", "kv"]
     loads_first = deployment_kwargs(SYSTEMS["fcfs-lru-head"], sizes, model="m")
     assert "--ssd-aware" not in loads_first["extra_args"]["scheduler"]
-    assert loads_first["extra_args"]["worker"] == []
+    assert loads_first["extra_args"]["worker"] == ["--kv-format", "kv"]
+    # The baselines store K/V; Bidaw and the ideal let the model choose (tensor 6 for MHA).
+    for name in ("fcfs-lru", "fcfs-lru-head", "cachedattention", "bidaw-no-tensor6"):
+        assert SYSTEMS[name].kv_format == "kv", name
+    for name in ("bidaw", "bidaw-size", "bidaw-sched-only", "bidaw-evict-only", "ideal"):
+        assert SYSTEMS[name].kv_format == "auto", name
+    assert "--kv-format" not in deployment_kwargs(SYSTEMS["recompute"], sizes,
+                                                  model="m")["extra_args"]["worker"]
 
 def _trace() -> list[Turn]:
     turns = [Turn(1, 0.0, 10, 20, 0), Turn(1, 30.0, 5, 40, 1), Turn(1, 100.0, 8, 8, 2),

@@ -15,6 +15,8 @@ class System:
     sync_loads: bool = False   # fcfs only: dispatch without looking at where KV is; the worker
     #                            reads it between batch steps, stalling the batch (vLLM+LMCache)
     use_store: bool = True     # False: the worker recomputes every prompt
+    kv_format: str = "auto"    # what the worker stores: the baselines store K/V; Bidaw lets
+    #                            the model's config choose (tensor 6 for MHA models, else K/V)
     ideal: bool = False        # DRAM larger than all KV ever stored
 
 
@@ -23,20 +25,23 @@ SYSTEMS: dict[str, System] = {
                         use_store=False),
     "fcfs-lru": System("fcfs", "lru", "vLLM + LMCache-style offload: FCFS unaware of SSD, the "
                        "KV read inside the batch step (synchronous connector), LRU",
-                       sync_loads=True),
+                       sync_loads=True, kv_format="kv"),
     "fcfs-lru-head": System("fcfs", "lru", "FCFS that loads the head's KV before dispatch "
-                            "while the batch keeps decoding, LRU"),
+                            "while the batch keeps decoding, LRU", kv_format="kv"),
     "cachedattention": System("fcfs", "queue-aware", "CachedAttention: FCFS with look-ahead 30 "
-                              "prefetch, LRU that spares the next 30 queued", prefetch_window=30),
+                              "prefetch, LRU that spares the next 30 queued", prefetch_window=30,
+                              kv_format="kv"),
     "bidaw": System("bidaw", "bidaw", "I/O-aware scheduling + previous-answer-based eviction"),
     "bidaw-sched-only": System("bidaw", "lru", "ablation: Bidaw's scheduler, LRU eviction"),
     "bidaw-evict-only": System("fcfs", "bidaw", "ablation: FCFS+LRU's scheduling and "
                                "synchronous loads, Bidaw eviction", sync_loads=True),
+    "bidaw-no-tensor6": System("bidaw", "bidaw", "ablation: Bidaw storing K/V whatever the "
+                               "model (the same as bidaw for GQA models)", kv_format="kv"),
     "bidaw-size": System("bidaw", "bidaw-size", "Bidaw with size-aware eviction"),
     "ideal": System("fcfs", "lru", "all KV fits in DRAM", ideal=True),
 }
 DEFAULT_SYSTEMS = ("recompute", "fcfs-lru", "cachedattention", "bidaw", "bidaw-size", "ideal")
-ABLATIONS = ("bidaw-sched-only", "bidaw-evict-only")
+ABLATIONS = ("bidaw-sched-only", "bidaw-evict-only", "bidaw-no-tensor6")
 BASELINE_VARIANTS = ("fcfs-lru-head",)
 
 
@@ -60,6 +65,8 @@ def deployment_kwargs(system: System, sizes: TierSizes, *, model: str, max_loads
     worker = ["--max-batch", str(max_batch)] if max_batch > 0 else []
     if system.sync_loads:
         worker += ["--restore-in-step", "true"]
+    if system.kv_format != "auto" and system.use_store:
+        worker += ["--kv-format", system.kv_format]
     if min_step_ms > 0:
         worker += ["--min-step-ms", f"{min_step_ms:g}"]
     return dict(dram_bytes=str(sizes.ideal_dram_bytes if system.ideal else sizes.dram_bytes),
