@@ -17,8 +17,8 @@ class SchedulerConfig(SecurityConfig):
         "help": "registered members heartbeat this often; 3 missed and they are dropped"})
     policy: str = field(default="bidaw", metadata={"help": "scheduling policy: fcfs or bidaw"})
     prefetch_window: int = field(default=1, metadata={
-        "help": "fcfs only: start SSD loads for the first N queued turns (1: at the head, "
-                "vLLM-style; 30: CachedAttention's look-ahead)"})
+        "help": "fcfs only: start SSD loads for the first N queued turns (1: at the head; "
+                "30: CachedAttention's look-ahead)"})
     ssd_aware: bool = field(default=True, metadata={
         "help": "fcfs only: hold a turn whose KV is on SSD until the store has loaded it (false: "
                 "dispatch it at once and let the worker read the SSD inside its batch step, as "

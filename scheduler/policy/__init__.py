@@ -23,8 +23,8 @@ Policies:
   finished load goes back at its original arrival position. A request waiting for its KV never
   blocks one whose KV is ready.
 - "fcfs" (`FCFSQueue`): one queue in arrival order; the head blocks until its KV is loaded. Loads
-  start in arrival order among the first `prefetch_window` requests (1: vLLM-style, load at the
-  head; 30: CachedAttention's look-ahead prefetch; 0: unlimited). `ssd_aware=False`: the queue
+  start in arrival order among the first `prefetch_window` requests (1: load at the head;
+  30: CachedAttention's look-ahead prefetch; 0: unlimited). `ssd_aware=False`: the queue
   ignores where KV is (never loads; the worker reads SSD inside its step, as vLLM + LMCache do).
 
 Costs: add, load_finished, pop_ready O(log n); remove O(log n) amortised; upcoming(n) O(n α);

@@ -1,8 +1,8 @@
 """The FCFS baseline: one queue in arrival order; a head whose KV is on SSD blocks everyone.
 
 `prefetch_window` says how far behind the head SSD loads may start (in arrival order):
-1 = load only when a request reaches the head (vLLM-style offload); 30 = CachedAttention's
-scheduler-aware prefetching of the next requests in the job queue; 0 = unlimited.
+1 = load only when a request reaches the head; 30 = CachedAttention's scheduler-aware
+prefetching of the next requests in the job queue; 0 = unlimited.
 
 `ssd_aware=False` is the scheduler that does not know where KV is (vLLM with LMCache's default,
 synchronous connector): every request is READY on arrival and dispatched in arrival order, and
