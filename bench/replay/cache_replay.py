@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from bench.replay.records import ANSWERED, TurnRecord
+from bench.replay.report import hit_counts
 
 PAGE = 4096
 
@@ -70,13 +71,10 @@ def cache_events(records: Iterable[TurnRecord], bytes_per_token: int) -> list[Ca
 
 
 def live_hit_rate(records: Sequence[TurnRecord]) -> float | None:
-    """The live store's DRAM hit rate over the same turns: sessions with history whose KV was in
-    DRAM when the turn was sent (None when the replayer did not look the tiers up)."""
-    looked = [r for r in records if r.status == ANSWERED and r.history_tokens > 0
-              and r.tier_at_arrival in ("dram", "ssd", "loading")]
-    if not looked:
-        return None
-    return sum(r.tier_at_arrival == "dram" for r in looked) / len(looked)
+    """The live store's DRAM hit rate over the same turns, as the report counts it (None when no
+    turn arrived with stored KV)."""
+    hits, stored = hit_counts(records)
+    return hits / stored if stored else None
 
 
 def replay_cache(events: Sequence[CacheEvent], policy, capacity_bytes: int) -> CacheOutcome:
