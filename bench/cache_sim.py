@@ -3,7 +3,10 @@
 - users = those whose round 0 is in the trace (see `sampled_users` for excerpts); `sample_users=F`
   keeps those whose rank in ascending id order satisfies rank % 10 < round(10 F);
 - a user's KV size at an access = min(tokens of all previous rounds, max_kv_tokens) × bytes/token;
-- hit if in DRAM; a miss (evicted earlier) brings it back; a first access is neither;
+  with `kv_after_turn` the turn's own tokens count too (what the store holds once the turn is
+  saved): beyond the scripts, needed where sessions end after one turn, which hold nothing else;
+- hit if in DRAM; a miss (evicted earlier) brings it back; a first access is neither (counted
+  apart, for the share of all turns served from DRAM);
 - with the end oracle, a user's KV is freed right after its last access in the trace;
 - after each access, while free DRAM < watermark, evict the policy's victim (the entry just
   accessed may go too); the policy breaks ties by order of entry into DRAM;
@@ -66,7 +69,8 @@ def sampled_users(turns: Iterable[Turn], sample_users: float | None,
 
 
 def prepare_accesses(turns: list[Turn], kv_bytes_per_token: int = 819200, max_kv_tokens: int = 2048,
-                     sample_users: float | None = None, partial_users: str = "auto") -> AccessLog:
+                     sample_users: float | None = None, partial_users: str = "auto",
+                     kv_after_turn: bool = False) -> AccessLog:
     """The replayable access log. A user first seen at round r > 0 (only with partial users) is
     given r × the trace's mean tokens per turn of earlier history."""
     keep = sampled_users(turns, sample_users, partial_users)
@@ -79,11 +83,12 @@ def prepare_accesses(turns: list[Turn], kv_bytes_per_token: int = 819200, max_kv
         prev = history.get(t.user)
         if prev is None:
             prev = int(t.round * per_turn)
+        after = prev + t.query_len + t.answer_len
         times.append(t.time)
         users.append(t.user)
-        sizes.append(min(prev, max_kv_tokens) * kv_bytes_per_token)
+        sizes.append(min(after if kv_after_turn else prev, max_kv_tokens) * kv_bytes_per_token)
         answers.append(t.answer_len)
-        history[t.user] = prev + t.query_len + t.answer_len
+        history[t.user] = after
     n = len(times)
     next_index = [n] * n
     last = [False] * n
@@ -106,6 +111,7 @@ class CacheResult:
     hit_bytes: int = 0
     miss_bytes: int = 0
     evictions: int = 0
+    firsts: int = 0            # first accesses in the window (neither hit nor miss)
     accesses: int = 0          # accesses replayed (up to the window end)
 
     @property
@@ -118,9 +124,16 @@ class CacheResult:
         n = self.hit_bytes + self.miss_bytes
         return self.hit_bytes / n if n else 0.0
 
+    @property
+    def turn_hit_rate(self) -> float:
+        """Share of all turns in the window served from DRAM (first turns count as not)."""
+        n = self.hits + self.misses + self.firsts
+        return self.hits / n if n else 0.0
+
     def as_dict(self) -> dict:
         return {"hit_rate": self.hit_rate, "byte_hit_rate": self.byte_hit_rate, "hits": self.hits,
-                "misses": self.misses, "evictions": self.evictions}
+                "misses": self.misses, "evictions": self.evictions, "firsts": self.firsts,
+                "turn_hit_rate": self.turn_hit_rate}
 
 
 def replay(log: AccessLog, policy: EvictionPolicy, dram_bytes: int, watermark_bytes: int = 2 * GIB,
@@ -164,6 +177,8 @@ def replay(log: AccessLog, policy: EvictionPolicy, dram_bytes: int, watermark_by
                 if counted:
                     res.misses += 1
                     res.miss_bytes += size
+            elif counted:
+                res.firsts += 1
             free -= size
             resident[u] = size
             admit(u, size, now)
@@ -196,6 +211,7 @@ class CacheSimConfig:
     end_oracle: bool = True
     lookahead: int = 30
     partial_users: str = "auto"
+    kv_after_turn: bool = False
     policy_kwargs: dict[str, dict] = field(default_factory=dict)
 
 
@@ -207,7 +223,7 @@ def simulate_policies(turns: list[Turn], policies: Iterable[str], cfg: CacheSimC
 
     if log is None:
         log = prepare_accesses(turns, cfg.kv_bytes_per_token, cfg.max_kv_tokens, cfg.sample_users,
-                               cfg.partial_users)
+                               cfg.partial_users, cfg.kv_after_turn)
     out: dict[str, CacheResult] = {}
     for name in policies:
         kwargs = dict(cfg.policy_kwargs.get(name, {}))

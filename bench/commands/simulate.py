@@ -41,6 +41,9 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     g.add_argument("--partial-users", choices=("auto", "drop", "keep"), default="auto",
                    help="users first seen mid-conversation: drop (the paper's scripts), keep (with "
                    "an estimated history), auto (keep only if no user starts in the trace)")
+    g.add_argument("--kv-after-turn", action="store_true",
+                   help="a turn's KV counts its own tokens, as the store holds it once saved (the "
+                   "paper's scripts count previous rounds only, so a one-turn session holds nothing)")
     g.add_argument("--policy-arg", action="append", default=[], metavar="POLICY.KEY=VALUE",
                    help="constructor argument, e.g. bidaw.stale_quantile=0.99 (repeatable)")
     try:
@@ -94,7 +97,7 @@ def run_cache_only(args: argparse.Namespace) -> dict:
         raise SystemExit(str(exc)) from None
     turns = _load_turns(args)
     log = prepare_accesses(turns, args.kv_bytes_per_token, args.max_kv_tokens, args.sample_users,
-                           args.partial_users)
+                           args.partial_users, args.kv_after_turn)
     window = parse_window(args.window)
     end_oracle = not args.no_end_oracle
     runs = []

@@ -1,4 +1,5 @@
-"""`bidaw trace stats FILE` and `bidaw trace synth`: look at a trace, or make one."""
+"""`bidaw trace stats FILE`, `bidaw trace synth`, `bidaw trace transform FILE`: look at a trace,
+make one, or derive one."""
 from __future__ import annotations
 
 import argparse
@@ -25,6 +26,27 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     sy.add_argument("--json", action="store_true", help="print the trace's statistics as JSON")
     sy.set_defaults(func=_synth)
 
+    tr = tsub.add_parser("transform", help="derive a trace: mix in one-shot sessions (seeded)")
+    tr.add_argument("file", help="trace file")
+    tr.add_argument("--format", default="auto", help="auto, bidaw, mooncake or sharegpt")
+    tr.add_argument("--out", required=True, help="output file, the paper's format ('-' for stdout)")
+    tr.add_argument("--add-one-shot", type=_fraction, required=True, metavar="F",
+                    help="add single-turn sessions that never return until they are a fraction F "
+                    "of all turns (0 <= F < 1); sizes from the trace's first turns")
+    tr.add_argument("--seed", type=int, default=0)
+    tr.add_argument("--json", action="store_true", help="print the trace's statistics as JSON")
+    tr.set_defaults(func=_transform)
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
+
 
 def _print_stats(stats: dict, as_json: bool) -> None:
     if as_json:
@@ -48,17 +70,30 @@ def _stats(args: argparse.Namespace) -> int:
     return 0
 
 
-def _synth(args: argparse.Namespace) -> int:
-    from bench.traces import SynthConfig, synthesize
+def _write(turns: list, out: str, as_json: bool) -> None:
     from bench.traces.bidaw_format import write_bidaw
     from bench.traces.stats import trace_stats
 
+    write_bidaw(turns, "/dev/stdout" if out == "-" else out)
+    if out != "-":
+        _print_stats(trace_stats(turns), as_json)
+    elif as_json:
+        print(json.dumps(trace_stats(turns)), file=sys.stderr)
+
+
+def _transform(args: argparse.Namespace) -> int:
+    from bench.traces import load_trace
+    from bench.traces.one_shot import add_one_shot
+
+    turns = add_one_shot(load_trace(args.file, args.format), args.add_one_shot, args.seed)
+    _write(turns, args.out, args.json)
+    return 0
+
+
+def _synth(args: argparse.Namespace) -> int:
+    from bench.traces import SynthConfig, synthesize
+
     cfg = SynthConfig(users=args.users, users_per_min=args.users_per_min,
                       rounds_mean=args.rounds_mean, seed=args.seed)
-    turns = synthesize(cfg)
-    write_bidaw(turns, "/dev/stdout" if args.out == "-" else args.out)
-    if args.out != "-":
-        _print_stats(trace_stats(turns), args.json)
-    elif args.json:
-        print(json.dumps(trace_stats(turns)), file=sys.stderr)
+    _write(synthesize(cfg), args.out, args.json)
     return 0
