@@ -8,7 +8,7 @@ refreshed every `refresh` observations of that bucket, so queries are O(1) / O(l
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
 # Answer-length bucket edges (tokens), roughly geometric: the signal is smooth in log(answer).
@@ -43,6 +43,8 @@ class GapStats:
     quantiles: dict[float, float]
     # excess[i] = E[G - x | G > x] for x = GAP_EDGES[i], the expected remaining wait after idling x
     excess: list[float] = field(default_factory=list)
+    # -P(G >= x) for x = GAP_EDGES[i], ascending (negated so bisect finds a survival level)
+    neg_survival: list[float] = field(default_factory=list)
 
     def remaining(self, idle: float) -> float:
         """Expected remaining wait after `idle` seconds without a return (0 when past the support)."""
@@ -50,6 +52,11 @@ class GapStats:
             return max(self.mean - max(idle, 0.0), 0.0)
         i = min(bisect_right(GAP_EDGES, idle) - 1, len(self.excess) - 1)
         return self.excess[i]
+
+    def gap_at_survival(self, tail: float) -> float:
+        """The shortest gap x (a bin edge) with P(G >= x) <= `tail`: the 1 - tail quantile."""
+        i = bisect_left(self.neg_survival, -tail)
+        return GAP_EDGES[min(i, len(GAP_EDGES) - 1)]
 
 
 DEFAULT_QUANTILES = (0.05, 0.1, 0.5, 0.9, 0.95, 0.99)
@@ -115,10 +122,12 @@ class ThinkTimeModel:
             quantiles[q] = _MIDS[-1]
         # Mean excess at each bin edge, by a suffix scan: E[G - x | G > x].
         excess = [0.0] * _N_BINS
+        neg_survival = [0.0] * _N_BINS
         tail_w, tail_m = 0.0, 0.0
         for i in range(_N_BINS - 1, -1, -1):
             tail_w += h[i]
             tail_m += h[i] * _MIDS[i]
             x = GAP_EDGES[i]
             excess[i] = (tail_m / tail_w - x) if tail_w > 0 else 0.0
-        return GapStats(mean, quantiles, excess)
+            neg_survival[i] = -tail_w / total
+        return GapStats(mean, quantiles, excess, neg_survival)

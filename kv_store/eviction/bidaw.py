@@ -39,7 +39,8 @@ _ANSWER_REPR = [0] + list(ANSWER_EDGES)
 
 
 class _Session:
-    __slots__ = ("last", "answer", "history", "scale", "potential", "pace", "factor")
+    __slots__ = ("last", "answer", "history", "scale", "potential", "pace", "factor", "turns",
+                 "awaiting_second")
 
     def __init__(self) -> None:
         self.last: float | None = None      # time of the latest access
@@ -51,6 +52,8 @@ class _Session:
         self.potential: float | None = None  # hit potential computed at the latest answer
         self.pace = 0.0                      # log(own gap / model median), decayed mean
         self.factor = 1.0                    # exp(pace): the session's think-time multiplier
+        self.turns = 0                       # answers seen
+        self.awaiting_second = False         # one turn so far (its stale deadline may be sooner)
 
 
 class BidawPolicy(AnswerRankedPolicy):
@@ -64,8 +67,9 @@ class BidawPolicy(AnswerRankedPolicy):
                  stale_quantile: float | None = 0.98, potential_step: float = 0.25,
                  ghost_sample_rate: int = 2, pace_decay: float | None = 0.8,
                  pace_in_lb: bool = True, pace_in_stale: bool = True,
-                 tie_quantile: float | None = None) -> None:
-        super().__init__(protect_queue)
+                 tie_quantile: float | None = None,
+                 return_horizon_s: float | None = 600.0) -> None:
+        super().__init__(protect_queue, return_horizon_s)
         self.tie_quantile = tie_quantile
         self.pace_decay = pace_decay
         self.pace_in_lb = pace_in_lb
@@ -268,7 +272,7 @@ class BidawPolicy(AnswerRankedPolicy):
         self._heap.set(key, (potential, -tie, order))
         if self.stale_quantile is not None:
             # When the session counts as ended: a high quantile of its expected think time.
-            q = stats.quantiles[self.stale_quantile]
+            q = self._stale_idle(s, stats, self.stale_quantile)
             if self.pace_in_stale:
                 q *= s.factor
             self._stale.set(key, (last + q, order))

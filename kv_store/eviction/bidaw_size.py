@@ -29,7 +29,7 @@ from kv_store.think_time_model import ThinkTimeModel
 
 
 class _Session:
-    __slots__ = ("last", "answer", "pace", "size", "cls", "t_next")
+    __slots__ = ("last", "answer", "pace", "size", "cls", "t_next", "turns", "awaiting_second")
 
     def __init__(self) -> None:
         self.last: float | None = None   # time of the latest access or answer
@@ -38,6 +38,8 @@ class _Session:
         self.size = 0
         self.cls = -1
         self.t_next = 0.0
+        self.turns = 0                   # answers seen
+        self.awaiting_second = False     # one turn so far (its stale deadline may be sooner)
 
 
 class BidawSizePolicy(AnswerRankedPolicy):
@@ -45,7 +47,7 @@ class BidawSizePolicy(AnswerRankedPolicy):
 
     def __init__(self, size_exponent: float = 0.2, stale_quantile: float | None = 0.99,
                  stale_factor: float = 1.0, pace_decay: float = 0.7, classes_per_octave: int = 2,
-                 protect_queue: int = 30) -> None:
+                 protect_queue: int = 30, return_horizon_s: float | None = 600.0) -> None:
         self.size_exponent = size_exponent
         self.stale_quantile = stale_quantile
         self.stale_factor = stale_factor
@@ -55,7 +57,7 @@ class BidawSizePolicy(AnswerRankedPolicy):
         self._sessions: SessionRegistry[_Session] = SessionRegistry(_Session)
         self._classes: dict[int, LazyHeap] = {}
         self._stale = LazyHeap()
-        super().__init__(protect_queue)
+        super().__init__(protect_queue, return_horizon_s)
 
     # ---- the interface --------------------------------------------------------------------
     def observe_answer(self, key: Key, answer_tokens: int, now: float) -> None:
@@ -138,7 +140,8 @@ class BidawSizePolicy(AnswerRankedPolicy):
             heap = self._classes[cls] = LazyHeap()
         heap.set(key, (-s.t_next, order))
         if self.stale_quantile is not None:
-            deadline = last + stats.quantiles[self.stale_quantile] * f * self.stale_factor
+            idle = self._stale_idle(s, stats, self.stale_quantile)
+            deadline = last + idle * f * self.stale_factor
             self._stale.set(key, (deadline, order))
 
     def _size_class(self, size: int) -> int:
