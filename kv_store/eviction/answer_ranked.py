@@ -13,6 +13,8 @@ from kv_store.eviction.base import EvictionPolicy, Key
 from kv_store.eviction.return_model import ReturnModel
 from kv_store.think_time_model import GapStats
 
+SAME_TURN_S = 0.5
+
 
 class AnswerRankedPolicy(EvictionPolicy):
     def __init__(self, protect_queue: int, return_horizon_s: float | None = 600.0) -> None:
@@ -52,9 +54,10 @@ class AnswerRankedPolicy(EvictionPolicy):
         return s
 
     def _note_return(self, key: Key, now: float) -> None:
-        """An access: a session waiting for its second turn has it now."""
+        """An access: a session waiting for its second turn has it now (unless it comes within
+        `SAME_TURN_S` of the answer: the store's save of that turn racing its completion event)."""
         s = self._sessions.get(key)
-        if s is not None and s.awaiting_second:
+        if s is not None and s.awaiting_second and now - s.last >= SAME_TURN_S:
             s.awaiting_second = False
             self.returns.returned(key, now)
 
