@@ -47,6 +47,16 @@ def test_bounded_pending():
     assert m.resolved == 1
 
 
+def test_forget_counts_nothing():
+    m = ReturnModel(horizon_s=10.0, window=1e9, prior_weight=0.0)
+    m.started("a", 0.0)
+    m.started("b", 0.0)
+    m.forget("a")
+    m.returned("a", 1.0)
+    m.started("c", 50.0)   # "b" expires
+    assert m.resolved == 1 and m.probability() == 0.0
+
+
 def test_bad_parameters():
     for kw in ({"horizon_s": 0}, {"window": -1}, {"prior": 1.5}, {"prior_weight": -1}):
         with pytest.raises(ValueError, match="ReturnModel"):
@@ -82,6 +92,23 @@ def test_returning_user_survives_a_one_shot_stream(name):
     # Without the return model (today's rule) the one-shots push user 0 out.
     old, _ = run(horizon=None)
     assert old.misses >= 20
+
+
+@pytest.mark.parametrize("name", ["bidaw", "bidaw-size"])
+def test_sessions_freed_at_their_end_do_not_teach(name):
+    """With the end oracle the one-shots are freed, not evicted: they need no guess, so the
+    model keeps its prior and the policy decides as without it."""
+    log = prepare_accesses(_one_shots_beside_a_conversation(1500.0), kv_bytes_per_token=1,
+                           kv_after_turn=True)
+    res = []
+    for horizon in (120.0, None):
+        p = make_policy(name, return_horizon_s=horizon)
+        if hasattr(p, "set_capacity"):
+            p.set_capacity(3000)
+        res.append(replay(log, p, 3000, 0, None, end_oracle=True).as_dict())
+        if horizon is not None:
+            assert p.returns.resolved <= 1 and p.returns.probability() > 0.9
+    assert res[0] == res[1]
 
 
 def test_everyone_returning_keeps_todays_deadlines():

@@ -175,7 +175,8 @@ def _print_human(result: dict) -> None:
             gap = m.get("gap_closed")
             gap_text = f"  gap_closed={100 * gap:6.1f}%" if gap is not None else ""
             print(f"  {name:12s} hit_rate={100 * m['hit_rate']:5.1f}%  "
-                  f"byte_hit_rate={100 * m['byte_hit_rate']:5.1f}%  hits={m['hits']} "
+                  f"byte_hit_rate={100 * m['byte_hit_rate']:5.1f}%  "
+                  f"all_turns={100 * m['turn_hit_rate']:5.1f}%  hits={m['hits']} "
                   f"misses={m['misses']}{gap_text}")
     for path in result.get("plots", []):
         print(f"wrote {path}")

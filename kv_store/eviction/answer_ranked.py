@@ -20,6 +20,7 @@ class AnswerRankedPolicy(EvictionPolicy):
     def __init__(self, protect_queue: int, return_horizon_s: float | None = 600.0) -> None:
         # None: every session counts as returning (the paper's policies, an ablation).
         self.returns = None if return_horizon_s is None else ReturnModel(return_horizon_s)
+        self._victim: Key | None = None  # the latest victim: its removal is an eviction
         self._entered: dict[Key, int] = {}  # key -> order of entry (ties: earlier first)
         self._seq = 0
         self._protect = protect_queue
@@ -60,6 +61,17 @@ class AnswerRankedPolicy(EvictionPolicy):
         if s is not None and s.awaiting_second and now - s.last >= SAME_TURN_S:
             s.awaiting_second = False
             self.returns.returned(key, now)
+
+    def _chose(self, key: Key | None) -> Key | None:
+        """Subclasses' `victim` returns through here."""
+        self._victim = key
+        return key
+
+    def _note_removal(self, key: Key) -> None:
+        """`key` leaves the tier: a session freed rather than evicted has ended, so the return
+        model does not learn from it (with an end oracle one-shots would else look common)."""
+        if key != self._victim and self.returns is not None:
+            self.returns.forget(key)
 
     def _stale_idle(self, s, stats: GapStats, quantile: float) -> float:
         """Idle seconds (before the session's own pace) after which `s` counts as ended: the

@@ -118,6 +118,7 @@ class BidawPolicy(AnswerRankedPolicy):
             self._rank(key, s)
 
     def remove(self, key: Key) -> None:
+        self._note_removal(key)
         if self._entered.pop(key, None) is not None:
             self._heap.discard(key)
             self._stale.discard(key)
@@ -129,8 +130,8 @@ class BidawPolicy(AnswerRankedPolicy):
         if self.stale_quantile is not None:
             k = self._stale.peek(protected)
             if k is not None and self._stale.priority(k)[0] <= now:
-                return k
-        return self._heap.peek(protected)
+                return self._chose(k)
+        return self._chose(self._heap.peek(protected))
 
     def __contains__(self, key: object) -> bool:
         return key in self._entered

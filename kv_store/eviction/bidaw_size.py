@@ -66,6 +66,7 @@ class BidawSizePolicy(AnswerRankedPolicy):
             self._rank(key, s)
 
     def remove(self, key: Key) -> None:
+        self._note_removal(key)
         if self._entered.pop(key, None) is None:
             return
         self._stale.discard(key)
@@ -81,7 +82,7 @@ class BidawSizePolicy(AnswerRankedPolicy):
         if self.stale_quantile is not None:
             k = self._stale.peek(protected)
             if k is not None and self._stale.priority(k)[0] <= now:
-                return k
+                return self._chose(k)
         best, best_score = None, -1.0
         beta = self.size_exponent
         for heap in self._classes.values():
@@ -92,7 +93,7 @@ class BidawSizePolicy(AnswerRankedPolicy):
             score = self.expected_remaining(s, now) * (s.size ** beta if beta != 1.0 else s.size)
             if score > best_score or (score == best_score and self._entered[k] < self._entered[best]):
                 best, best_score = k, score
-        return best
+        return self._chose(best)
 
     def __contains__(self, key: object) -> bool:
         return key in self._entered

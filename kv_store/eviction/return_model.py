@@ -8,7 +8,8 @@ return inside the horizon counts 1, the horizon passing without one counts 0 (a 
 then a new start for the policy's purposes, never counted twice). Counts decay with a half-life
 of about `window` resolved sessions, so the estimate follows the traffic mix, and start from a
 prior (`prior` with weight `prior_weight`: 'sessions come back', today's behaviour, until data
-says otherwise).
+says otherwise). A session whose end is announced (its KV freed, not evicted) is forgotten
+uncounted: the estimate is about the sessions a policy still has to guess about.
 
 Pure and clock-free: time is an argument. Memory is bounded: entries live at most `horizon_s`,
 and beyond `max_pending` the oldest are dropped uncounted. Every call is O(1) amortised.
@@ -49,6 +50,10 @@ class ReturnModel:
         self._expire(now)
         if self._pending.pop(key, None) is not None:
             self._count(1.0)
+
+    def forget(self, key: Key) -> None:
+        """Stop following `key` without counting it (its end was announced: it needs no guess)."""
+        self._pending.pop(key, None)
 
     def probability(self) -> float:
         """P(a second turn within the horizon | one turn so far)."""
