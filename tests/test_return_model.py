@@ -57,6 +57,19 @@ def test_forget_counts_nothing():
     assert m.resolved == 1 and m.probability() == 0.0
 
 
+def test_gap_at_survival_of_a_learned_think_time():
+    from kv_store.think_time_model import GAP_EDGES, ThinkTimeModel
+
+    m = ThinkTimeModel(decay_window=1e9, refresh=1)
+    for i in range(2000):  # gaps 10 s .. 200 s, uniform in rank
+        m.observe(40, 10.0 + 190.0 * i / 1999)
+    st = m.stats(40)
+    assert st.gap_at_survival(1.0) == GAP_EDGES[0]
+    assert st.gap_at_survival(0.5) == pytest.approx(105.0, rel=0.06)
+    assert st.gap_at_survival(0.1) == pytest.approx(181.0, rel=0.06)
+    assert st.gap_at_survival(0.0) > 200.0
+
+
 def test_bad_parameters():
     for kw in ({"horizon_s": 0}, {"window": -1}, {"prior": 1.5}, {"prior_weight": -1}):
         with pytest.raises(ValueError, match="ReturnModel"):

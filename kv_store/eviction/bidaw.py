@@ -15,6 +15,9 @@ compared in steps of `potential_step`; within a step the session expected back l
 Beyond the paper, on by default (`stale_quantile=None` turns it off): a session idle past a high
 quantile of the think time after its answer has probably ended and is evicted first. The paper's
 scripts free ended sessions (an oracle); without this rule a live cache fills with them.
+A session with one turn so far reaches that deadline sooner once the learned chance of a second
+turn (ReturnModel, `return_horizon_s=None` turns it off) says most such sessions never return:
+one-shot traffic then goes before conversations that come back (docs/policies.md).
 
 Potentials are computed when a session answers (an access alone keeps the last one), with the
 hit rates known then, so every call is O(log n) (heaps with lazy deletion).

@@ -11,7 +11,9 @@ the byte hit rate at or above Bidaw's and ≥ 96% of the gap to Belady on every 
 (docs/policies.md has the measurements).
 
 Stale rule: a session idle past a high quantile of its predicted gap has probably ended (a live
-system never learns that a conversation is over) and goes first, oldest deadline first.
+system never learns that a conversation is over) and goes first, oldest deadline first. A session
+with one turn so far gets there sooner once the learned chance of a second turn is low (one-shot
+traffic; ReturnModel, shared with Bidaw in answer_ranked.py).
 
 O(log n) decisions: entries sit in one max-heap per size class (classes `1/classes_per_octave`
 octave wide) keyed by predicted return time, which orders them by remaining wait at any `now`;
