@@ -111,4 +111,4 @@ def test_api_keys_are_required(keyed_gateway):
     with pytest.raises(openai.AuthenticationError):
         client(keyed_gateway.url, "key-alice-12").chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "hi"}])
-    assert [m.id for m in client(keyed_gateway.url, "key-bob-456").models.list().data] == [MODEL]
+    assert client(keyed_gateway.url, "key-bob-456").models.list().data[0].id == MODEL
