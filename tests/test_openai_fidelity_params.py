@@ -58,6 +58,7 @@ def completion(prompt, **extra) -> dict:
     ("chat", chat_body("x", logit_bias={"49152": 1}), "logit_bias"),
     ("chat", chat_body("x", logit_bias={"hello": 1}), "logit_bias"),
     ("chat", chat_body("x", logit_bias={"-3": 1}), "logit_bias"),
+    ("chat", chat_body("x", logit_bias={"9" * 5000: 1}), "logit_bias"),
     ("chat", chat_body("x", logit_bias={"5": 101}), "logit_bias"),
     ("chat", chat_body("x", logit_bias=[5]), "logit_bias"),
     ("chat", chat_body("x", response_format={"type": "json_object"}), "response_format"),
@@ -179,3 +180,13 @@ def test_launcher_flags_for_the_stock_and_other_models():
     # another model's context and vocabulary are unknown here: the worker checks them
     assert model_flags("/m/x.gguf") == ["--served-model-name", "/m/x.gguf", "--max-model-len",
                                         "0", "--vocab-size", "0"]
+
+
+def test_bidaw_up_passes_served_model_names_through():
+    from services.cli import build_parser
+
+    names = build_parser().parse_args(["up", "--served-model-name", "a", "b"]).served_model_name
+    assert names == ["a", "b"]
+    flags = model_flags("smollm2-135m", names)  # what the launcher gives `serve gateway`
+    args = build_parser().parse_args(["serve", "gateway", *flags])
+    assert load_config(GatewayConfig, args).served_model_name == ["a", "b"]

@@ -42,8 +42,7 @@ def run(args) -> int:
                           gateway_port=args.port,
                           dram_bytes=args.dram_bytes, ssd_bytes=args.ssd_bytes,
                           eviction=args.eviction, policy=args.policy, model=args.model,
-                          served_model_name=[n for a in args.served_model_name
-                                             for n in a.split(",") if n],
+                          served_model_name=args.served_model_name,
                           tls_dir=args.tls_dir, quiet=not args.verbose)
     print("starting KV store, compute worker, scheduler, gateway ...", flush=True)
     with dep:

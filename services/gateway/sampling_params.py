@@ -46,7 +46,8 @@ def _logit_bias(body: dict, vocab_size: int) -> dict[int, float]:
     ids_below = vocab_size or INT32_MAX + 1
     bias = {}
     for key, value in raw.items():
-        if not (key.isascii() and key.isdigit()) or int(key) >= ids_below:
+        # (the length bound first: int() of a 5,000-digit string raises)
+        if not (key.isascii() and key.isdigit() and len(key) <= 10) or int(key) >= ids_below:
             raise bad_request(f"logit_bias key {key[:20]!r} is not a token id in "
                               f"[0, {ids_below})", "logit_bias")
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
