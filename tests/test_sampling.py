@@ -108,3 +108,16 @@ def test_for_turn_maps_the_proto_fields():
 def test_for_turn_refuses_bad_knobs(fields, message):
     with pytest.raises(TurnError, match=message):
         Sampler.for_turn(turn(**fields), vocab_size=100)
+
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_every_knob_on_the_engine_s_logits_dtype_and_device(device):
+    """The engine hands the sampler bf16 logits on the GPU: the same choices come out."""
+    logits = torch.tensor([0.0, 5.0, 4.0, 1.0], dtype=torch.bfloat16, device=device)
+    s = Sampler(0.0, logit_bias={1: -100.0}, presence_penalty=0.5, frequency_penalty=1.0)
+    assert [s(logits), s(logits)] == [2, 2]  # 4; then 4 - 1.5 = 2.5 is still above 1
+    s = Sampler(1.0, seed=1, top_k=2, top_p=0.9, logit_bias={3: 100.0}, frequency_penalty=0.1)
+    assert {s(logits) for _ in range(50)} <= {3, 1}
