@@ -18,7 +18,7 @@ MAX_STOPS = 16
 
 
 @dataclass
-class Parsed:
+class Parsed(Sampling):
     """What one HTTP request asks of one turn."""
     messages: list[tuple[str, str]] = field(default_factory=list)
     prompt_token_ids: list[int] = field(default_factory=list)
@@ -26,7 +26,6 @@ class Parsed:
     continue_final_message: bool = False
     no_generation_prompt: bool = False
     max_tokens: int = 0  # 0: the worker's default
-    sampling: Sampling = field(default_factory=Sampling)
     ignore_eos: bool = False
     stop: list[str] = field(default_factory=list)
     stream: bool = False
@@ -57,7 +56,7 @@ def _common(body: dict, parsed: Parsed, config: GatewayConfig,
             max_tokens_default: int = 0) -> None:
     limit = _max_tokens(body, config.max_model_len)
     parsed.max_tokens = limit if limit is not None else max_tokens_default
-    parsed.sampling = parse_sampling(body, config.vocab_size)
+    parse_sampling(body, parsed, config.vocab_size)
     parsed.ignore_eos = typed(body, "ignore_eos", (bool,), False)
     stop = typed(body, "stop", (str, list), [])
     stop = [stop] if isinstance(stop, str) else stop

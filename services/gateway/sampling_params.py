@@ -14,6 +14,7 @@ MAX_BIAS = 100
 
 @dataclass
 class Sampling:
+    """The sampling part of a parsed request (`protocol.Parsed` extends it)."""
     temperature: float = 1.0
     seed: int = 0
     top_p: float = 1.0
@@ -23,13 +24,12 @@ class Sampling:
     logit_bias: dict[int, float] = field(default_factory=dict)
 
 
-def parse_sampling(body: dict, vocab_size: int) -> Sampling:
-    s = Sampling()
+def parse_sampling(body: dict, s: Sampling, vocab_size: int) -> None:
+    """Check the body's sampling fields and set them on `s`."""
     s.temperature = number(body, "temperature", 0.0, 2.0, 1.0)
     # No seed: a fresh random one, so that two unseeded answers differ (OpenAI's behaviour).
-    s.seed = integer(body, "seed", 0, UINT64_MAX, None)
-    if s.seed is None:
-        s.seed = secrets.randbits(64)
+    seed = integer(body, "seed", 0, UINT64_MAX)
+    s.seed = secrets.randbits(64) if seed is None else seed
     s.top_p = number(body, "top_p", 0.0, 1.0, 1.0, low_open=True)  # vLLM: (0, 1]
     top_k = integer(body, "top_k", -1, INT32_MAX, 0)  # vLLM: -1 (or 0) is off
     s.top_k = max(top_k, 0)
@@ -37,7 +37,6 @@ def parse_sampling(body: dict, vocab_size: int) -> Sampling:
     s.frequency_penalty = number(body, "frequency_penalty", -2.0, 2.0, 0.0)
     s.logit_bias = _logit_bias(body, vocab_size)
     _refuse_unsupported(body)
-    return s
 
 
 def _logit_bias(body: dict, vocab_size: int) -> dict[int, float]:

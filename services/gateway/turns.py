@@ -39,17 +39,18 @@ def session_of(request: web.Request, parsed: Parsed, limit: int) -> tuple[str, b
 
 
 def turn_request(parsed: Parsed, tenant: str, session: str) -> common_pb2.TurnRequest:
-    s = parsed.sampling
     return common_pb2.TurnRequest(
         session_id=scoped_session(tenant, session), tenant=tenant,
         messages=[common_pb2.ChatMessage(role=r, content=c) for r, c in parsed.messages],
         prompt_token_ids=parsed.prompt_token_ids, max_tokens=parsed.max_tokens,
-        temperature=s.temperature, ignore_eos=parsed.ignore_eos, stop=parsed.stop,
-        seed=s.seed,
+        temperature=parsed.temperature, ignore_eos=parsed.ignore_eos, stop=parsed.stop,
+        seed=parsed.seed,
         raw_prompt=parsed.raw_prompt,
-        top_p=s.top_p, top_k=s.top_k,
-        presence_penalty=s.presence_penalty, frequency_penalty=s.frequency_penalty,
-        logit_bias=s.logit_bias,
+        top_p=parsed.top_p,
+        top_k=parsed.top_k,
+        presence_penalty=parsed.presence_penalty,
+        frequency_penalty=parsed.frequency_penalty,
+        logit_bias=parsed.logit_bias,
         continue_final_message=parsed.continue_final_message,
         no_generation_prompt=parsed.no_generation_prompt)
 
