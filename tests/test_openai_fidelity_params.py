@@ -116,6 +116,15 @@ def test_unseeded_requests_get_fresh_random_seeds(gateway, fake):
     assert fake.requests[-1].seed == 5
 
 
+def test_max_tokens_beyond_the_context_says_so(gateway):
+    status, _, body = post(gateway, "/v1/completions", completion("x", max_tokens=8193))
+    assert_error(status, body, 400, "more than the model's context of 8192 tokens")
+    status, _, body = post(gateway, "/v1/chat/completions",
+                           chat_body("x", max_completion_tokens=10 ** 30))
+    assert_error(status, body, 400, "[1, 4294967295]")  # the proto field's range
+    assert body["error"]["param"] == "max_completion_tokens"
+
+
 def test_max_completion_tokens_wins_over_max_tokens(gateway, fake):
     post(gateway, "/v1/chat/completions", chat_body("x", max_completion_tokens=3, max_tokens=9))
     assert fake.requests[-1].max_tokens == 3

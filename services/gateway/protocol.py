@@ -46,9 +46,12 @@ def _max_tokens(body: dict, context: int) -> int | None:
     """max_completion_tokens (or the older max_tokens; vLLM prefers the former). One larger
     than the model's context can never be met: 400. One that fits the context but not beside
     this prompt is clamped by the worker (finish_reason "length"), as vLLM does."""
-    high = context or UINT32_MAX
-    limits = {name: integer(body, name, 1, high) for name in ("max_completion_tokens",
-                                                               "max_tokens")}
+    limits = {}
+    for name in ("max_completion_tokens", "max_tokens"):
+        limits[name] = integer(body, name, 1, UINT32_MAX)
+        if context and (limits[name] or 0) > context:
+            raise bad_request(f"'{name}' is {limits[name]}, more than the model's context of "
+                              f"{context} tokens", name)
     return next((v for v in limits.values() if v is not None), None)
 
 
