@@ -89,7 +89,7 @@ class Engine:
                 else "kv", "bidaw.hit": restored.tokens > 0})
         seq = Sequence(
             session_id=turn.session_id, prompt=prompt, cache=restored.cache,
-            pending=prompt[restored.tokens:], sampler=Sampler(turn.temperature, turn.seed),
+            pending=prompt[restored.tokens:], sampler=Sampler.for_turn(turn, cfg.vocab_size),
             detok=Detokenizer(self.tokenizer),
             max_new=min(turn.max_tokens or self.default_max_tokens,
                         self.max_context - len(prompt)),

@@ -1,4 +1,5 @@
-"""A turn's prompt as token ids: the chat template over its messages, or ids given directly."""
+"""A turn's prompt as token ids: the chat template over its messages, a raw text prompt
+tokenized as it is, or ids given directly."""
 from __future__ import annotations
 
 
@@ -10,20 +11,42 @@ ROLES = ("system", "user", "assistant")
 
 
 def prompt_ids(turn, tokenizer, vocab_size: int, max_context: int) -> list[int]:
+    given = [bool(turn.messages), bool(turn.prompt_token_ids), bool(turn.raw_prompt)]
+    if sum(given) > 1:
+        raise TurnError("give one of messages, prompt_token_ids or raw_prompt")
     if turn.prompt_token_ids:
         ids = list(turn.prompt_token_ids)
         if any(t < 0 or t >= vocab_size for t in ids):
             raise TurnError(f"prompt_token_ids must lie in [0, {vocab_size})")
+    elif turn.raw_prompt:
+        # As OpenAI and vLLM do: the text itself, with BOS only where the tokenizer wants one.
+        ids = tokenizer.encode(turn.raw_prompt, add_bos=tokenizer.add_bos)
     else:
-        if not turn.messages:
-            raise TurnError("the turn has no messages and no prompt_token_ids")
-        for m in turn.messages:
-            if m.role not in ROLES:
-                raise TurnError(f"unknown message role {m.role!r}")
-        if not any(m.content for m in turn.messages):
-            raise TurnError("every message of the turn is empty")
-        ids = tokenizer.apply_chat_template([{"role": m.role, "content": m.content}
-                                             for m in turn.messages], add_generation_prompt=True)
+        ids = chat_ids(turn, tokenizer)
     if len(ids) >= max_context:
         raise TurnError(f"prompt is {len(ids)} tokens; the model's context is {max_context}")
     return ids
+
+
+def chat_ids(turn, tokenizer) -> list[int]:
+    """The chat template over the messages. continue_final_message leaves the last (assistant)
+    message open, so the answer continues its text; it implies no generation prompt."""
+    if not turn.messages:
+        raise TurnError("the turn has no messages, prompt_token_ids or raw_prompt")
+    for m in turn.messages:
+        if m.role not in ROLES:
+            raise TurnError(f"unknown message role {m.role!r}")
+    if not any(m.content for m in turn.messages):
+        raise TurnError("every message of the turn is empty")
+    messages = [{"role": m.role, "content": m.content} for m in turn.messages]
+    if not turn.continue_final_message:
+        return tokenizer.apply_chat_template(messages,
+                                             add_generation_prompt=not turn.no_generation_prompt)
+    final = messages[-1]
+    if final["role"] != "assistant" or not final["content"]:
+        raise TurnError("continue_final_message needs a last assistant message with content")
+    text = tokenizer.render_chat(messages, add_generation_prompt=False)
+    end = text.rfind(final["content"])
+    if end < 0:  # a template that rewrites the content: we cannot tell where it ends
+        raise TurnError("this model's chat template cannot continue the final message")
+    return tokenizer.encode(text[:end + len(final["content"])])

@@ -60,12 +60,12 @@ def validate(turn: common_pb2.TurnRequest, config: SchedulerConfig) -> str | Non
         return f"session_id is longer than {MAX_SESSION_ID} bytes"
     if turn.messages and turn.prompt_token_ids:
         return "give messages or prompt_token_ids, not both"
-    if not turn.messages and not turn.prompt_token_ids:
-        return "the prompt is empty: no messages and no prompt_token_ids"
+    if not turn.messages and not turn.prompt_token_ids and not turn.raw_prompt:
+        return "the prompt is empty: no messages, prompt_token_ids or raw_prompt"
     for m in turn.messages:
         if m.role not in ROLES:
             return f"message role {m.role!r} is not one of {', '.join(ROLES)}"
-    if not any(m.content for m in turn.messages) and not turn.prompt_token_ids:
+    if turn.messages and not any(m.content for m in turn.messages):
         return "the prompt is empty: every message has empty content"
     if turn.max_tokens > config.max_tokens_limit:
         return f"max_tokens {turn.max_tokens} exceeds the limit {config.max_tokens_limit}"

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
+from .gateway.config import model_flags
 from .grpc_util import wait_healthy
 from .tls import TLSFiles
 
@@ -68,6 +69,7 @@ class LocalDeployment:
     eviction: str = "bidaw-size"
     policy: str = "bidaw"
     model: str = "smollm2-135m"
+    served_model_name: list[str] = field(default_factory=list)  # empty: the model's defaults
     default_max_tokens: int = 256
     use_store: bool = True  # False: workers recompute every prompt (the no-cache baseline)
     quiet: bool = True  # service logs go to data_dir/logs instead of the terminal
@@ -150,8 +152,8 @@ class LocalDeployment:
                                       *self._metrics_args("scheduler")])
             self._wait("scheduler", self.scheduler_target, timeout)
             self._spawn("gateway", ["--listen", f"{self.host}:{self.gateway_port}",
-                                    "--scheduler", self.scheduler_target, "--served-model",
-                                    self.model],
+                                    "--scheduler", self.scheduler_target,
+                                    *model_flags(self.model, self.served_model_name)],
                         {"BIDAW_GATEWAY_API_KEYS": self.gateway_api_keys} if self.gateway_api_keys
                         else None)
             self._wait("gateway", "", timeout)

@@ -23,7 +23,7 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
     def SubmitTurn(self, request, context):
         with self._lock:
             self.requests.append(request)
-        last = request.messages[-1].content if request.messages else ""
+        last = request.messages[-1].content if request.messages else request.raw_prompt
         if last == "!invalid":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "max_tokens 99999 exceeds the limit")
         if last == "!exhausted":
@@ -40,7 +40,7 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
                     return
         words = (["echo:"] + last.split())[:request.max_tokens or 16]
         prompt = sum(len(m.content.split()) + 1 for m in request.messages) or len(
-            request.prompt_token_ids)
+            request.prompt_token_ids) or len(request.raw_prompt.split())
         for i, word in enumerate(words):
             yield common_pb2.TurnEvent(token_ids=[i], text=(" " if i else "") + word)
             if last == "!midstream":

@@ -24,6 +24,9 @@ def register(sub, groups) -> None:
     p.add_argument("--policy", default="bidaw", choices=["fcfs", "bidaw"],
                    help="scheduling policy")
     p.add_argument("--model", default="smollm2-135m", help="model to serve")
+    p.add_argument("--served-model-name", nargs="+", default=[], metavar="NAME",
+                   help="names the API answers to, as vLLM's (the first is reported; "
+                   "default: the model's short name and, for the stock model, its HF repo id)")
     p.add_argument("--tls-dir", default="", help="directory from `bidaw certs`: mTLS on every "
                    "gRPC hop (default: plaintext on loopback)")
     p.add_argument("--verbose", action="store_true", help="service logs on the terminal")
@@ -39,6 +42,7 @@ def run(args) -> int:
                           gateway_port=args.port,
                           dram_bytes=args.dram_bytes, ssd_bytes=args.ssd_bytes,
                           eviction=args.eviction, policy=args.policy, model=args.model,
+                          served_model_name=args.served_model_name,
                           tls_dir=args.tls_dir, quiet=not args.verbose)
     print("starting KV store, compute worker, scheduler, gateway ...", flush=True)
     with dep:

@@ -17,7 +17,7 @@ from .config import GatewayConfig
 from .errors import ApiError, bad_request
 from .protocol import check_model, parse_chat, parse_completion
 from .ratelimit import InFlight, RateLimiter, retry_after_s
-from .responses import Reply
+from .responses import VERSION, Reply, model_card
 from .turns import TurnServer
 
 log = logging.getLogger("bidaw.gateway")
@@ -53,6 +53,7 @@ class Gateway:
             web.get("/v1/models", self.models),
             web.get("/v1/models/{model}", self.model),
             web.get("/health", self.health),
+            web.get("/version", self.version),
             web.get("/metrics", self.metrics),
         ])
         self.app.on_cleanup.append(lambda _: self.backend.close())
@@ -145,8 +146,9 @@ class Gateway:
         metrics.HTTP_IN_FLIGHT.set(self.in_flight)
         try:
             body = await self._body(request)
-            model = check_model(body, self.config.served_model)
-            parsed = parse_chat(body) if chat else parse_completion(body)
+            model = check_model(body, self.config.served_model_name)
+            parsed = parse_chat(body, self.config) if chat else parse_completion(body,
+                                                                                 self.config)
             return await self.turns.serve(request, tenant, parsed, Reply(chat, model))
         finally:
             self.in_flight -= 1
@@ -177,20 +179,22 @@ class Gateway:
     async def completions(self, request: web.Request) -> web.StreamResponse:
         return await self._turn(request, chat=False)
 
-    def _model_card(self) -> dict:
-        return {"id": self.config.served_model, "object": "model", "created": self.started,
-                "owned_by": "bidaw"}
-
     async def models(self, request: web.Request) -> web.Response:
         self._tenant(request)
-        return web.json_response({"object": "list", "data": [self._model_card()]})
+        return web.json_response({"object": "list", "data": [
+            model_card(name, self.config, self.started) for name in
+            self.config.served_model_name]})
 
     async def model(self, request: web.Request) -> web.Response:
         self._tenant(request)
-        if request.match_info["model"] != self.config.served_model:
-            raise ApiError(404, f"The model `{request.match_info['model']}` does not exist.",
-                           "model", "model_not_found")
-        return web.json_response(self._model_card())
+        name = request.match_info["model"]
+        if name not in self.config.served_model_name:
+            raise ApiError(404, f"The model `{name[:200]}` does not exist.", "model",
+                           "model_not_found")
+        return web.json_response(model_card(name, self.config, self.started))
+
+    async def version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": VERSION})
 
     async def health(self, request: web.Request) -> web.Response:
         if self.draining or not await self.backend.healthy():

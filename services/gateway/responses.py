@@ -1,10 +1,16 @@
 """OpenAI response bodies and stream chunks built from TurnEvents and the TurnSummary."""
 from __future__ import annotations
 
+import importlib.metadata
 import time
 import uuid
 
 from services.chat_client import TIER_NAMES
+
+try:
+    VERSION = importlib.metadata.version("bidaw")
+except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
+    VERSION = "unknown"
 
 
 class Reply:
@@ -63,3 +69,11 @@ def extension(summary) -> dict:
     return {"kv_tier": TIER_NAMES.get(summary.kv_tier, "none"), "ttft_s": summary.ttft_s,
             "queue_s": summary.queue_s, "kv_load_s": summary.kv_load_s,
             "latency_s": summary.latency_s, "worker_id": summary.worker_id}
+
+
+def model_card(name: str, config, created: int) -> dict:
+    """One /v1/models entry, with vLLM's fields: every served name is a card whose root is the
+    first (canonical) name."""
+    return {"id": name, "object": "model", "created": created, "owned_by": "bidaw",
+            "root": config.served_model_name[0], "parent": None,
+            "max_model_len": config.max_model_len or None}

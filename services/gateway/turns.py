@@ -26,14 +26,15 @@ def session_of(request: web.Request, parsed: Parsed, limit: int) -> tuple[str, b
     whether the client named it."""
     for name in SESSION_HEADERS:
         if request.headers.get(name):
-            session = request.headers[name]
+            session, source = request.headers[name], name
             break
     else:
-        session = parsed.user
+        session, source = parsed.user, "user"
     if not session:
         return f"anon-{uuid.uuid4().hex}", False
     if len(session.encode()) > limit or not session.isprintable():
-        raise bad_request(f"the session id must be printable and at most {limit} bytes", "user")
+        raise bad_request(f"the session id ({source}) must be printable and at most {limit} "
+                          "bytes", source)
     return session, True
 
 
@@ -43,7 +44,15 @@ def turn_request(parsed: Parsed, tenant: str, session: str) -> common_pb2.TurnRe
         messages=[common_pb2.ChatMessage(role=r, content=c) for r, c in parsed.messages],
         prompt_token_ids=parsed.prompt_token_ids, max_tokens=parsed.max_tokens,
         temperature=parsed.temperature, ignore_eos=parsed.ignore_eos, stop=parsed.stop,
-        seed=parsed.seed)
+        seed=parsed.seed,
+        raw_prompt=parsed.raw_prompt,
+        top_p=parsed.top_p,
+        top_k=parsed.top_k,
+        presence_penalty=parsed.presence_penalty,
+        frequency_penalty=parsed.frequency_penalty,
+        logit_bias=parsed.logit_bias,
+        continue_final_message=parsed.continue_final_message,
+        no_generation_prompt=parsed.no_generation_prompt)
 
 
 def _sse(payload: dict | str) -> bytes:

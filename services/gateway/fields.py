@@ -1,0 +1,48 @@
+"""Typed, range-checked fields of a request body. Every error names the field as the client
+sent it, and every integer is bounded before it reaches a fixed-width proto field."""
+from __future__ import annotations
+
+from .errors import bad_request
+
+INT32_MAX = (1 << 31) - 1
+UINT32_MAX = (1 << 32) - 1
+UINT64_MAX = (1 << 64) - 1
+
+_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+          list: "an array", dict: "an object"}
+
+
+def typed(body: dict, name: str, kinds: tuple, default=None, param: str | None = None):
+    """body[name] if it is one of `kinds` (JSON true is not a number here); `default` when
+    absent or null."""
+    value = body.get(name)
+    if value is None:
+        return default
+    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+        kind = " or ".join(dict.fromkeys(_NAMES[k] for k in kinds))
+        raise bad_request(f"'{name}' must be {kind}", param or name)
+    return value
+
+
+def integer(body: dict, name: str, low: int, high: int, default: int | None = None,
+            param: str | None = None) -> int | None:
+    value = typed(body, name, (int,), None, param)
+    if value is None:
+        return default
+    if not low <= value <= high:
+        raise bad_request(f"'{name}' must be an integer in [{low}, {high}], not {value}",
+                          param or name)
+    return value
+
+
+def number(body: dict, name: str, low: float, high: float, default: float,
+           low_open: bool = False) -> float:
+    """A JSON number in [low, high] ((low, high] when low_open); NaN and infinities fail."""
+    value = typed(body, name, (int, float))
+    if value is None:
+        return default
+    value = float(value)
+    if not (low < value if low_open else low <= value) or not value <= high:
+        span = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+        raise bad_request(f"'{name}' must lie in {span}, not {value:g}", name)
+    return value
