@@ -35,7 +35,7 @@ class SchedulerConfig(SecurityConfig):
     scheduler_id: str = field(default="scheduler", metadata={"help": "id on the Awareness stream"})
     conversation_keys: int = field(default=1_000_000, metadata={
         "help": "turns sent without a session id are recognised by their history: the most "
-                "message-prefix keys the conversation index holds (~150 bytes each; least "
+                "message-prefix keys the conversation index holds (~200 bytes each; least "
                 "recently used conversations are forgotten first; 0: recognition off)"})
     conversation_ttl_s: float = field(default=3600.0, metadata={
         "help": "a recognised conversation idle this long is forgotten (its next turn starts "
