@@ -26,6 +26,8 @@ class _Session:
     path: list[bytes] = field(default_factory=list)  # prefix keys it recorded; path[-1]: head
     in_flight: bool = False
     touched: float = 0.0
+    parent: str = ""  # a branch: the session it shares path[:shared] with
+    shared: int = 0
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,8 @@ class ConversationIndex:
         it in flight. `alive(session)`: False when its KV is known to be gone (forgotten)."""
         with self._lock:
             self._expire(now)
-            for key in reversed(keys[1:]):  # k_0 alone (the tenant) matches nothing
+            for depth in range(len(keys) - 1, 0, -1):  # k_0 alone (the tenant) matches nothing
+                key = keys[depth]
                 for session in list(self._heads.get(key, ())):
                     if self._gone(session, now, alive):
                         self._forget(session)
@@ -73,7 +76,7 @@ class ConversationIndex:
                     parent = self._keys.get(key)  # forgetting may leave it to no one
                 if parent is not None:
                     self._touch(parent, now)
-                    return self._start(BRANCH, new_session(), parent, now)
+                    return self._start(BRANCH, new_session(), parent, now, depth)
             return self._start(NEW, new_session(), "", now)
 
     def record(self, session: str, keys: list[bytes], now: float) -> None:
@@ -110,8 +113,10 @@ class ConversationIndex:
 
     # -- under the lock ---------------------------------------------------------------------
 
-    def _start(self, how: str, session: str, parent: str, now: float) -> Match:
-        self._sessions[session] = _Session(in_flight=True, touched=now)
+    def _start(self, how: str, session: str, parent: str, now: float,
+               shared: int = 0) -> Match:
+        self._sessions[session] = _Session(in_flight=True, touched=now, parent=parent,
+                                           shared=shared)
         return Match(how, session, parent)
 
     def _gone(self, session: str, now: float, alive: Callable[[str], bool]) -> bool:
@@ -128,9 +133,15 @@ class ConversationIndex:
         return entry
 
     def _unlink(self, session: str, entry: _Session) -> None:
-        for key in entry.path:
+        """Drop its keys; a prefix it shares with its parent goes back to the parent, so that
+        forgetting the last of many conversations with one beginning keeps that beginning."""
+        heir = entry.parent if entry.parent in self._sessions else ""
+        for i, key in enumerate(entry.path):
             if self._keys.get(key) == session:
-                del self._keys[key]
+                if heir and i < entry.shared:
+                    self._keys[key] = heir
+                else:
+                    del self._keys[key]
         if entry.path:
             heads = self._heads.get(entry.path[-1], {})
             heads.pop(session, None)

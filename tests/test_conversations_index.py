@@ -149,3 +149,17 @@ def test_concurrent_resolves_never_continue_one_session_twice():
     for t in threads:
         t.join()
     assert sorted(got) == [BRANCH] * 7 + [CONTENT]
+
+
+def test_forgetting_a_branch_hands_the_shared_beginning_back_to_its_parent():
+    index, new = ConversationIndex(), names()
+    a = index.resolve(keys("q1"), new, 0).session
+    index.record(a, keys("q1", "a1"), 0)
+    b = index.resolve(keys("q1", "other"), new, 0)  # the same system prompt and first question
+    assert (b.recognised, b.parent) == (BRANCH, a)
+    index.record(b.session, keys("q1", "other", "b1"), 0)
+    index.forget(b.session)  # b recorded the shared keys last; a still holds them
+    again = index.resolve(keys("q1", "third"), new, 0)
+    assert (again.recognised, again.parent) == (BRANCH, a)
+    index.forget(a)
+    assert index.resolve(keys("q1", "fourth"), new, 0).recognised == NEW
