@@ -54,9 +54,9 @@ def session_headers(first: common_pb2.TurnEvent, tenant: str, session: str) -> d
     recognised = first.recognised or ("id" if session else "new")
     scoped = first.session_id or scoped_session(tenant, session)
     prefix = scoped_session(tenant, "")
-    metrics.RECOGNISED.labels(recognised).inc()
-    tracing.set_attributes(session=scoped, session_recognised=recognised)
     named = scoped[len(prefix):] if scoped.startswith(prefix) else scoped
+    metrics.RECOGNISED.labels(recognised).inc()
+    tracing.set_attributes(session=named, session_recognised=recognised)
     return {"x-bidaw-session": named if named.isascii() else quote(named),  # headers: latin-1
             "x-bidaw-session-recognised": recognised}
 
