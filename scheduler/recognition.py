@@ -70,10 +70,13 @@ class Recognition:
         self.clock = clock
 
     def resolve(self, request: common_pb2.TurnRequest) -> RecognisedTurn:
-        if request.session_id:
+        if request.session_id and not request.parent_session_id:
             return self._count(RecognisedTurn(request, ID))
         turn = common_pb2.TurnRequest()
         turn.CopyFrom(request)
+        turn.parent_session_id = ""  # only we name a parent: a client's could be anyone's KV
+        if request.session_id:
+            return self._count(RecognisedTurn(turn, ID))
         if self.index is None or not request.messages:
             turn.session_id = new_session_id(request.tenant)
             return self._count(RecognisedTurn(turn, NEW))
