@@ -81,7 +81,8 @@ class Engine:
         prompt = prompt_ids(turn, self.tokenizer, cfg.vocab_size, self.max_context)
         with tracing.span("worker.kv_restore", prompt_tokens=len(prompt)) as span:
             with self._restore_slot():
-                restored = self.kv_io.restore(turn.session_id, prompt, kv_stores)
+                restored = self.kv_io.restore(turn.session_id, prompt, kv_stores,
+                                              parent=turn.parent_session_id)
             span.set_attributes({
                 "bidaw.cached_tokens": restored.tokens, "bidaw.tier": TIER_LABELS[restored.tier],
                 "bidaw.kv_bytes": restored.tokens * self.kv_io.bytes_per_token,
@@ -113,8 +114,8 @@ class Engine:
                             tokens=len(seq.generated), finish_reason=seq.finish_reason)
         with tracing.span("worker.kv_save",
                           tokens=len(prompt) + len(seq.generated) - restored.tokens):
-            self.kv_io.save(turn.session_id, prompt + seq.generated, restored.tokens, seq.cache,
-                            seq.hidden6, kv_stores)
+            self.kv_io.save_turn(turn.session_id, prompt + seq.generated, restored, seq.cache,
+                                 seq.hidden6, kv_stores)
         yield [], "", common_pb2.TurnSummary(
             prompt_tokens=len(prompt), cached_tokens=restored.tokens,
             completion_tokens=len(seq.generated), kv_tier=restored.tier,

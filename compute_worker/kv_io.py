@@ -4,6 +4,11 @@ Correctness of reuse: a prompt reuses stored KV only for the longest prefix whos
 what the KV was computed from, of the same model and format; everything after it is recomputed.
 At least the last prompt token is always computed, since its logits pick the first answer token.
 Any store failure degrades to recomputation, never to a wrong answer.
+
+A branch (TurnRequest.parent_session_id: a regenerated answer, an edited history, another
+conversation with the same beginning) may restore from its parent's KV when that matches more of
+the prompt than its own; the turn then writes the session's whole KV from token 0, since the
+session holds none of that prefix itself.
 """
 from __future__ import annotations
 
@@ -32,6 +37,15 @@ class Restored:
     format: int = common_pb2.KV_FORMAT_UNSPECIFIED
     load_s: float = 0.0  # reading (and converting) the KV
     convert_s: float = 0.0  # tensor 6 -> K/V
+    from_parent: bool = False  # restored from the parent session's KV
+    prefix6: bytes = b""  # tensor 6 of the restored prefix, kept for a branch's first save
+
+
+@dataclass
+class _Candidate:
+    session_id: str
+    store: KVClient
+    reuse: int  # prompt tokens its stored KV matches
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -59,28 +73,39 @@ class KVSessionIO:
             return self.store.client_for(session_id, shards)
         return self.store
 
-    def restore(self, session_id: str, prompt: list[int],
-                shards: list[str] | None = None) -> Restored:
-        fresh = Restored(self.model.new_cache(len(prompt) + 64))
+    def _candidate(self, session_id: str, prompt: list[int],
+                   shards: list[str] | None) -> _Candidate | None:
+        """How much of `prompt` the KV stored for `session_id` matches (None: nothing)."""
         store = self._client(session_id, shards)
         if store is None:
-            return fresh
-        start = time.monotonic()
+            return None
         try:
             info = store.lookup(session_id)
         except grpc.RpcError as exc:
             log.warning("store lookup failed for %r (%s): recomputing", session_id, exc.code())
-            return fresh
+            return None
         if (info.tier == common_pb2.TIER_NONE or info.model != self.model_name
                 or info.format != self.kv_format or info.bytes_per_token != self.bytes_per_token):
-            return fresh
+            return None
         reuse = min(common_prefix(list(info.token_ids), prompt), len(prompt) - 1)
-        if reuse <= 0:
+        return _Candidate(session_id, store, reuse) if reuse > 0 else None
+
+    def restore(self, session_id: str, prompt: list[int], shards: list[str] | None = None,
+                parent: str = "") -> Restored:
+        """The KV of the longest prefix of `prompt` stored for the session, or for `parent`
+        when that matches more (a tie keeps the session's own)."""
+        fresh = Restored(self.model.new_cache(len(prompt) + 64))
+        start = time.monotonic()
+        found = [c for c in (self._candidate(s, prompt, shards)
+                             for s in dict.fromkeys(filter(None, (session_id, parent)))) if c]
+        if not found:
             return fresh
+        best = max(found, key=lambda c: c.reuse)  # the first of equals: the session's own
+        store, reuse = best.store, best.reuse
         try:
-            stored = store.read(session_id, max_tokens=reuse)
+            stored = store.read(best.session_id, max_tokens=reuse)
         except (grpc.RpcError, IOError) as exc:
-            log.warning("KV read of %r failed (%s): recomputing", session_id, exc)
+            log.warning("KV read of %r failed (%s): recomputing", best.session_id, exc)
             return fresh
         # The session may have changed between lookup and read: trust only what was read.
         reuse = min(common_prefix(stored.token_ids, prompt[:reuse]), len(stored.token_ids))
@@ -96,18 +121,33 @@ class KVSessionIO:
         convert_s = time.monotonic() - convert_start
         cache = self.model.new_cache(len(prompt) + 64)
         cache.extend(kv)
+        from_parent = best.session_id != session_id
+        tensor6 = stored.format == common_pb2.KV_FORMAT_TENSOR6
         return Restored(cache, reuse, stored.tier, stored.format, time.monotonic() - start,
-                        convert_s if stored.format == common_pb2.KV_FORMAT_TENSOR6 else 0.0)
+                        convert_s if tensor6 else 0.0, from_parent,
+                        bytes(data) if from_parent and tensor6 else b"")
+
+    def save_turn(self, session_id: str, tokens: list[int], restored: Restored, cache,
+                  hidden6: list[torch.Tensor], shards: list[str] | None = None) -> None:
+        """Save a turn's KV: what it computed, or for a turn restored from its parent the
+        session's whole KV (the restored prefix too)."""
+        if restored.from_parent:
+            self.save(session_id, tokens, 0, cache, hidden6, shards, prefix6=restored.prefix6)
+        else:
+            self.save(session_id, tokens, restored.tokens, cache, hidden6, shards)
 
     def save(self, session_id: str, tokens: list[int], start: int, cache,
-             hidden6: list[torch.Tensor], shards: list[str] | None = None) -> None:
-        """Write the KV of tokens [start, len(cache)) of `tokens` to the store."""
+             hidden6: list[torch.Tensor], shards: list[str] | None = None,
+             prefix6: bytes = b"") -> None:
+        """Write the KV of tokens [start, len(cache)) of `tokens` to the store. Tensor 6:
+        `hidden6` holds the fed tokens only; `prefix6`, the bytes of those before them that
+        this write must include (start 0 with a restored prefix)."""
         end = len(cache)
         store = self._client(session_id, shards)
         if store is None or end <= start:
             return
         if self.kv_format == common_pb2.KV_FORMAT_TENSOR6:
-            data = kv_codec.to_bytes(torch.cat(hidden6))  # fed tokens: exactly [start, end)
+            data = prefix6 + kv_codec.to_bytes(torch.cat(hidden6))  # fed tokens after prefix6
         else:
             data = kv_codec.to_bytes(cache.to_token_major(start, end))
         tracing.set_attributes(kv_bytes=len(data))

@@ -33,5 +33,12 @@ class SchedulerConfig(SecurityConfig):
                 "(RESOURCE_EXHAUSTED), never queued unseen"})
     max_tokens_limit: int = field(default=4096, metadata={"help": "largest max_tokens accepted"})
     scheduler_id: str = field(default="scheduler", metadata={"help": "id on the Awareness stream"})
+    conversation_keys: int = field(default=1_000_000, metadata={
+        "help": "turns sent without a session id are recognised by their history: the most "
+                "message-prefix keys the conversation index holds (~200 bytes each; least "
+                "recently used conversations are forgotten first; 0: recognition off)"})
+    conversation_ttl_s: float = field(default=3600.0, metadata={
+        "help": "a recognised conversation idle this long is forgotten (its next turn starts "
+                "a new session)"})
     metrics_listen: str = field(default="", metadata={
         "help": "host:port for Prometheus /metrics (empty: off)"})

@@ -24,9 +24,11 @@ from services.gen import (common_pb2, compute_worker_pb2, kv_store_pb2, schedule
 from services.membership_auth import authorize
 
 from .config import SchedulerConfig
+from .conversations import ConversationIndex
 from .member_address import address_problem
 from .membership import Membership
 from .policy import make_queue
+from .recognition import Recognition
 from .session_locks import SessionLocks
 from .store_shards import StoreShards
 from .workers import Worker, WorkerPool
@@ -54,8 +56,6 @@ class Pending:
 
 def validate(turn: common_pb2.TurnRequest, config: SchedulerConfig) -> str | None:
     """The reason a turn is malformed, or None."""
-    if not turn.session_id:
-        return "session_id is empty"
     if len(turn.session_id.encode()) > MAX_SESSION_ID:
         return f"session_id is longer than {MAX_SESSION_ID} bytes"
     if turn.messages and turn.prompt_token_ids:
@@ -92,6 +92,10 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self.stores = StoreShards(config.scheduler_id, self._on_load_finished,
                                   self._queued_sessions)
         self.membership = Membership(config.heartbeat_s)
+        self.recognition = Recognition(  # turns without a session id: found by their history
+            ConversationIndex(config.conversation_keys, config.conversation_ttl_s)
+            if config.conversation_keys > 0 else None,
+            alive=lambda s: not self.stores.all_connected() or self.stores.location(s) is not None)
         self._stop = threading.Event()
         self._dispatcher = threading.Thread(target=self._dispatch_loop, name="dispatch",
                                             daemon=True)
@@ -220,8 +224,9 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         if problem:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         arrival = time.monotonic()
-        with self._session_locks.hold(request.session_id):
-            yield from self._serve(request, context, arrival)
+        turn = self.recognition.resolve(request)
+        with self._session_locks.hold(turn.session_id):
+            yield from turn.relay(self._serve(turn.request, context, arrival))
 
     def _serve(self, request, context, arrival: float):
         """Run the turn; if its worker dies, re-run it (elsewhere or on the restarted actor) and
@@ -231,7 +236,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         if self.pool.healthy_count() == 0:  # waiting would only end at the client's deadline
             context.abort(grpc.StatusCode.UNAVAILABLE, "no compute worker is available; retry")
         for attempt in itertools.count():
-            pending = self._enqueue(request.session_id, arrival, context, first=attempt == 0)
+            pending = self._enqueue(request.session_id, arrival, context, first=attempt == 0,
+                                    parent=request.parent_session_id)
             if pending is None:
                 return
             with tracing.span("scheduler.dispatch", worker=pending.worker.target,
@@ -296,9 +302,12 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self.stores.turn_complete(session_id, summary.completion_tokens,
                                   summary.prompt_tokens + summary.completion_tokens)
 
-    def _enqueue(self, session_id: str, arrival: float, context,
-                 first: bool = True) -> Pending | None:
+    def _enqueue(self, session_id: str, arrival: float, context, first: bool = True,
+                 parent: str = "") -> Pending | None:
         loc = self.stores.location(session_id)
+        kv_session = session_id  # whose KV the turn reads: a new branch reads its parent's
+        if loc is None and parent:
+            kv_session, loc = parent, self.stores.location(parent)
         where = LOCATION.get(loc.tier, "none") if loc is not None else "none"
         with self._cond:
             if len(self.queue) >= self.config.max_queue:
@@ -306,7 +315,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                               f"{len(self.queue)} turns queued; retry later")
             pending = Pending(next(self._seq), session_id, arrival, trace_ctx=tracing.current(),
                               where=where)
-            self.queue.add(pending.seq, session_id, pending.seq, arrival, where,
+            self.queue.add(pending.seq, kv_session, pending.seq, arrival, where,
                            loc.num_bytes if loc is not None else 0)
             self._pending[pending.seq] = pending
             self._cond.notify_all()

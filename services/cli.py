@@ -26,6 +26,7 @@ COMMANDS = [
     "bench.commands.bench_cache_replay",
     "bench.commands.bench_compute",
     "bench.commands.bench_gateway",
+    "bench.commands.bench_sessions",
     "bench.commands.chaos",
     "bench.commands.load",
 ]

@@ -31,6 +31,10 @@ DECODE_RATE = Histogram("bidaw_decode_tokens_per_second", "Per turn: completion 
                         "from first to last token", buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500,
                                                              1000, 2000, 5000))
 TURNS = Counter("bidaw_turns", "Turns by outcome (ok, error, cancelled, rejected)", ["outcome"])
+RECOGNISED = Counter("bidaw_session_recognition", "Turns by how their session was found: id "
+                     "(named by the client), content (continues a stored conversation), branch "
+                     "(reuses a stored conversation's common prefix in a new session), new",
+                     ["how"])
 
 # -- scheduler ---------------------------------------------------------------------------------
 QUEUE_LENGTH = Gauge("bidaw_scheduler_queue_length", "Requests waiting now", ["queue"])

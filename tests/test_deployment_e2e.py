@@ -51,7 +51,7 @@ def test_awareness_connects_scheduler_and_store(deployment):
 
 
 @pytest.mark.parametrize("turn, message", [
-    (dict(session_id="", messages=[("user", "hi")]), "session_id"),
+    (dict(session_id="s" * 300, messages=[("user", "hi")]), "session_id"),  # "": recognised
     (dict(session_id="s", messages=[]), "empty"),
     (dict(session_id="s", messages=[("user", "")]), "empty"),
     (dict(session_id="s", messages=[("robot", "hi")]), "role"),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
+from urllib.parse import quote
 
 import grpc
 from aiohttp import web
@@ -22,8 +22,9 @@ SESSION_HEADERS = ("X-Session-Id", "x-user-id")
 
 
 def session_of(request: web.Request, parsed: Parsed, limit: int) -> tuple[str, bool]:
-    """The client's session id (X-Session-Id, x-user-id, then `user`) or a fresh one; and
-    whether the client named it."""
+    """The client's session id (X-Session-Id, x-user-id, then `user`), or "" when it named
+    none (the scheduler then recognises the conversation from its messages); and whether the
+    client named it."""
     for name in SESSION_HEADERS:
         if request.headers.get(name):
             session, source = request.headers[name], name
@@ -31,7 +32,7 @@ def session_of(request: web.Request, parsed: Parsed, limit: int) -> tuple[str, b
     else:
         session, source = parsed.user, "user"
     if not session:
-        return f"anon-{uuid.uuid4().hex}", False
+        return "", False
     if len(session.encode()) > limit or not session.isprintable():
         raise bad_request(f"the session id ({source}) must be printable and at most {limit} "
                           "bytes", source)
@@ -40,7 +41,7 @@ def session_of(request: web.Request, parsed: Parsed, limit: int) -> tuple[str, b
 
 def turn_request(parsed: Parsed, tenant: str, session: str) -> common_pb2.TurnRequest:
     return common_pb2.TurnRequest(
-        session_id=scoped_session(tenant, session), tenant=tenant,
+        session_id=scoped_session(tenant, session) if session else "", tenant=tenant,
         messages=[common_pb2.ChatMessage(role=r, content=c) for r, c in parsed.messages],
         prompt_token_ids=parsed.prompt_token_ids, max_tokens=parsed.max_tokens,
         temperature=parsed.temperature, ignore_eos=parsed.ignore_eos, stop=parsed.stop,
@@ -53,6 +54,20 @@ def turn_request(parsed: Parsed, tenant: str, session: str) -> common_pb2.TurnRe
         logit_bias=parsed.logit_bias,
         continue_final_message=parsed.continue_final_message,
         no_generation_prompt=parsed.no_generation_prompt)
+
+
+def session_headers(first: common_pb2.TurnEvent, tenant: str, session: str) -> dict:
+    """x-bidaw-session (the session the turn ran in, without the tenant's prefix) and
+    x-bidaw-session-recognised (id, content, branch or new), from the scheduler's first event;
+    counted in the gateway's metrics too."""
+    recognised = first.recognised or ("id" if session else "new")
+    scoped = first.session_id or scoped_session(tenant, session)
+    prefix = scoped_session(tenant, "")
+    named = scoped[len(prefix):] if scoped.startswith(prefix) else scoped
+    metrics.RECOGNISED.labels(recognised).inc()
+    tracing.set_attributes(session=named, session_recognised=recognised)
+    return {"x-bidaw-session": named if named.isascii() else quote(named),  # headers: latin-1
+            "x-bidaw-session-recognised": recognised}
 
 
 def _sse(payload: dict | str) -> bytes:
@@ -75,9 +90,10 @@ class TurnServer:
         call = self.backend.submit(turn_request(parsed, tenant, session))
         try:
             first = await self._first(call)
+            headers = session_headers(first, tenant, session)
             if parsed.stream:
-                return await self._stream(request, call, first, parsed, reply)
-            return await self._whole(call, first, reply)
+                return await self._stream(request, call, first, parsed, reply, headers)
+            return await self._whole(call, first, reply, headers)
         finally:
             call.cancel()  # a no-op once the stream ended; frees the worker if we left early
 
@@ -96,7 +112,7 @@ class TurnServer:
         async for event in call:
             yield event
 
-    async def _whole(self, call, first, reply: Reply) -> web.Response:
+    async def _whole(self, call, first, reply: Reply, headers: dict) -> web.Response:
         text, summary = [], None
         try:
             async for event in self._events(call, first):
@@ -110,13 +126,13 @@ class TurnServer:
             raise ApiError(500, "the turn ended without a summary")
         self._finished(summary)
         return web.json_response(reply.complete("".join(text), summary),
-                                 headers={"x-request-id": reply.id})
+                                 headers={"x-request-id": reply.id, **headers})
 
-    async def _stream(self, request, call, first, parsed: Parsed,
-                      reply: Reply) -> web.StreamResponse:
+    async def _stream(self, request, call, first, parsed: Parsed, reply: Reply,
+                      headers: dict) -> web.StreamResponse:
         response = web.StreamResponse(headers={
             "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-            "x-request-id": reply.id})
+            "x-request-id": reply.id, **headers})
         await response.prepare(request)
         try:
             if reply.chat:

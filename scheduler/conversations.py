@@ -1,0 +1,172 @@
+"""The conversation index: which stored session a history continues, or branches from.
+
+Pure (the clock is passed in) and guarded by one lock. It maps the key of every prefix of a
+recorded history (scheduler/conversation_keys.py) to the session that holds its KV, and each
+session to its head (the key of its whole history, answer included) and whether a turn of it is
+in flight. A history continues a session only when its longest known prefix is exactly that
+session's head and the session is idle: a session's KV is only ever appended to, so two
+conversations that share a beginning never overwrite each other's tail. Any shorter match is a
+branch: a new session that reads the common prefix from the matched one (its parent).
+
+Bounded: at most `max_keys` prefix keys, least recently used idle sessions forgotten first;
+a session idle for `ttl_s` is forgotten; so is one the caller reports gone (no KV left).
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable
+
+CONTENT, BRANCH, NEW = "content", "branch", "new"
+
+
+@dataclass
+class _Session:
+    path: list[bytes] = field(default_factory=list)  # prefix keys it recorded; path[-1]: head
+    in_flight: bool = False
+    touched: float = 0.0
+    parent: str = ""  # a branch: the session it shares path[:shared] with
+    shared: int = 0
+
+
+@dataclass(frozen=True)
+class Match:
+    recognised: str  # CONTENT, BRANCH or NEW
+    session: str  # the session the turn runs in
+    parent: str = ""  # BRANCH: the session whose KV holds the common prefix
+
+
+class ConversationIndex:
+    def __init__(self, max_keys: int = 1_000_000, ttl_s: float = 3600.0, grace_s: float = 10.0):
+        self.max_keys = max_keys
+        self.ttl_s = ttl_s
+        self.grace_s = grace_s
+        self._sessions: OrderedDict[str, _Session] = OrderedDict()  # least recently used first
+        self._keys: dict[bytes, str] = {}  # prefix key -> the session that last recorded it
+        self._heads: dict[bytes, dict[str, None]] = {}  # head key -> sessions at that head
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._sessions)
+
+    @property
+    def keys_held(self) -> int:
+        with self._lock:
+            return len(self._keys)
+
+    def resolve(self, keys: list[bytes], new_session: Callable[[], str], now: float,
+                alive: Callable[[str], bool] = lambda s: True) -> Match:
+        """The session a turn whose history has prefix keys `keys` (k_0 first) runs in; marks
+        it in flight. `alive(session)`: False when its KV is known to be gone (forgotten)."""
+        with self._lock:
+            self._expire(now)
+            for depth in range(len(keys) - 1, 0, -1):  # k_0 alone (the tenant) matches nothing
+                key = keys[depth]
+                for session in list(self._heads.get(key, ())):
+                    if self._gone(session, now, alive):
+                        self._forget(session)
+                    elif not self._sessions[session].in_flight:
+                        self._touch(session, now).in_flight = True
+                        return Match(CONTENT, session)
+                parent = self._keys.get(key)
+                if parent is not None and self._gone(parent, now, alive):
+                    self._forget(parent)
+                    parent = self._keys.get(key)  # forgetting may leave it to no one
+                if parent is not None:
+                    self._touch(parent, now)
+                    return self._start(BRANCH, new_session(), parent, now, depth)
+            return self._start(NEW, new_session(), "", now)
+
+    def record(self, session: str, keys: list[bytes], now: float) -> None:
+        """A turn of `session` finished: `keys` are the prefix keys of its messages and answer
+        (k_0 first); the last is its new head."""
+        with self._lock:
+            entry = self._sessions.get(session)
+            if entry is None:  # forgotten while its turn ran: it is known again
+                entry = self._sessions[session] = _Session()
+            self._unlink(session, entry)
+            entry.path = list(keys[1:])
+            entry.in_flight = False
+            self._touch(session, now)
+            for key in entry.path:
+                self._keys[key] = session
+            if entry.path:
+                self._heads.setdefault(entry.path[-1], {})[session] = None
+            self._bound(now)
+
+    def abandon(self, session: str) -> None:
+        """Its turn failed: nothing is recorded; a session with no recorded turn is dropped."""
+        with self._lock:
+            entry = self._sessions.get(session)
+            if entry is None:
+                return
+            entry.in_flight = False
+            if not entry.path:
+                del self._sessions[session]
+
+    def forget(self, session: str) -> None:
+        """The store holds no KV for it any more."""
+        with self._lock:
+            self._forget(session)
+
+    # -- under the lock ---------------------------------------------------------------------
+
+    def _start(self, how: str, session: str, parent: str, now: float,
+               shared: int = 0) -> Match:
+        self._sessions[session] = _Session(in_flight=True, touched=now, parent=parent,
+                                           shared=shared)
+        return Match(how, session, parent)
+
+    def _gone(self, session: str, now: float, alive: Callable[[str], bool]) -> bool:
+        """Its KV is reported gone; not asked within `grace_s` of its last turn, whose KV the
+        store's location stream may not have announced yet."""
+        entry = self._sessions[session]
+        return (not entry.in_flight and now - entry.touched > self.grace_s
+                and not alive(session))
+
+    def _touch(self, session: str, now: float) -> _Session:
+        entry = self._sessions[session]
+        entry.touched = now
+        self._sessions.move_to_end(session)
+        return entry
+
+    def _unlink(self, session: str, entry: _Session) -> None:
+        """Drop its keys; a prefix it shares with its parent goes back to the parent, so that
+        forgetting the last of many conversations with one beginning keeps that beginning."""
+        heir = entry.parent if entry.parent in self._sessions else ""
+        for i, key in enumerate(entry.path):
+            if self._keys.get(key) == session:
+                if heir and i < entry.shared:
+                    self._keys[key] = heir
+                else:
+                    del self._keys[key]
+        if entry.path:
+            heads = self._heads.get(entry.path[-1], {})
+            heads.pop(session, None)
+            if not heads:
+                self._heads.pop(entry.path[-1], None)
+
+    def _forget(self, session: str) -> None:
+        entry = self._sessions.pop(session, None)
+        if entry is not None:
+            self._unlink(session, entry)
+
+    def _expire(self, now: float) -> None:
+        self._drop_oldest(lambda entry: now - entry.touched >= self.ttl_s, now)
+
+    def _bound(self, now: float) -> None:
+        self._drop_oldest(lambda entry: len(self._keys) > self.max_keys, now)
+
+    def _drop_oldest(self, while_: Callable[[_Session], bool], now: float) -> None:
+        """Forget least recently used sessions while `while_(oldest)`; one in flight is in use,
+        so it counts as used now (moved to the back) instead."""
+        for _ in range(len(self._sessions)):
+            session, entry = next(iter(self._sessions.items()))
+            if not while_(entry):
+                return
+            if entry.in_flight:
+                self._touch(session, now)
+            else:
+                self._forget(session)

@@ -1,0 +1,96 @@
+"""Which session a turn runs in: the one its client named, or the one its history continues.
+
+The scheduler's side of the conversation index (conversations.py): a turn whose session_id is
+empty is matched by the keys of its messages; the first event of its answer says which session
+it ran in and how it was found; when it finishes, its messages and the answer exactly as relayed
+to the client are recorded, so the client's next turn (which resends them) is recognised.
+Turns given as token ids or a raw prompt have no messages to recognise: a new session each.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Callable, Iterator
+
+from services import metrics
+from services.gen import common_pb2
+
+from .conversation_keys import next_key, prefix_keys
+from .conversations import NEW, ConversationIndex
+
+ID = "id"
+
+
+def new_session_id(tenant: str) -> str:
+    return f"{tenant}/c-{uuid.uuid4().hex}" if tenant else f"c-{uuid.uuid4().hex}"
+
+
+class RecognisedTurn:
+    """One turn with its session decided; `relay` passes its events through."""
+
+    def __init__(self, request: common_pb2.TurnRequest, recognised: str,
+                 index: ConversationIndex | None = None, keys: list[bytes] | None = None,
+                 record: bool = True, clock: Callable[[], float] = time.monotonic):
+        self.request = request
+        self.recognised = recognised
+        self._index = index
+        self._keys = keys  # None: the index does not track this turn
+        self._record = record and keys is not None
+        self._clock = clock
+
+    @property
+    def session_id(self) -> str:
+        return self.request.session_id
+
+    def relay(self, events: Iterator[common_pb2.TurnEvent]) -> Iterator[common_pb2.TurnEvent]:
+        text: list[str] = []
+        recorded = False
+        try:
+            for n, event in enumerate(events):
+                if n == 0:
+                    event.session_id, event.recognised = self.session_id, self.recognised
+                text.append(event.text)
+                if event.HasField("summary") and self._record:
+                    self._index.record(self.session_id, self._keys + [
+                        next_key(self._keys[-1], "assistant", "".join(text))], self._clock())
+                    recorded = True
+                yield event
+        finally:
+            if self._keys is not None and not recorded:
+                self._index.abandon(self.session_id)
+
+
+class Recognition:
+    def __init__(self, index: ConversationIndex | None, alive: Callable[[str], bool],
+                 clock: Callable[[], float] = time.monotonic):
+        """`index` None: recognition off (every unnamed turn is a new session).
+        `alive(session)`: False when the store is known to hold no KV for it."""
+        self.index = index
+        self.alive = alive
+        self.clock = clock
+
+    def resolve(self, request: common_pb2.TurnRequest) -> RecognisedTurn:
+        if request.session_id and not request.parent_session_id:
+            return self._count(RecognisedTurn(request, ID))
+        turn = common_pb2.TurnRequest()
+        turn.CopyFrom(request)
+        turn.parent_session_id = ""  # only we name a parent: a client's could be anyone's KV
+        if request.session_id:
+            return self._count(RecognisedTurn(turn, ID))
+        if self.index is None or not request.messages:
+            turn.session_id = new_session_id(request.tenant)
+            return self._count(RecognisedTurn(turn, NEW))
+        keys = prefix_keys(request.tenant, ((m.role, m.content) for m in request.messages))
+        match = self.index.resolve(keys, lambda: new_session_id(request.tenant), self.clock(),
+                                   self.alive)
+        turn.session_id, turn.parent_session_id = match.session, match.parent
+        # A continued final message or no generation prompt: the answer is not a new message,
+        # so there is no head to record (the session still counts as in use until it ends).
+        plain = not (request.continue_final_message or request.no_generation_prompt)
+        return self._count(RecognisedTurn(turn, match.recognised, self.index,
+                                          keys, plain, self.clock))
+
+    @staticmethod
+    def _count(turn: RecognisedTurn) -> RecognisedTurn:
+        metrics.RECOGNISED.labels(turn.recognised).inc()
+        return turn

@@ -1,0 +1,32 @@
+"""`bidaw bench sessions` in a tiny mode: a real deployment, the JSON it prints."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+
+def test_bench_sessions_prints_reuse_side_by_side_and_the_overhead():
+    out = subprocess.run(
+        [sys.executable, "-m", "services.cli", "bench", "sessions", "--conversations", "2",
+         "--turns", "2", "--max-tokens", "4", "--index-size", "2000", "--json"],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    result = json.loads(out.stdout)
+    named, plain = result["with_ids"], result["without_ids"]
+    assert named["recognised"] == {"id": 4}
+    assert plain["recognised"] == {"new": 2, "content": 2}
+    assert named["cached_tokens"] > 0 and named["prompt_tokens"] == plain["prompt_tokens"]
+    assert abs(named["cached_tokens"] - plain["cached_tokens"]) <= 8 * 2
+    overhead = result["overhead"]
+    assert overhead["index_conversations"] >= 2000
+    assert 0 < overhead["per_turn_us_p50"] < 1000  # the target: under a millisecond
+
+
+def test_bench_sessions_refuses_bad_turn_counts():
+    out = subprocess.run([sys.executable, "-m", "services.cli", "bench", "sessions", "--turns",
+                          "99"], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    assert out.returncode == 2 and "--turns" in out.stderr

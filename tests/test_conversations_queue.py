@@ -1,0 +1,54 @@
+"""Queue placement of a branch: the KV that decides ready vs preparing is its parent's while the
+branch has none of its own (a real store and the scheduler's real queue; no dispatcher runs)."""
+from __future__ import annotations
+
+import threading
+import time
+
+from compute_worker.kv_client import KVClient
+from kv_store.config import StoreConfig
+from kv_store.main import start
+from scheduler.config import SchedulerConfig
+from scheduler.service import SchedulerService
+from scheduler.workers import WorkerPool
+from services.gen import common_pb2
+from tests.store_helpers import BPT, eventually, token_bytes
+
+
+class Call:
+    """The caller's side of a SubmitTurn as _enqueue sees it: active until it leaves."""
+
+    def __init__(self):
+        self.active = True
+
+    def is_active(self) -> bool:
+        return self.active
+
+
+def test_a_branch_of_a_session_on_ssd_waits_in_the_preparing_queue(tmp_path):
+    server, core = start(StoreConfig(listen="127.0.0.1:0", data_dir=str(tmp_path),
+                                     dram_bytes=0))  # every session lives on SSD only
+    target = f"127.0.0.1:{server.port}"
+    tokens = list(range(1, 9))
+    KVClient(target).write("t/parent", 0, tokens, common_pb2.KV_FORMAT_KV, BPT, "m",
+                           token_bytes("t/parent", tokens))
+    service = SchedulerService(SchedulerConfig(store=target, workers=[]), WorkerPool([]))
+    service.stores.add(target)
+    call, threads = Call(), []
+    try:
+        assert eventually(lambda: service.stores.tier("t/parent") == common_pb2.TIER_SSD)
+        for session, parent in (("t/branch", "t/parent"), ("t/unrelated", "")):
+            threads.append(threading.Thread(target=service._enqueue, args=(
+                session, time.monotonic(), call), kwargs={"parent": parent}))
+            threads[-1].start()
+        assert eventually(lambda: len(service.queue) == 2)
+        assert service.queue.lengths()["waiting"] == 1  # the branch: its parent's KV is on SSD
+        assert service.queue.lengths()["ready"] == 1  # nothing stored: runs at once
+        assert service.queue.upcoming(2)[0] == "t/parent"  # the load to start is the parent's
+    finally:
+        call.active = False
+        for t in threads:
+            t.join(5)
+        service.stop()
+        server.stop(0)
+        core.close()
