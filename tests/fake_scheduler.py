@@ -54,7 +54,8 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
             ttft_s=0.01, latency_s=0.02, worker_id="fake"))
 
     def Stats(self, request, context):
-        return scheduler_pb2.SchedulerStats(policy="fake")
+        return scheduler_pb2.SchedulerStats(policy="fake", workers=1, stores=1,
+                                            awareness_connected=True)
 
 
 def start_fake_scheduler() -> tuple[Server, FakeScheduler]:
