@@ -1,0 +1,81 @@
+"""The Redis index with a real redis-server that goes away: calls answer UNAVAILABLE with a
+message (never UNKNOWN), and a restart reconciles the files and the index both ways."""
+from __future__ import annotations
+
+import os
+
+import grpc
+import pytest
+import redis
+
+from compute_worker.kv_client import KVClient
+from kv_store.config import StoreConfig
+from kv_store.main import start
+from kv_store.ssd_tier import SsdTier
+from services.gen import common_pb2
+from tests.redis_server import redis_server
+
+KV = common_pb2.KV_FORMAT_KV
+BPT = 4096
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    (tmp_path / "redis").mkdir()
+    with redis_server(tmp_path / "redis") as url:
+        yield url
+
+
+def _store(tmp_path, url):
+    server, core = start(StoreConfig(listen="127.0.0.1:0", data_dir=str(tmp_path / "ssd"),
+                                     dram_bytes=1 << 20, eviction="lru", index=url))
+    return server, core, KVClient(f"127.0.0.1:{server.port}")
+
+
+def test_redis_down_gives_unavailable_not_unknown(tmp_path, redis_url):
+    server, core, client = _store(tmp_path, redis_url)
+    try:
+        client.write("s", 0, [1, 2], KV, BPT, "m", os.urandom(2 * BPT))
+        try:
+            redis.Redis.from_url(redis_url).shutdown(nosave=True)
+        except redis.ConnectionError:
+            pass  # it closed the connection on its way out
+        for call in (lambda: client.lookup("other"),
+                     lambda: client.write("t", 0, [1], KV, BPT, "m", os.urandom(BPT))):
+            with pytest.raises(grpc.RpcError) as err:
+                call()
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE, err.value.details()
+            assert "Redis" in err.value.details() and "unreachable" in err.value.details()
+    finally:
+        server.stop(0)
+        core.close()
+
+
+def test_restart_reconciles_files_and_index(tmp_path, redis_url):
+    server, core, client = _store(tmp_path, redis_url)
+    kept, gone = os.urandom(3 * BPT), os.urandom(BPT)
+    client.write("kept", 0, [1, 2, 3], KV, BPT, "m", kept)
+    client.write("gone", 0, [7], KV, BPT, "m", gone)
+    server.stop(0)
+    core.close()
+    r = redis.Redis.from_url(redis_url)
+    ssd = SsdTier(tmp_path / "ssd")
+    ssd.path("gone").unlink()  # an index entry whose file is gone
+    r.delete("bidaw:kv:s:kept")  # a file the index forgot (Redis restarted empty)
+    r.srem("bidaw:kv:sessions", "kept")
+    junk = ssd.path("junk")  # a file that is no session at all
+    junk.parent.mkdir(parents=True, exist_ok=True)
+    junk.write_bytes(b"not a record" * 100)
+    ssd.close()
+
+    server, core, client = _store(tmp_path, redis_url)
+    try:
+        assert not r.sismember("bidaw:kv:sessions", "gone")
+        assert r.sismember("bidaw:kv:sessions", "kept")
+        assert not junk.exists()
+        got = client.read("kept")
+        assert got.token_ids == [1, 2, 3] and got.data == kept
+        assert core.ssd.used_bytes == os.path.getsize(core.ssd.path("kept"))
+    finally:
+        server.stop(0)
+        core.close()
