@@ -14,6 +14,7 @@ import urllib.request
 import pytest
 
 from services.chat_client import ChatClient, Conversation
+from services.grpc_util import wait_healthy
 from services.launcher import LocalDeployment
 from services.supervisor import RestartPolicy
 
@@ -70,6 +71,8 @@ def _health(dep) -> tuple[int, dict]:
 def _came_back(dep, name: str, old: int, timeout: float = 240.0) -> None:
     _until(lambda: _pid(dep, name) != old, timeout, f"{name} restarted")
     assert not pathlib.Path(f"/proc/{old}").exists(), f"{name} {old} left a zombie"
+    if name != "gateway":  # the new process itself serves (not a cached verdict)
+        wait_healthy(getattr(dep, f"{name}_target"), timeout)
     _until(lambda: _health(dep)[0] == 200, timeout, f"/health 200 after {name} came back")
 
 

@@ -14,6 +14,7 @@ import urllib.request
 
 from bench.chaos.faults import BaseFault
 from services.chat_client import ChatClient, Conversation
+from services.grpc_util import wait_healthy
 
 ORDER = ("store", "worker", "scheduler", "gateway")
 COME_BACK_S = 240.0  # a worker loads the model again
@@ -54,7 +55,7 @@ class Fault(BaseFault):
             os.kill(old, signal.SIGKILL)
             killed = time.monotonic()
             injected += 1
-            back = _until(lambda: dict(dep.procs)[name].pid != old and self._healthy(dep),
+            back = _until(lambda: dict(dep.procs)[name].pid != old and self._serving(dep, name),
                           COME_BACK_S)
             if back is None:
                 ctx.fault_errors.append(f"{name} did not come back within {COME_BACK_S:.0f} s")
@@ -81,7 +82,10 @@ class Fault(BaseFault):
             self.checks["store_reuse_s"] = round(time.monotonic() - killed, 1)
 
     @staticmethod
-    def _healthy(dep) -> bool:
+    def _serving(dep, name: str) -> bool:
+        """The new process answers its own health check, and the gateway says all is well."""
+        if name != "gateway":
+            wait_healthy(getattr(dep, f"{name}_target"), 2.0)  # TimeoutError: not yet
         url = f"http://{dep.host}:{dep.gateway_port}/health"
         with urllib.request.urlopen(url, timeout=5) as reply:
             return reply.status == 200
