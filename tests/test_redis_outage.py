@@ -79,3 +79,20 @@ def test_restart_reconciles_files_and_index(tmp_path, redis_url):
     finally:
         server.stop(0)
         core.close()
+
+
+def test_store_without_its_redis_exits_with_one_line(tmp_path):
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = subprocess.run([sys.executable, "-m", "services.cli", "serve", "store", "--listen",
+                          "127.0.0.1:0", "--data-dir", str(tmp_path / "ssd"), "--shm-dir",
+                          str(tmp_path), "--index", f"redis://127.0.0.1:{port}/0"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr
+    assert f"the session index (Redis at 127.0.0.1:{port}) is unreachable" in out.stderr
