@@ -22,6 +22,7 @@ from .ssd_tier import SsdTier
 
 log = logging.getLogger("bidaw.kv_store")
 
+
 @dataclass
 class CatalogEntry:
     meta: SessionMeta

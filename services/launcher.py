@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .grpc_util import wait_healthy
 from .supervisor import RestartPolicy, Supervisor
@@ -78,7 +79,7 @@ class LocalDeployment:
     # Restart a service that dies while the deployment runs (same flags, ports, data dir).
     supervise: bool = True
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
-    on_restart: object = None  # callable(line) told of each exit and restart (default: log)
+    on_restart: Callable[[str], None] | None = None  # told each exit and restart (default: log)
     procs: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
 
     def __post_init__(self):

@@ -7,8 +7,8 @@ def register(sub, groups) -> None:
                        "on this machine",
                        description="Start the KV store, one compute worker (on a local Ray), "
                        "the scheduler and the OpenAI-compatible gateway as processes on "
-                       "loopback; a service that crashes is restarted on its port (with backoff); Ctrl-C "
-                       "stops them cleanly. API keys: set "
+                       "loopback; a service that crashes is restarted on its port (with "
+                       "backoff); Ctrl-C stops them cleanly. API keys: set "
                        "BIDAW_GATEWAY_API_KEYS=tenant:key,... (without keys the API is open "
                        "and served on loopback only).")
     p.add_argument("--data-dir", default="./data", help="SSD tier and logs (default: ./data)")

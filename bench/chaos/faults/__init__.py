@@ -7,8 +7,8 @@
 - `teardown(ctx)`;
 and attributes `workers` (compute workers needed), `probe_misses_allowed` (an acknowledged probe
 may come back as a miss, e.g. after the disk filled up and the store evicted it; wrong bytes are
-never allowed), `ssd_snapshot` (KV on SSD before the fault must be there after it); a fault may fill a dict
-`checks` with what it measured (reported with the run's)."""
+never allowed), `ssd_snapshot` (KV on SSD before the fault must be there after it); a fault
+may fill a dict `checks` with what it measured (reported with the run's)."""
 from __future__ import annotations
 
 import importlib
