@@ -88,8 +88,10 @@ class EmbeddedCatalog(Catalog):
             self._entries.pop(session_id, None)
 
 
-def reconcile(catalog: Catalog, ssd: SsdTier, entries: list[CatalogEntry]) -> list[CatalogEntry]:
-    """Make a kept index (Redis) and the files agree, at start-up; the entries that stand.
+def reconcile(catalog: Catalog, ssd: SsdTier, entries: list[CatalogEntry],
+              live: bool = False) -> list[CatalogEntry]:
+    """Make a kept index (Redis) and the files agree; the entries that stand. At start-up, or
+    `live` while the store serves (its own lengths of the files it knows are then kept).
 
     An entry whose file is gone is dropped (a miss, not an error at the first read). A file with
     no entry (the index lost it: Redis restarted without persistence) is adopted if its records
@@ -99,17 +101,15 @@ def reconcile(catalog: Catalog, ssd: SsdTier, entries: list[CatalogEntry]) -> li
     kept = []
     for entry in entries:
         sid = entry.meta.session_id
-        if ssd.path(sid).exists():
+        if not ssd.path(sid).exists():
+            with catalog.lock(sid):
+                if not ssd.path(sid).exists():
+                    catalog.delete(sid)
+                    log.warning("index entry of %r has no file: dropped", sid)
+                    continue
+        if not live:
             ssd.set_length(sid, entry.ssd_len)
-            kept.append(entry)
-            continue
-        with catalog.lock(sid):
-            if not ssd.path(sid).exists():
-                catalog.delete(sid)
-                log.warning("index entry of %r has no file: dropped", sid)
-                continue
         kept.append(entry)
-        ssd.set_length(sid, entry.ssd_len)
     known = {ssd.path(e.meta.session_id) for e in kept}
     adopted = removed = 0
     for path in sorted((ssd.root / "sessions").glob("*/*.kv")):

@@ -3,6 +3,7 @@
     {ns}:kv:sessions      set of session ids
     {ns}:kv:s:{session}   hash: fmt, bpt, model, tokens (int32 LE), len, ver
     {ns}:kv:lock:{session} a writer's token while it appends (expires if the writer dies)
+    {ns}:kv:epoch         a token set when the index is first filled: gone when Redis lost it
 
 A write takes the session's lock, re-reads the entry (another replica may have appended), writes
 at the committed end, fsyncs, then publishes the entry with the next version: two replicas never
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
+import threading
 import time
 from typing import Callable, Iterator, TypeVar
 
@@ -36,13 +38,20 @@ class RedisCatalog(Catalog):
     kind = "redis"
 
     def __init__(self, url: str, namespace: str = "bidaw", lock_ttl_s: float = 120.0,
-                 lock_wait_s: float = 60.0, retries: int = 4, retry_first_s: float = 0.1):
+                 lock_wait_s: float = 60.0, retries: int = 4, retry_first_s: float = 0.1,
+                 epoch_check_s: float = 2.0):
         self.url = url
         self.ns = f"{namespace}:kv"
         self.lock_ttl_ms = int(lock_ttl_s * 1000)
         self.lock_wait_s = lock_wait_s
         self.retries = retries
         self.retry_first_s = retry_first_s
+        self.epoch_check_s = epoch_check_s
+        self._epoch: bytes | None = None  # set by load()
+        self._epoch_checked = time.monotonic()
+        self._epoch_lock = threading.Lock()
+        self._ssd: SsdTier | None = None  # set by load(): from then on the epoch is watched
+        self.reconciled = threading.Event()  # set after each background reconciliation
         self.r = redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=3)
         kwargs = self.r.connection_pool.connection_kwargs  # where, without any password
         self.where = kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}"
@@ -54,7 +63,9 @@ class RedisCatalog(Catalog):
         pause = self.retry_first_s
         for attempt in range(self.retries + 1):
             try:
-                return fn()
+                result = fn()
+                self._maybe_check_epoch()
+                return result
             except _TRANSIENT as exc:
                 if attempt == self.retries:
                     raise errors.unavailable(
@@ -63,6 +74,46 @@ class RedisCatalog(Catalog):
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
         raise AssertionError("unreachable")
+
+    def _maybe_check_epoch(self) -> None:
+        """Every `epoch_check_s`: if Redis lost the index (restarted without persistence), put
+        the files back into it, on a thread of its own (a reconciliation takes the locks)."""
+        if self._ssd is None or time.monotonic() - self._epoch_checked < self.epoch_check_s:
+            return
+        with self._epoch_lock:
+            if time.monotonic() - self._epoch_checked < self.epoch_check_s:
+                return
+            self._epoch_checked = time.monotonic()
+            try:
+                lost = self.r.get(self._epoch_key) != self._epoch
+            except _TRANSIENT:
+                return  # the next call tries again
+            if lost:
+                self._epoch_checked = float("inf")  # no second one while this one runs
+        if lost:
+            log.warning("the session index in Redis at %s was lost (Redis restarted without "
+                        "its data?): reconciling it with the files", self.where)
+            threading.Thread(target=self._reconcile_again, name="index-reconcile",
+                             daemon=True).start()
+
+    def _reconcile_again(self) -> None:
+        try:
+            self._take_epoch()
+            reconcile(self, self._ssd, self._read_all(), live=True)
+        except errors.StoreError as exc:
+            log.warning("reconciling the index failed (%s); retrying later", exc.message)
+        finally:
+            self._epoch_checked = time.monotonic()
+            self.reconciled.set()
+
+    @property
+    def _epoch_key(self) -> str:
+        return f"{self.ns}:epoch"
+
+    def _take_epoch(self) -> None:
+        """This index's epoch: the one already there (another replica's), else a new one."""
+        self._call("epoch", lambda: self.r.set(self._epoch_key, secrets.token_hex(8), nx=True))
+        self._epoch = self._call("epoch", lambda: self.r.get(self._epoch_key))
 
     def _key(self, session_id: str) -> str:
         return f"{self.ns}:s:{session_id}"
@@ -77,6 +128,12 @@ class RedisCatalog(Catalog):
         return CatalogEntry(meta, int(h[b"len"]), int(h[b"ver"]))
 
     def load(self, ssd: SsdTier) -> list[CatalogEntry]:
+        self._take_epoch()
+        kept = reconcile(self, ssd, self._read_all())
+        self._ssd = ssd
+        return kept
+
+    def _read_all(self) -> list[CatalogEntry]:
         entries = []
         ids = self._call("load", lambda: [m.decode() for m in self.r.sscan_iter(
             f"{self.ns}:sessions", count=1000)])
@@ -92,7 +149,7 @@ class RedisCatalog(Catalog):
                 entry = self._decode(sid, h)
                 if entry is not None:
                     entries.append(entry)
-        return reconcile(self, ssd, entries)
+        return entries
 
     def get(self, session_id: str) -> CatalogEntry | None:
         return self._decode(session_id, self._call(

@@ -3,6 +3,7 @@ message (never UNKNOWN), and a restart reconciles the files and the index both w
 from __future__ import annotations
 
 import os
+import time
 
 import grpc
 import pytest
@@ -96,3 +97,53 @@ def test_store_without_its_redis_exits_with_one_line(tmp_path):
     assert out.returncode == 1
     assert "Traceback" not in out.stderr
     assert f"the session index (Redis at 127.0.0.1:{port}) is unreachable" in out.stderr
+
+
+def _redis_on(port: int, workdir) -> "subprocess.Popen":
+    import shutil
+    import subprocess
+
+    proc = subprocess.Popen([shutil.which("redis-server"), "--port", str(port), "--bind",
+                             "127.0.0.1", "--dir", str(workdir), "--save", "", "--appendonly",
+                             "no"], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    client = redis.Redis(port=port)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            return proc
+        except redis.ConnectionError:
+            assert time.monotonic() < deadline and proc.poll() is None, "redis did not start"
+            time.sleep(0.05)
+
+
+def test_redis_restarted_empty_under_a_live_store_gets_its_index_back(tmp_path, redis_url):
+    port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
+    server, core, client = _store(tmp_path, redis_url)
+    core.catalog.epoch_check_s = 0.2
+    data = os.urandom(2 * BPT)
+    client.write("s", 0, [1, 2], KV, BPT, "m", data)
+    r = redis.Redis.from_url(redis_url)
+    again = None
+    try:
+        try:
+            r.shutdown(nosave=True)  # Redis restarts without its data
+        except redis.ConnectionError:
+            pass
+        again = _redis_on(port, tmp_path)
+        assert not r.sismember("bidaw:kv:sessions", "s")
+        core.catalog.reconciled.clear()
+        deadline = time.monotonic() + 30
+        while not core.catalog.reconciled.is_set():  # any call notices the lost index
+            assert time.monotonic() < deadline, "no reconciliation"
+            client.lookup("other")
+            core.catalog.reconciled.wait(0.3)
+        assert r.sismember("bidaw:kv:sessions", "s")  # the file is in the index again
+        got = client.read("s")
+        assert got.token_ids == [1, 2] and got.data == data
+    finally:
+        server.stop(0)
+        core.close()
+        if again is not None:
+            again.terminate()
+            again.wait()
