@@ -71,6 +71,9 @@ class RedisCatalog(Catalog):
                     raise errors.unavailable(
                         f"the session index (Redis at {self.where}) is unreachable ({what}: "
                         f"{exc}); retry later") from None
+            except redis.RedisError as exc:  # refused (out of memory, read-only ...): no retry
+                raise errors.unavailable(f"the session index (Redis at {self.where}) refused "
+                                         f"{what}: {exc}") from None
             time.sleep(pause)
             pause = min(pause * 2, 1.0)
         raise AssertionError("unreachable")
