@@ -63,9 +63,11 @@ class KVClient:
 
     @property
     def co_located(self) -> bool:
-        """The store shares this machine's memory with us (asked once)."""
+        """The store shares this machine's memory with us (asked once, and again after the
+        store restarted)."""
         if not self._shm_checked:
             self._shm_checked = True
+            self._shm_dir = None
             try:
                 info = self.stub.ShmInfo(kv_store_pb2.ShmInfoRequest(), timeout=self.timeout)
                 folder = pathlib.Path(info.dir)
@@ -107,6 +109,7 @@ class KVClient:
             if pos != len(view):
                 return None
         except OSError:
+            self._shm_checked = False  # the store restarted (a new arena): ask again next time
             return None  # the store's memory is gone (it restarted): read over the stream
         finally:
             for fd in files.values():
@@ -189,7 +192,10 @@ class KVClient:
                     os.close(fd)
                 pos += piece.length
             return reply.region
-        except (grpc.RpcError, OSError):
+        except OSError:
+            self._shm_checked = False  # the store restarted (a new arena): ask again next time
+            return ""
+        except grpc.RpcError:
             return ""  # no room in shared memory now; an unused region expires on its own
 
     def close(self) -> None:

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import logging
 import os
+import pathlib
+import re
+import shutil
 import tempfile
 
 from services.gen import compute_worker_pb2_grpc
@@ -12,6 +15,11 @@ from services.runtime import wait_for_signal
 from .config import WorkerConfig
 
 log = logging.getLogger("bidaw.compute_worker")
+# The local Ray's temporary directory, named for the worker that owns it: removed on stop, and
+# by the next worker to start if its owner was killed. Short: Ray's socket paths must stay short.
+RAY_TEMP_PREFIX = "ray-bidaw-"
+_RAY_TEMP_RE = re.compile(rf"^{RAY_TEMP_PREFIX}(\d+)-")
+_ray_temp_dir: str | None = None
 
 
 def init_ray(config: WorkerConfig) -> None:
@@ -23,9 +31,30 @@ def init_ray(config: WorkerConfig) -> None:
     if config.ray_address:
         ray.init(address=config.ray_address, log_to_driver=True)
         return
+    global _ray_temp_dir
+    sweep_ray_temp_dirs()
+    _ray_temp_dir = tempfile.mkdtemp(prefix=f"{RAY_TEMP_PREFIX}{os.getpid()}-", dir="/tmp")
     ray.init(num_cpus=config.ray_num_cpus, object_store_memory=config.ray_object_store_bytes,
-             include_dashboard=False, _temp_dir=tempfile.mkdtemp(prefix="ray", dir="/tmp"),
-             log_to_driver=True)
+             include_dashboard=False, _temp_dir=_ray_temp_dir, log_to_driver=True)
+
+
+def shutdown_ray() -> None:
+    """Stop the local Ray and remove its temporary directory (sockets, logs, spill files)."""
+    import ray
+
+    global _ray_temp_dir
+    ray.shutdown()
+    if _ray_temp_dir:
+        shutil.rmtree(_ray_temp_dir, ignore_errors=True)
+        _ray_temp_dir = None
+
+
+def sweep_ray_temp_dirs(base: str = "/tmp") -> None:
+    """Remove the Ray temporary directories of workers that are gone (killed, so not cleaned)."""
+    for entry in pathlib.Path(base).glob(f"{RAY_TEMP_PREFIX}*"):
+        match = _RAY_TEMP_RE.match(entry.name)
+        if match and not pathlib.Path(f"/proc/{match.group(1)}").exists():
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 def start(config: WorkerConfig):
@@ -66,4 +95,4 @@ def serve(config: WorkerConfig) -> None:
     wait_for_signal()
     registrar.stop()  # first: the scheduler stops sending turns here
     server.stop(grace=30.0)  # then running turns get time to finish
-    ray.shutdown()
+    shutdown_ray()

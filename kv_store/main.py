@@ -8,6 +8,7 @@ from services.runtime import wait_for_signal
 
 from .chunk_wire import add_store_servicer
 from .config import StoreConfig
+from .errors import StoreError
 from .service import KVStoreService
 from .store import KVStore
 
@@ -28,7 +29,10 @@ def serve(config: StoreConfig) -> None:
     from services.membership_auth import config_token
     from services.registrar import Registrar, advertised
 
-    server, store = start(config)
+    try:
+        server, store = start(config)
+    except StoreError as exc:  # the index (Redis) is unreachable: one line, and a restart
+        raise SystemExit(f"bidaw serve store: {exc.message}") from None
     registrar = Registrar(config.scheduler, scheduler_pb2.MEMBER_KIND_STORE,
                           advertised(config.advertise, config.listen, server.port),
                           config_token(config)).start()

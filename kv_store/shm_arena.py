@@ -16,10 +16,15 @@ is exact: whole pages, including regions kept by leases after their entry was ev
 
 The directory also holds `.probe` with a random token: a client that can read the token back
 shares this machine's /dev/shm (the same pod or host) and may use the arena directly.
+
+The store holds an exclusive flock on its arena for its life. The kernel drops it when the
+process dies, however it dies (kill -9, and already while it is a zombie), so a store starting
+up removes every arena nobody holds: the memory of a store that crashed comes back at once.
 """
 from __future__ import annotations
 
 import bisect
+import fcntl
 import itertools
 import logging
 import mmap
@@ -29,6 +34,7 @@ import re
 import secrets
 import shutil
 import tempfile
+import time
 
 from .aligned_io import align_up
 
@@ -71,6 +77,7 @@ class ShmArena:
         self.capacity = max(capacity, 0) // 4096 * 4096
         self.used = 0
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # ours while we live (sweep_stale)
         os.ftruncate(self.fd, self.capacity)  # a sparse file: pages come on first write
         # One mapping for the store's life: a page is faulted in once, not on every load.
         self._map = mmap.mmap(self.fd, self.capacity) if self.capacity else None
@@ -188,15 +195,54 @@ class _Extents:
         del self._by_size[bisect.bisect_left(self._by_size, (length, start))]
 
 
-def sweep_stale(base: pathlib.Path) -> None:
-    """Remove the arenas of stores that died without cleaning up (kill -9)."""
+CREATING_S = 10.0  # an arena this young may be between its mkdir and its flock
+
+
+def sweep_stale(base: pathlib.Path) -> list[pathlib.Path]:
+    """Remove the arenas of stores that died without cleaning up (kill -9); those removed.
+
+    An arena is stale when no process holds its flock and its owner is gone: the pid in its
+    name is not running (or is a zombie, or is this process, which has not made its own yet:
+    a restarted container can get its predecessor's pid), or it is older than a creation takes.
+    """
+    removed = []
     for entry in base.glob("bidaw-store-*"):
         match = _DIR_RE.match(entry.name)
         if not match or not entry.is_dir():
             continue
         try:
-            os.kill(int(match.group(1)), 0)
-        except ProcessLookupError:
-            shutil.rmtree(entry, ignore_errors=True)
-        except PermissionError:
-            pass  # alive, someone else's
+            if _locked(entry / ARENA) or not (_owner_gone(int(match.group(1))) or
+                                               time.time() - entry.stat().st_mtime > CREATING_S):
+                continue
+        except OSError:
+            continue  # removed meanwhile, or not ours to look at
+        log.info("removing the DRAM arena %s of a store that is gone", entry)
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+def _locked(arena: pathlib.Path) -> bool:
+    try:
+        fd = os.open(arena, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # drops our probe lock with it
+    return False
+
+
+def _owner_gone(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] in ("Z", "X")

@@ -9,9 +9,11 @@ import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from typing import Callable
 
 from .gateway.config import model_flags
 from .grpc_util import wait_healthy
+from .supervisor import RestartPolicy, Supervisor
 from .tls import TLSFiles
 
 
@@ -76,6 +78,10 @@ class LocalDeployment:
     # Extra flags per service, e.g. {"store": ["--promote-concurrency", "4"]}.
     extra_args: dict[str, list[str]] = field(default_factory=dict)
     extra_env: dict[str, str] = field(default_factory=dict)
+    # Restart a service that dies while the deployment runs (same flags, ports, data dir).
+    supervise: bool = True
+    restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
+    on_restart: Callable[[str], None] | None = None  # told each exit and restart (default: log)
     procs: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
 
     def __post_init__(self):
@@ -85,6 +91,8 @@ class LocalDeployment:
         self.gateway_port = self.gateway_port or free_port(self.host)
         self.metrics_ports = {name: free_port(self.host) if self.metrics else 0
                               for name in ("store", "worker", "scheduler")}
+        self._commands: dict[str, tuple[list[str], dict[str, str]]] = {}
+        self.supervisor: Supervisor | None = None
 
     @property
     def tls(self) -> TLSFiles | None:
@@ -122,17 +130,30 @@ class LocalDeployment:
         return ["--metrics-listen", f"{self.host}:{port}"] if port else []
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
-        logs = pathlib.Path(self.data_dir) / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        out = open(logs / f"{name}.log", "ab") if self.quiet else None
         env = {**os.environ, "RAY_AUTH_MODE": "disabled", **self.extra_env, **(env or {})}
         if self.cluster_token and name != "gateway":
             env[f"BIDAW_{name.upper()}_CLUSTER_TOKEN"] = self.cluster_token
         args = [*args, *self._security_args(), *self.extra_args.get(name, [])]
-        proc = subprocess.Popen([sys.executable, "-m", "services.cli", "serve", name, *args],
-                                stdout=out, stderr=subprocess.STDOUT if out else None, env=env,
-                                start_new_session=True)
-        self.procs.append((name, proc))
+        self._commands[name] = ([sys.executable, "-m", "services.cli", "serve", name, *args], env)
+        self.procs.append((name, self._launch(name)))
+
+    def _launch(self, name: str) -> subprocess.Popen:
+        """Start (or restart) a service with the command it was first given."""
+        command, env = self._commands[name]
+        logs = pathlib.Path(self.data_dir) / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        out = open(logs / f"{name}.log", "ab") if self.quiet else None
+        try:
+            return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT if out else
+                                    None, env=env, start_new_session=True)
+        finally:
+            if out is not None:
+                out.close()  # the child has its own copy
+
+    def _relaunch(self, name: str) -> subprocess.Popen:
+        proc = self._launch(name)
+        self.procs[:] = [(n, proc if n == name else p) for n, p in self.procs]
+        return proc
 
     def start(self, timeout: float = 180.0) -> "LocalDeployment":
         try:
@@ -157,6 +178,12 @@ class LocalDeployment:
                         {"BIDAW_GATEWAY_API_KEYS": self.gateway_api_keys} if self.gateway_api_keys
                         else None)
             self._wait("gateway", "", timeout)
+            if self.supervise:
+                self.supervisor = Supervisor(self._relaunch, self.restart_policy,
+                                             self.on_restart)
+                for name, proc in self.procs:
+                    self.supervisor.watch(name, proc)
+                self.supervisor.start()
         except BaseException:
             self.stop()
             raise
@@ -177,6 +204,9 @@ class LocalDeployment:
             raise RuntimeError(f"{name} did not become healthy at {target}\n{tail}") from None
 
     def stop(self, timeout: float = 20.0) -> None:
+        if self.supervisor is not None:  # first: nothing stopped on purpose is restarted
+            self.supervisor.stop()
+            self.supervisor = None
         for _, proc in reversed(self.procs):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)

@@ -15,7 +15,8 @@ def deployment(tmp_path_factory):
     from services.launcher import LocalDeployment
 
     dep = LocalDeployment(data_dir=str(tmp_path_factory.mktemp("deployment")),
-                          dram_bytes="4MiB", default_max_tokens=32)
+                          dram_bytes="4MiB", default_max_tokens=32,
+                          supervise=False)  # a crash fails the tests instead of being healed
     with dep:
         yield dep
 

@@ -19,6 +19,10 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
         self.blocked = 0
         self.cancelled = 0
         self._lock = threading.Lock()
+        # What Stats answers (a test may break it: no worker, store disconnected ...).
+        self.stats = scheduler_pb2.SchedulerStats(policy="fake", workers=1, stores=1,
+                                                  awareness_connected=True)
+        self.stats_calls = 0
 
     def SubmitTurn(self, request, context):
         with self._lock:
@@ -54,7 +58,8 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
             ttft_s=0.01, latency_s=0.02, worker_id="fake"))
 
     def Stats(self, request, context):
-        return scheduler_pb2.SchedulerStats(policy="fake")
+        self.stats_calls += 1
+        return self.stats
 
 
 def start_fake_scheduler() -> tuple[Server, FakeScheduler]:

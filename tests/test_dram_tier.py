@@ -2,7 +2,6 @@
 held and carved again only once free, neighbours merged, stale arenas of dead stores swept."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 
@@ -76,8 +75,8 @@ def test_a_dead_stores_arena_is_swept(tmp_path):
     stale = tmp_path / f"bidaw-store-{dead}-abcdef"
     stale.mkdir()
     (stale / "arena").write_bytes(b"x" * 100)
-    live = tmp_path / f"bidaw-store-{os.getpid()}-123456"
-    live.mkdir()
+    live = ShmArena(str(tmp_path), PAGE)  # a live store's arena: it holds its lock
     arena = ShmArena(str(tmp_path), PAGE)
-    assert not stale.exists() and live.exists()
+    assert not stale.exists() and live.dir.exists()
     arena.close()
+    live.close()

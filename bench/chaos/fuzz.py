@@ -385,7 +385,9 @@ def fuzz_live(examples: int = 100, verbose: bool = False) -> tuple[int, int, lis
 
     tally = Tally()
     with tempfile.TemporaryDirectory(prefix="chaos-fuzz-") as d:
-        with LocalDeployment(data_dir=d, dram_bytes="4MiB", default_max_tokens=2) as dep:
+        # Unsupervised: a crash must show as a dead process, not be healed behind our back.
+        with LocalDeployment(data_dir=d, dram_bytes="4MiB", default_max_tokens=2,
+                             supervise=False) as dep:
             for name, run in (
                     ("store", lambda: fuzz_store(dep.store_target, examples)),
                     ("scheduler", lambda: fuzz_scheduler(dep.scheduler_target, examples,

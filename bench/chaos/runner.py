@@ -45,7 +45,12 @@ def run_fault(name: str, turns: int, reference: Reference, workdir: str | None =
     problems: list[str] = []
     checks: dict = {}
     try:
-        fault.setup(ctx)
+        try:
+            fault.setup(ctx)
+        except fault_registry.NotRun as why:
+            _say(verbose, f"{name}: not run: {why}")
+            result["not_run"] = str(why)
+            return {**result, "problems": [], "checks": {}}
         topo = Topology(ctx.workdir, workers=fault.workers, **ctx.topo_kwargs)
         for hook in ctx.on_topology:
             hook(ctx, topo)
@@ -71,6 +76,7 @@ def run_fault(name: str, turns: int, reference: Reference, workdir: str | None =
                           f"{log.retries} retries, {len(log.errors)} errors); checking")
             checked = fault.check(ctx)
             problems += checked
+            checks.update(getattr(fault, "checks", {}))
             lost, why = probes.lost(set(probes.sessions) if fault.probe_misses_allowed
                                     else set())
             result["lost_acknowledged_kv"] += lost

@@ -1,6 +1,9 @@
 """A tests/cluster-style topology for fault injection: a KV store, N compute workers, a scheduler,
 each its own process on loopback, each restartable on the same port (and the store on the same
-data directory), so clients that retry find the service again where it was."""
+data directory), so clients that retry find the service again where it was.
+
+`supervised=True` runs `bidaw up`'s deployment instead (services.launcher.LocalDeployment, one
+worker, plus the gateway), whose supervisor restarts what dies: nobody here restarts anything."""
 from __future__ import annotations
 
 import os
@@ -11,7 +14,8 @@ import sys
 from dataclasses import dataclass, field
 
 from services.grpc_util import wait_healthy
-from services.launcher import free_port
+from services.launcher import LocalDeployment, free_port
+from services.supervisor import RestartPolicy
 
 
 @dataclass
@@ -44,6 +48,8 @@ class Topology:
     store_data_dir: str = ""   # default: data_dir/kv
     scheduler_store: str = ""  # what the scheduler dials for the store (a proxy, say)
     services: dict[str, Service] = field(default_factory=dict)
+    supervised: bool = False
+    deployment: LocalDeployment | None = None
 
     def __post_init__(self):
         root = pathlib.Path(self.data_dir)
@@ -69,6 +75,8 @@ class Topology:
         return svc
 
     def start(self, timeout: float = 240.0) -> "Topology":
+        if self.supervised:
+            return self._start_supervised(timeout)
         self._add("store", "store", self.store_port, [
             "--data-dir", self.store_data_dir, "--dram-bytes", self.dram_bytes,
             "--shm-dir", str(pathlib.Path(self.data_dir) / "shm"), *self.store_flags])
@@ -86,6 +94,21 @@ class Topology:
         except BaseException:
             self.stop()
             raise
+        return self
+
+    def _start_supervised(self, timeout: float) -> "Topology":
+        if self.workers != 1 or self.scheduler_store:
+            raise ValueError("a supervised topology has one worker and no proxy")
+        self.deployment = LocalDeployment(
+            data_dir=self.data_dir, dram_bytes=self.dram_bytes, model=self.model,
+            store_port=self.store_port, worker_port=self.worker_ports[0],
+            scheduler_port=self.scheduler_port, metrics=False,
+            restart_policy=RestartPolicy(first_delay_s=0.2, healthy_s=10.0),
+            extra_args={"store": ["--shm-dir", str(pathlib.Path(self.data_dir) / "shm"),
+                                  *self.store_flags],
+                        "worker": ["--threads", "1", "--ray-num-cpus", "1"],
+                        "scheduler": ["--heartbeat-s", "0.5"]})
+        self.deployment.start(timeout)
         return self
 
     def launch(self, name: str) -> None:
@@ -124,6 +147,8 @@ class Topology:
         self.wait(name, timeout)
 
     def stop(self, timeout: float = 20.0) -> None:
+        if self.deployment is not None:
+            self.deployment.stop(timeout)
         for svc in reversed(list(self.services.values())):
             if svc.alive():
                 try:

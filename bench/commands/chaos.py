@@ -45,6 +45,9 @@ def run(args) -> int:
         print(json.dumps(out, indent=1))
     else:
         for r in out["faults"]:
+            if "not_run" in r:
+                print(f"{r['name']:15} not run: {r['not_run']}")
+                continue
             print(f"{r['name']:15} injected {r['injected']:3}  turns {r['turns']:3}  wrong "
                   f"{r['wrong_answers']}  lost KV {r['lost_acknowledged_kv']}  errors "
                   f"{r['errors']}")

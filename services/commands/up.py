@@ -7,7 +7,8 @@ def register(sub, groups) -> None:
                        "on this machine",
                        description="Start the KV store, one compute worker (on a local Ray), "
                        "the scheduler and the OpenAI-compatible gateway as processes on "
-                       "loopback; Ctrl-C stops them cleanly. API keys: set "
+                       "loopback; a service that crashes is restarted on its port (with "
+                       "backoff); Ctrl-C stops them cleanly. API keys: set "
                        "BIDAW_GATEWAY_API_KEYS=tenant:key,... (without keys the API is open "
                        "and served on loopback only).")
     p.add_argument("--data-dir", default="./data", help="SSD tier and logs (default: ./data)")
@@ -43,7 +44,8 @@ def run(args) -> int:
                           dram_bytes=args.dram_bytes, ssd_bytes=args.ssd_bytes,
                           eviction=args.eviction, policy=args.policy, model=args.model,
                           served_model_name=args.served_model_name,
-                          tls_dir=args.tls_dir, quiet=not args.verbose)
+                          tls_dir=args.tls_dir, quiet=not args.verbose,
+                          on_restart=lambda line: print(f"[supervisor] {line}", flush=True))
     print("starting KV store, compute worker, scheduler, gateway ...", flush=True)
     with dep:
         print(f"OpenAI API {dep.gateway_url}   (OpenAI(base_url=..., api_key=...))")

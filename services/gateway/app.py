@@ -15,6 +15,7 @@ from .auth import Tenants
 from .backend import Backend
 from .config import GatewayConfig
 from .errors import ApiError, bad_request
+from .health import HealthCheck
 from .protocol import check_model, parse_chat, parse_completion
 from .ratelimit import InFlight, RateLimiter, retry_after_s
 from .responses import VERSION, Reply, model_card
@@ -39,6 +40,7 @@ class Gateway:
         self.config = config
         self.tenants = Tenants.from_config(config)
         self.backend = backend or Backend(config.scheduler, config.request_timeout_s)
+        self.health_check = HealthCheck(self.backend, config.health_cache_s)
         self.turns = TurnServer(self.backend, config.retry_after_s, config.max_session_id)
         self.in_flight = 0
         self.tenant_rate = RateLimiter(config.tenant_rate, config.tenant_burst)
@@ -197,8 +199,10 @@ class Gateway:
         return web.json_response({"version": VERSION})
 
     async def health(self, request: web.Request) -> web.Response:
-        if self.draining or not await self.backend.healthy():
-            raise ApiError(503, "the scheduler is not serving", None, "unavailable",
+        reasons = (["the gateway is draining"] if self.draining
+                   else await self.health_check.problems())
+        if reasons:
+            raise ApiError(503, "degraded: " + "; ".join(reasons), None, "unavailable",
                            self.config.retry_after_s)
         return web.json_response({"status": "ok"})
 

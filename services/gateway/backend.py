@@ -6,7 +6,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry import trace
 
 from services import tracing
-from services.gen import common_pb2, scheduler_pb2_grpc
+from services.gen import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from services.grpc_util import aio_channel
 from services.tracing_grpc import finish, rpc_attributes
 
@@ -76,6 +76,12 @@ class Backend:
         except grpc.RpcError:
             return False
         return reply.status == health_pb2.HealthCheckResponse.SERVING
+
+    async def stats(self, timeout: float = 2.0) -> scheduler_pb2.SchedulerStats | None:
+        try:
+            return await self._stub.Stats(scheduler_pb2.SchedulerStatsRequest(), timeout=timeout)
+        except grpc.RpcError:
+            return None
 
     async def close(self) -> None:
         await self._channel.close()

@@ -53,6 +53,8 @@ class GatewayConfig:
         "help": "largest request body; larger ones get 413"})
     max_session_id: int = field(default=128, metadata={"help": "longest session id (bytes)"})
     retry_after_s: int = field(default=1, metadata={"help": "Retry-After on 429 and 503"})
+    health_cache_s: float = field(default=1.0, metadata={
+        "help": "/health reuses its last verdict (scheduler, workers, store) this long"})
     request_timeout_s: float = field(default=600.0, metadata={
         "help": "deadline of one turn at the scheduler"})
     tls_cert: str = field(default="", metadata={

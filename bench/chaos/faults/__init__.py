@@ -2,17 +2,23 @@
 - `setup(ctx)`: before the topology starts (flags, side processes such as Redis or a proxy);
 - `inject(ctx) -> int`: during the replay: inject the fault and recover from it (restart, heal),
   returning how many faults it injected;
+  `setup` raises NotRun when the fault cannot run here (e.g. no redis-server);
 - `check(ctx) -> list[str]`: after the replay: fault-specific failures (e.g. no resync);
 - `teardown(ctx)`;
 and attributes `workers` (compute workers needed), `probe_misses_allowed` (an acknowledged probe
 may come back as a miss, e.g. after the disk filled up and the store evicted it; wrong bytes are
-never allowed), `ssd_snapshot` (KV on SSD before the fault must be there after it)."""
+never allowed), `ssd_snapshot` (KV on SSD before the fault must be there after it); a fault
+may fill a dict `checks` with what it measured (reported with the run's)."""
 from __future__ import annotations
 
 import importlib
 
 ORDER = ["store-kill", "worker-kill", "actor-kill", "scheduler-kill", "ssd-corrupt",
-         "disk-full", "slow-disk", "redis-restart", "partition"]
+         "disk-full", "slow-disk", "redis-restart", "partition", "service-crash"]
+
+
+class NotRun(Exception):
+    """Raised by `setup` when this machine cannot run the fault (the reason is reported)."""
 
 
 def load(name: str):

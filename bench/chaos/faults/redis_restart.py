@@ -5,17 +5,18 @@ import socket
 import subprocess
 import time
 
-from bench.chaos.faults import BaseFault
+from bench.chaos.faults import BaseFault, NotRun
 from services.launcher import free_port
 
 
 class Fault(BaseFault):
     probe_misses_allowed = True  # Redis without persistence forgets the index (a miss at worst)
+    proc = None
 
     def setup(self, ctx) -> None:
         self.exe = shutil.which("redis-server")
         if self.exe is None:
-            raise RuntimeError("redis-server is not installed")
+            raise NotRun("redis-server is not installed (apt-get install redis-server)")
         self.port = free_port()
         self.workdir = ctx.workdir
         self._start()
@@ -43,5 +44,6 @@ class Fault(BaseFault):
         return 1
 
     def teardown(self, ctx) -> None:
-        self.proc.kill()
-        self.proc.wait()
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()

@@ -1,0 +1,69 @@
+"""`bidaw up` as a user runs it: a service killed with -9 is restarted and the restart is printed
+(one line, no traceback); SIGTERM then stops every process it started, Ray's included."""
+from __future__ import annotations
+
+import os
+import pathlib
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from bench.chaos.procs import descendants, find_descendant
+from services.launcher import free_port
+
+
+def _lines(proc) -> queue.Queue:
+    q: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [q.put(line) for line in proc.stdout], daemon=True).start()
+    return q
+
+
+def _wait_for(q: queue.Queue, text: str, timeout: float, seen: list[str]) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(text in line for line in seen):
+        left = deadline - time.monotonic()
+        assert left > 0, f"{text!r} not printed; got:\n{''.join(seen)}"
+        try:
+            seen.append(q.get(timeout=left))
+        except queue.Empty:
+            pass
+
+
+def _running(pid: int) -> bool:
+    try:
+        return pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_up_restarts_a_killed_service_and_sigterm_stops_everything(tmp_path):
+    ports = [str(free_port()) for _ in range(4)]
+    up = subprocess.Popen(
+        [sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path), "--port",
+         ports[0], "--store-port", ports[1], "--scheduler-port", ports[2], "--worker-port",
+         ports[3], "--dram-bytes", "64MiB"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    seen: list[str] = []
+    try:
+        q = _lines(up)
+        _wait_for(q, "Ctrl-C to stop", 300, seen)
+        gateway = find_descendant(up.pid, "serve gateway")
+        assert gateway is not None
+        os.kill(gateway, signal.SIGKILL)
+        _wait_for(q, "[supervisor] gateway restarted", 60, seen)
+        assert any(line.startswith("[supervisor] gateway killed by SIGKILL") for line in seen)
+        started = descendants(up.pid)
+        assert len(started) >= 5  # four services and the worker's Ray
+        up.send_signal(signal.SIGTERM)
+        assert up.wait(timeout=120) == 0
+        time.sleep(1.0)
+        alive = [p for p in started if _running(p)]
+        assert alive == [], f"left running after SIGTERM: {alive}"
+        assert "Traceback" not in "".join(seen)
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
