@@ -16,9 +16,11 @@ from .backend import Backend
 from .config import GatewayConfig
 from .errors import ApiError, bad_request
 from .protocol import check_model, parse_chat, parse_completion
+from .admission import FairQueue
 from .ratelimit import InFlight, RateLimiter, retry_after_s
 from .responses import Reply
 from .turns import TurnServer
+from .waiting import Admission, Shed
 
 log = logging.getLogger("bidaw.gateway")
 TURN_ROUTES = ("/v1/chat/completions", "/v1/completions")
@@ -43,6 +45,9 @@ class Gateway:
         self.in_flight = 0
         self.tenant_rate = RateLimiter(config.tenant_rate, config.tenant_burst)
         self.tenant_in_flight = InFlight(config.tenant_max_in_flight)
+        self.admission = Admission(FairQueue(
+            config.max_in_flight, config.max_waiting, config.tenant_max_waiting,
+            config.max_queue_wait_s, config.retry_after_s))
         self.draining = False
         self.started = int(time.time())
         self.app = web.Application(client_max_size=config.max_body_bytes,
@@ -136,22 +141,24 @@ class Gateway:
         if self.draining:
             raise ApiError(503, "the gateway is shutting down", None, "unavailable",
                            self.config.retry_after_s)
-        if self.in_flight >= self.config.max_in_flight:
-            metrics.HTTP_SHED.labels("in_flight").inc()
-            raise ApiError(429, f"{self.in_flight} requests in flight; retry later", None,
-                           "overloaded", self.config.retry_after_s)
         self._admit_tenant(tenant)
-        self.in_flight += 1  # one event loop: no lock needed
-        metrics.HTTP_IN_FLIGHT.set(self.in_flight)
         try:
-            body = await self._body(request)
-            model = check_model(body, self.config.served_model)
-            parsed = parse_chat(body) if chat else parse_completion(body)
-            return await self.turns.serve(request, tenant, parsed, Reply(chat, model))
+            async with self.admission.slot(tenant):  # waits its turn in the fair FIFO
+                self.in_flight += 1  # one event loop: no lock needed
+                metrics.HTTP_IN_FLIGHT.set(self.in_flight)
+                try:
+                    body = await self._body(request)
+                    model = check_model(body, self.config.served_model)
+                    parsed = parse_chat(body) if chat else parse_completion(body)
+                    return await self.turns.serve(request, tenant, parsed, Reply(chat, model))
+                finally:
+                    self.in_flight -= 1
+                    metrics.HTTP_IN_FLIGHT.set(self.in_flight)
+        except Shed as exc:
+            metrics.HTTP_SHED.labels(exc.reason).inc()
+            raise ApiError(429, exc.message, None, "overloaded", exc.retry_after) from None
         finally:
-            self.in_flight -= 1
             self.tenant_in_flight.leave(tenant)
-            metrics.HTTP_IN_FLIGHT.set(self.in_flight)
 
     def _admit_tenant(self, tenant: str) -> None:
         """The tenant's own limits. The rate token is taken last, so a request refused for
