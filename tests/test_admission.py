@@ -145,3 +145,32 @@ def test_a_turn_that_would_wait_past_the_limit_is_refused_at_once():
     # another tenant would be served every other slot: its wait is short enough
     assert q.arrive("b", 2.0).state == WAITING
     assert q.ahead_of("b") == 3 and q.ahead_of("a") == 11
+
+
+def test_gateway_config_refuses_bad_admission_flags_by_name():
+    from services.gateway.config import GatewayConfig
+
+    for kwargs, flag in [({"max_waiting": -1}, "--max-waiting"),
+                         ({"max_in_flight": 0}, "--max-in-flight"),
+                         ({"max_queue_wait_s": float("nan")}, "--max-queue-wait-s"),
+                         ({"tenant_rate": -0.5}, "--tenant-rate")]:
+        with pytest.raises(ValueError, match=flag):
+            GatewayConfig(**kwargs)
+
+
+def test_load_report_counts_unserved_turns_and_judges_fair_waits():
+    from bench.load.records import OK, SHED_429, Attempt
+    from bench.load.verdict import fair_wait, report
+
+    attempts = [Attempt("s", 0, 0, 0.0, 200, OK, end_s=10.0),
+                Attempt("s", 1, 0, 20.0, 429, SHED_429, end_s=20.0),
+                Attempt("s", 1, 1, 25.0, 200, OK, end_s=60.0),   # waited 40 s in all
+                Attempt("t", 0, 0, 0.0, 200, OK, end_s=12.0),
+                Attempt("t", 1, 0, 30.0, 429, SHED_429, end_s=30.0)]  # never served
+    out = report(attempts, [], sessions=2, duration_s=60, warmup_s=0, max_tokens=8,
+                 queue_bound=None)
+    assert out["turns_sent"] == 4 and out["turns_unserved"] == 1
+    assert out["turns_shed_until_end"] == 1 and out["shed_429"] == 2
+    assert out["turn_wait_s"]["max"] == 40.0
+    assert out["verdict"]["fair_wait"] is False  # 40 s > 3 x the median (12 s)
+    assert fair_wait([10.0, 12.0, 30.0]) is True and fair_wait([]) is None

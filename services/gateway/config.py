@@ -50,3 +50,14 @@ class GatewayConfig:
     tls_ca: str = field(default="", metadata={
         "help": "PEM CA that signed the scheduler's certificate: dial it over TLS (empty: "
                 "plaintext)"})
+
+    def __post_init__(self):
+        # admission limits: a bad value is refused here, naming its flag, not deep in a core
+        for name in ("max_waiting", "tenant_max_waiting", "tenant_rate", "tenant_burst",
+                     "tenant_max_in_flight"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 0")
+        if self.max_in_flight < 1:
+            raise ValueError("--max-in-flight must be >= 1")
+        if not self.max_queue_wait_s > 0:  # also refuses NaN
+            raise ValueError("--max-queue-wait-s must be > 0")
