@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from services.gateway.admission import (ADMITTED, CANCELLED, EXPIRED, WAITING, DrainRate,
-                                        FairQueue, Refusal, retry_after_header)
+                                        FairQueue, Refusal, Waiter, retry_after_header)
 
 
 def admitted(changed):
@@ -174,3 +174,33 @@ def test_load_report_counts_unserved_turns_and_judges_fair_waits():
     assert out["turn_wait_s"]["max"] == 40.0
     assert out["verdict"]["fair_wait"] is False  # 40 s > 3 x the median (12 s)
     assert fair_wait([10.0, 12.0, 30.0]) is True and fair_wait([]) is None
+
+
+def test_a_turn_the_back_end_refused_keeps_its_place_and_the_slots_shrink():
+    q = FairQueue(slots=4, max_waiting=10)
+    held = [q.arrive("a", 0.0) for _ in range(4)]
+    behind = [q.arrive("a", 0.1), q.arrive("b", 0.2)]
+    refused = held[3]
+    assert q.requeue(refused, 0.5) == []  # back end holds 3 of ours: the 4th slot closes
+    assert q.capacity == 3 and q.running == 3 and refused.state == WAITING
+    changed = q.release(1.0)  # a turn finished: the refused one goes first, ahead of all
+    assert admitted(changed) == [refused] and q.running == 3
+    assert q.capacity == pytest.approx(3 + 1 / 3)  # and the slots grow back, slowly
+    assert admitted(q.release(1.1)) == [behind[1]]  # then round-robin: b's turn, then a's
+    for t in range(10):
+        q.release(2.0 + t)
+        q.arrive("c", 2.0 + t)
+    assert q.capacity == 4.0  # never past `slots`
+    with pytest.raises(RuntimeError):
+        q.requeue(Waiter("x", 0.0, 1.0), 3.0)  # holds no slot
+
+
+def test_a_requeued_turn_alone_is_granted_again_and_its_tenant_goes_first():
+    q = FairQueue(slots=2, max_waiting=10)
+    mine = q.arrive("a", 0.0)
+    assert admitted(q.requeue(mine, 0.1)) == [mine]  # nothing else of ours: capacity 1
+    assert q.capacity == 1 and q.running == 1
+    other = q.arrive("b", 0.2)
+    second = q.arrive("a", 0.3)
+    assert admitted(q.requeue(mine, 0.4)) == [mine]  # head of the round, before b
+    assert other.state == WAITING and second.state == WAITING

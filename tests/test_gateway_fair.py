@@ -1,11 +1,14 @@
 """Fair admission over HTTP: a real gateway with 2 slots in front of a slow echo scheduler.
 Concurrent clients wait in the gateway's FIFO and are served in arrival order with even waits;
-the one past the bound is refused at once with a Retry-After from the measured drain rate."""
+the one past the bound is refused at once with a Retry-After from the measured drain rate.
+And a scheduler that holds fewer turns than the gateway's slots: what it refuses as full waits
+again in the FIFO instead of bouncing to the client."""
 from __future__ import annotations
 
 import threading
 import time
 
+import grpc
 import pytest
 
 from services.gateway.background import BackgroundGateway
@@ -20,29 +23,47 @@ SLOTS, WAITING = 2, 8
 
 
 class SlowScheduler(FakeScheduler):
-    """The echo scheduler, but every turn takes SERVICE_S; it notes the order turns reach it."""
+    """The echo scheduler, but every turn takes SERVICE_S; it notes the order turns reach it
+    and, like the real one past --max-queue, refuses as full past `capacity` turns at once."""
 
-    def __init__(self):
+    def __init__(self, capacity: int = 1 << 30):
         super().__init__()
         self.order: list[str] = []
+        self.capacity = capacity
+        self.running = self.most = self.refused = 0
 
     def SubmitTurn(self, request, context):
         with self._lock:
-            self.order.append(request.messages[-1].content)
-        time.sleep(SERVICE_S)
-        yield from super().SubmitTurn(request, context)
+            full = self.running >= self.capacity
+            self.refused += full
+            if not full:
+                self.running += 1
+                self.most = max(self.most, self.running)
+                self.order.append(request.messages[-1].content)
+        if full:
+            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"{self.capacity} turns queued")
+        try:
+            time.sleep(SERVICE_S)
+            yield from super().SubmitTurn(request, context)
+        finally:
+            with self._lock:
+                self.running -= 1
+
+
+def serve_slow(capacity: int = 1 << 30, **gateway):
+    fake = SlowScheduler(capacity)
+    server = Server("127.0.0.1:0", [(scheduler_pb2_grpc.add_SchedulerServicer_to_server, fake)],
+                    name="bidaw.v1.Scheduler")
+    config = GatewayConfig(listen="127.0.0.1:0", scheduler=f"127.0.0.1:{server.port}",
+                           max_queue_wait_s=60, request_timeout_s=60, **gateway)
+    return server, fake, BackgroundGateway(config)
 
 
 @pytest.fixture(scope="module")
 def slow_gateway():
-    fake = SlowScheduler()
-    server = Server("127.0.0.1:0", [(scheduler_pb2_grpc.add_SchedulerServicer_to_server, fake)],
-                    name="bidaw.v1.Scheduler")
-    config = GatewayConfig(listen="127.0.0.1:0", scheduler=f"127.0.0.1:{server.port}",
-                           max_in_flight=SLOTS, max_waiting=WAITING, max_queue_wait_s=60,
-                           request_timeout_s=60)
+    server, fake, gateway = serve_slow(max_in_flight=SLOTS, max_waiting=WAITING)
     try:
-        with BackgroundGateway(config) as gw:
+        with gateway as gw:
             yield gw, fake
     finally:
         server.stop(0)
@@ -97,3 +118,26 @@ def test_waiting_turns_are_served_in_arrival_order_with_even_waits(slow_gateway)
     # and the gateway let no more than its slots through at once: the last one waited for
     # (n / SLOTS) service times
     assert waits[-1] >= (n // SLOTS) * SERVICE_S * 0.9, waits
+
+
+def test_turns_a_full_scheduler_refuses_wait_again_in_the_fifo():
+    server, fake, gateway = serve_slow(capacity=2, max_in_flight=6, max_waiting=20)
+    try:
+        with gateway as gw:
+            results: dict = {}
+            threads = [threading.Thread(target=timed_post, args=(gw, f"t{i}", results))
+                       for i in range(8)]
+            for t in threads:
+                t.start()
+                time.sleep(0.02)
+            for t in threads:
+                t.join(60)
+            queue = gw.gateway.admission.queue
+            assert queue.running == 0 and queue.waiting == 0
+    finally:
+        server.stop(0)
+    assert all(r[0] == 200 for r in results.values()), results  # none bounced as 429
+    assert fake.refused > 0 and fake.most == 2  # the scheduler did refuse; the gateway coped
+    assert sorted(fake.order) == sorted(f"t{i}" for i in range(8))
+    waits = sorted(r[1] for r in results.values())
+    assert waits[-1] <= 3 * waits[len(waits) // 2], waits

@@ -1,5 +1,5 @@
 """Fair admission under overload: a bounded FIFO of waiting turns per tenant, served
-round-robin across tenants, in front of a fixed number of slots (turns let through to the
+round-robin across tenants, in front of a number of slots (turns let through to the
 scheduler at once).
 
 Without it, a full gateway refused with 429 and whoever retried at the right moment won: waits
@@ -8,6 +8,11 @@ tenant's FIFO; a freed slot goes to the head of the next tenant's FIFO in turn, 
 cannot starve another and, within a tenant, turns go in arrival order. A turn is refused at
 once (429) only when the FIFO is full, or when the measured drain rate says it would wait past
 its deadline anyway; its Retry-After is then the time the queue ahead of it takes to drain.
+
+The back end may hold fewer turns than the slots (another gateway replica shares it, or its
+queue bound is smaller): a turn it refuses as full goes back to the head of its FIFO, keeping
+its place, and the slots in use shrink to what the back end took; each served turn grows them
+back by 1/capacity (additive increase), up to `slots`.
 
 Pure: no clock, no I/O, no asyncio; the caller passes `now` (seconds, monotonic). Each gateway
 replica keeps its own FIFO: fairness and order hold per replica, not across replicas.
@@ -87,6 +92,7 @@ class FairQueue:
         if self.max_wait_s <= 0:
             raise ValueError("max_wait_s must be > 0")
         self.running = 0
+        self.capacity = float(self.slots)  # slots in use: shrinks when the back end is full
         self.waiting = 0
         self._fifos: OrderedDict[str, deque[Waiter]] = OrderedDict()  # round-robin order
         self._seq = count()
@@ -98,7 +104,7 @@ class FairQueue:
         `grant` to admit it) or a Refusal to send back at once."""
         self.drain.watch(now)
         waiter = Waiter(tenant, now, now + self.max_wait_s, next(self._seq))
-        if self.running < self.slots and not self.waiting:
+        if self.running < self._limit() and not self.waiting:
             self.running += 1
             waiter.state = ADMITTED
             return waiter
@@ -161,13 +167,31 @@ class FairQueue:
         self.running -= 1
         if finished:
             self.drain.record(now)
+            self.capacity = min(float(self.slots), self.capacity + 1.0 / self.capacity)
         return self.grant(now)
+
+    def requeue(self, waiter: Waiter, now: float) -> list[Waiter]:
+        """The back end refused an admitted turn as full: the turn goes back to the head of
+        its FIFO (its tenant first in the round), keeping its place and deadline, and the
+        slots in use shrink to the turns the back end holds. Returns what `grant` returns."""
+        if waiter.state != ADMITTED or self.running <= 0:
+            raise RuntimeError("requeue of a turn that holds no slot")
+        self.running -= 1
+        self.capacity = float(max(1, self.running))
+        waiter.state = WAITING
+        self._fifos.setdefault(waiter.tenant, deque()).appendleft(waiter)
+        self._fifos.move_to_end(waiter.tenant, last=False)
+        self.waiting += 1
+        return self.grant(now)
+
+    def _limit(self) -> int:
+        return max(1, int(self.capacity))
 
     def grant(self, now: float) -> list[Waiter]:
         """Fill free slots from the FIFOs, one tenant after another. Returns the waiters whose
         state changed: ADMITTED, or EXPIRED (past their deadline: the caller refuses them)."""
         granted = self.expire(now)
-        while self.running < self.slots and self._fifos:
+        while self.running < self._limit() and self._fifos:
             tenant, fifo = next(iter(self._fifos.items()))
             waiter = fifo.popleft()
             if fifo:

@@ -20,7 +20,7 @@ from .admission import FairQueue
 from .ratelimit import InFlight, RateLimiter, retry_after_s
 from .responses import Reply
 from .turns import TurnServer
-from .waiting import Admission, Shed
+from .waiting import Admission, Shed, Slot
 
 log = logging.getLogger("bidaw.gateway")
 TURN_ROUTES = ("/v1/chat/completions", "/v1/completions")
@@ -32,6 +32,12 @@ async def _trace_header(request: web.Request, response: web.StreamResponse) -> N
     trace_id = tracing.current_trace_id()
     if trace_id:
         response.headers["x-trace-id"] = trace_id
+
+
+def _scheduler_full(exc: ApiError) -> bool:
+    """The scheduler refused the turn as full (RESOURCE_EXHAUSTED, errors.from_grpc), before
+    it ran: the turn may be submitted again."""
+    return exc.status == 429 and exc.code == "overloaded"
 
 
 class Gateway:
@@ -143,22 +149,37 @@ class Gateway:
                            self.config.retry_after_s)
         self._admit_tenant(tenant)
         try:
-            async with self.admission.slot(tenant):  # waits its turn in the fair FIFO
-                self.in_flight += 1  # one event loop: no lock needed
-                metrics.HTTP_IN_FLIGHT.set(self.in_flight)
-                try:
-                    body = await self._body(request)
-                    model = check_model(body, self.config.served_model)
-                    parsed = parse_chat(body) if chat else parse_completion(body)
-                    return await self.turns.serve(request, tenant, parsed, Reply(chat, model))
-                finally:
-                    self.in_flight -= 1
-                    metrics.HTTP_IN_FLIGHT.set(self.in_flight)
+            async with self.admission.slot(tenant) as slot:  # waits its turn in the FIFO
+                return await self._admitted(request, tenant, chat, slot)
         except Shed as exc:
             metrics.HTTP_SHED.labels(exc.reason).inc()
             raise ApiError(429, exc.message, None, "overloaded", exc.retry_after) from None
         finally:
             self.tenant_in_flight.leave(tenant)
+
+    async def _admitted(self, request: web.Request, tenant: str, chat: bool,
+                        slot: Slot) -> web.StreamResponse:
+        self.in_flight += 1  # one event loop: no lock needed
+        metrics.HTTP_IN_FLIGHT.set(self.in_flight)
+        try:
+            body = await self._body(request)
+            model = check_model(body, self.config.served_model)
+            parsed = parse_chat(body) if chat else parse_completion(body)
+            while True:
+                try:
+                    return await self.turns.serve(request, tenant, parsed, Reply(chat, model))
+                except ApiError as exc:
+                    if not (_scheduler_full(exc) and self.config.max_waiting):
+                        raise
+                # refused before it ran: wait again at the head of the FIFO, not in a retry
+                self.in_flight -= 1
+                try:
+                    await slot.requeue()
+                finally:
+                    self.in_flight += 1
+        finally:
+            self.in_flight -= 1
+            metrics.HTTP_IN_FLIGHT.set(self.in_flight)
 
     def _admit_tenant(self, tenant: str) -> None:
         """The tenant's own limits. The rate token is taken last, so a request refused for
