@@ -132,11 +132,16 @@ def test_retry_after_is_the_queue_ahead_over_the_drain_rate():
 
 
 def test_a_turn_that_would_wait_past_the_limit_is_refused_at_once():
-    q = FairQueue(slots=1, max_waiting=100, max_wait_s=10.0)
+    q = FairQueue(slots=1, max_waiting=100, max_wait_s=10.0, drain=DrainRate(window_s=2.0))
     q.arrive("a", 0.0)
-    for t in range(2):
-        q.arrive("a", 0.0)
-        q.release(1.0 + t)  # 2 finished by t=2, watched since 0: 1 per second
+    q.arrive("a", 0.0)
+    q.release(1.0)  # 1 finished by t=1, watched since 0
+    early = [q.arrive("a", 1.0) for _ in range(12)]
+    assert all(w.state == WAITING for w in early)  # 1/s is no measurement yet: none refused
+    for w in early:
+        q.cancel(w)
+    q.arrive("a", 1.0)
+    q.release(2.0)  # 2 finished by t=2 over a full window: 1 per second, measured
     for _ in range(10):
         assert q.arrive("a", 2.0).state == WAITING  # the 10th would wait ~10 s: still fine
     refused = q.arrive("a", 2.0)

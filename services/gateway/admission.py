@@ -47,6 +47,10 @@ class DrainRate:
         self._done.append(now)
         self._trim(now)
 
+    def mature(self, now: float) -> bool:
+        """Watched for a whole window: the rate is a measurement, not a start-up guess."""
+        return self._since is not None and now - self._since >= self.window_s
+
     def rate(self, now: float) -> float | None:
         self._trim(now)
         if not self._done:
@@ -125,7 +129,9 @@ class FairQueue:
         if mine >= limit:
             return Refusal("tenant_queue_full", f"tenant {tenant} has {mine} turns waiting; "
                            "retry later", self.retry_after(now, tenant))
-        expected = self.expected_wait(now, tenant)
+        # refuse on a predicted wait only once the rate is measured: at start-up the first
+        # finishes are few and slow, and would turn a short wait into a refusal
+        expected = self.expected_wait(now, tenant) if self.drain.mature(now) else None
         if expected is not None and expected > self.max_wait_s:
             return Refusal("wait_too_long", f"the wait would be about {expected:.0f} s, past "
                            f"the gateway's {self.max_wait_s:g} s; retry later",
