@@ -228,10 +228,12 @@ def test_worker_and_live_turns_refuse_malformed_requests(deployment):
         (WORKER + "RunTurn", US, worker_turn(ids_only), {INVALID}),
         (WORKER + "RunTurn", US, worker_turn(blob(1, b"neg") + uint(3, -3) + uint(4, 2)),
          {INVALID}),
-        (WORKER + "RunTurn", US, worker_turn(turn(session=HUGE_ID)), CLEAR),
-        (WORKER + "RunTurn", US, worker_turn(turn(uint(4, 2)), f64(3, NAN), f64(4, -INF)),
-         CLEAR | {OK}),
-        (WORKER + "RunTurn", US, worker_turn(turn(uint(4, 2), f32(12, NAN))), CLEAR),  # top_p
+        (WORKER + "RunTurn", US, worker_turn(turn(session=HUGE_ID)), {INVALID}),
+        (WORKER + "RunTurn", US, worker_turn(turn(uint(4, 2)), f64(3, NAN)), {INVALID}),
+        (WORKER + "RunTurn", US, worker_turn(turn(uint(4, 2)), f64(4, -INF)), {INVALID}),
+        (WORKER + "RunTurn", US, worker_turn(turn(uint(4, 2), f32(5, NAN))), {INVALID}),
+        (WORKER + "RunTurn", US, worker_turn(turn(uint(4, 2), f32(12, NAN))), {INVALID}),
+        (WORKER + "RunTurn", US, worker_turn(turn(uint(4, 2), f32(5, 7.5))), {INVALID}),
         (SCHED + "SubmitTurn", US, ids_only, {INVALID}),
         (SCHED + "SubmitTurn", US, blob(1, b"neg") + uint(3, -1) + uint(4, 2), {INVALID}),
     ]
