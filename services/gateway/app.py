@@ -11,12 +11,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services import metrics, tracing
 
+from .admission import FairQueue
 from .auth import Tenants
 from .backend import Backend
 from .config import GatewayConfig
 from .errors import ApiError, bad_request
 from .protocol import check_model, parse_chat, parse_completion
-from .admission import FairQueue
 from .ratelimit import InFlight, RateLimiter, retry_after_s
 from .responses import Reply
 from .turns import TurnServer
