@@ -209,3 +209,12 @@ def test_a_requeued_turn_alone_is_granted_again_and_its_tenant_goes_first():
     second = q.arrive("a", 0.3)
     assert admitted(q.requeue(mine, 0.4)) == [mine]  # head of the round, before b
     assert other.state == WAITING and second.state == WAITING
+
+
+def test_the_gateway_never_keeps_a_turn_waiting_past_its_request_timeout():
+    from services.gateway.app import Gateway
+    from services.gateway.config import GatewayConfig
+
+    short = Gateway(GatewayConfig(request_timeout_s=30.0, max_queue_wait_s=120.0))
+    assert short.admission.queue.max_wait_s == 30.0
+    assert Gateway(GatewayConfig()).admission.queue.max_wait_s == 120.0

@@ -51,9 +51,10 @@ class Gateway:
         self.in_flight = 0
         self.tenant_rate = RateLimiter(config.tenant_rate, config.tenant_burst)
         self.tenant_in_flight = InFlight(config.tenant_max_in_flight)
+        # a turn never waits for a slot longer than it may take at the scheduler
         self.admission = Admission(FairQueue(
             config.max_in_flight, config.max_waiting, config.tenant_max_waiting,
-            config.max_queue_wait_s, config.retry_after_s))
+            min(config.max_queue_wait_s, config.request_timeout_s), config.retry_after_s))
         self.draining = False
         self.started = int(time.time())
         self.app = web.Application(client_max_size=config.max_body_bytes,

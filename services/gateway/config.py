@@ -26,8 +26,9 @@ class GatewayConfig:
     tenant_max_waiting: int = field(default=0, metadata={
         "help": "turns one tenant may have waiting (0: --max-waiting)"})
     max_queue_wait_s: float = field(default=120.0, metadata={
-        "help": "longest wait for a slot; a turn the measured drain rate says would wait "
-                "longer gets 429 at once, and one still waiting then gets 429"})
+        "help": "longest wait for a slot (at most --request-timeout-s); a turn the measured "
+                "drain rate says would wait longer gets 429 at once, one still waiting then "
+                "gets 429"})
     tenant_rate: float = field(default=0.0, metadata={
         "help": "chat/completion requests per second per tenant (token bucket); more get 429 "
                 "with Retry-After (0: no limit)"})
