@@ -10,6 +10,7 @@ import tempfile
 
 from services.gen import compute_worker_pb2_grpc
 from services.grpc_util import Server, tls_files
+from services.rpc_errors import GUARD
 from services.runtime import wait_for_signal
 
 from .config import WorkerConfig
@@ -73,7 +74,8 @@ def start(config: WorkerConfig):
     ray.get(actor.info.remote())  # fail fast if the model does not load
     service = ComputeWorkerService(actor, config.worker_id)
     server = Server(config.listen, [(compute_worker_pb2_grpc.add_ComputeWorkerServicer_to_server,
-                                     service)], name="bidaw.v1.ComputeWorker")
+                                     service)], name="bidaw.v1.ComputeWorker",
+                    interceptors=(GUARD,))
     service.worker_id = service.worker_id or f"{config.listen.rsplit(':', 1)[0]}:{server.port}"
     worker_id = service.worker_id
     log.info("compute worker %s on port %d: model %s, KV format %s", worker_id, server.port,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 
 import grpc
@@ -10,8 +11,30 @@ import ray
 import services.tracing as tracing
 from services import metrics
 from services.gen import common_pb2, compute_worker_pb2, compute_worker_pb2_grpc
+from services.rpc_errors import BadRequest
 
 log = logging.getLogger("bidaw.compute_worker")
+MAX_SESSION_ID = 256  # bytes, as the scheduler and the store allow
+FINITE_FIELDS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
+
+
+def check_request(request: compute_worker_pb2.WorkerTurnRequest) -> None:
+    """What the scheduler validated already, again: the worker can be called directly."""
+    turn = request.turn
+    if not turn.session_id:
+        raise BadRequest("turn.session_id is empty")
+    if len(turn.session_id.encode()) > MAX_SESSION_ID:
+        raise BadRequest(f"turn.session_id is longer than {MAX_SESSION_ID} bytes")
+    for name in ("queue_s", "since_arrival_s"):
+        if not 0.0 <= getattr(request, name) < math.inf:  # NaN fails too
+            raise BadRequest(f"{name} must be a finite number >= 0")
+    for name in FINITE_FIELDS:
+        if not math.isfinite(getattr(turn, name)):
+            raise BadRequest(f"turn.{name} must be a finite number")
+    if not 0.0 <= turn.temperature <= 2.0:
+        raise BadRequest(f"turn.temperature {turn.temperature} is outside [0, 2]")
+    if any(not math.isfinite(v) for v in turn.logit_bias.values()):
+        raise BadRequest("turn.logit_bias values must be finite numbers")
 
 
 class ComputeWorkerService(compute_worker_pb2_grpc.ComputeWorkerServicer):
@@ -25,8 +48,7 @@ class ComputeWorkerService(compute_worker_pb2_grpc.ComputeWorkerServicer):
         metrics.WORKER_RUNNING.set_function(lambda: self._running)
 
     def RunTurn(self, request, context):
-        if not request.turn.session_id:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "turn.session_id is empty")
+        check_request(request)
         with self._lock:
             self._running += 1
         stream = self.actor.run_turn.remote(request.SerializeToString(), tracing.inject())

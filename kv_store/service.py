@@ -12,6 +12,7 @@ import services.tracing as tracing
 from services import metrics
 from services.gen import kv_store_pb2, kv_store_pb2_grpc
 from services.grpc_util import CHUNK_BYTES
+from services.rpc_errors import BadRequest
 
 from .buffers import Payload, ReadHandle
 from .chunk_wire import encode_data
@@ -22,6 +23,15 @@ from .store import KVStore
 
 log = logging.getLogger("bidaw.kv_store")
 MAX_WRITE_BYTES = 16 << 30  # one turn's KV; anything larger is a client bug
+MAX_LEASE_S = 3600.0  # a lease pins KV against eviction: an endless one would leak it
+
+
+def _lease_seconds(value: float) -> float:
+    """A lease lifetime the store can honour (0: its default). NaN or infinity would never
+    expire and a negative one would expire at once, so they are refused, not stored."""
+    if not 0.0 <= value <= MAX_LEASE_S:  # NaN fails both comparisons
+        raise invalid(f"lease_seconds must lie in [0, {MAX_LEASE_S:g}], not {value}")
+    return value
 
 
 def _status(method):
@@ -56,8 +66,9 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
     @_status
     def Lookup(self, request, context):
         with tracing.span("kv_store.lookup", session=request.session_id) as span:
-            meta, tier, lease_id = self.store.lookup(request.session_id, request.lease,
-                                                     request.lease_seconds)
+            meta, tier, lease_id = self.store.lookup(
+                request.session_id, request.lease,
+                _lease_seconds(request.lease_seconds) if request.lease else 0.0)
             span.set_attributes({"bidaw.tier": metrics.TIER_LABELS[tier],
                                  "bidaw.hit": meta is not None,
                                  "bidaw.kv_bytes": meta.num_bytes if meta else 0,
@@ -159,6 +170,7 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
 
     def Awareness(self, request_iterator, context):
         events = self.store.subscribe()
+        refused: list[BadRequest] = []  # a malformed event ends the stream with its status
 
         def consume() -> None:
             try:
@@ -166,6 +178,8 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
                     self._on_compute_event(event)
             except grpc.RpcError:
                 pass
+            except BadRequest as exc:
+                refused.append(exc)
             except Exception:  # a bad event must not kill the stream silently
                 log.exception("awareness: bad compute event")
             finally:
@@ -181,6 +195,8 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
                 except queue.Empty:
                     continue
                 if event is None:
+                    if refused:
+                        raise refused[0]
                     return
                 yield _event_msg(event)
         finally:
@@ -209,7 +225,7 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
     def OpenShmRead(self, request, context):
         with tracing.span("kv_store.read", session=request.session_id, path="shm") as span:
             handle, lease_id = self.store.open_shm_read(request.session_id, request.max_tokens,
-                                                        request.lease_seconds)
+                                                        _lease_seconds(request.lease_seconds))
             tier = metrics.TIER_LABELS[handle.tier]
             span.set_attributes({"bidaw.tier": tier, "bidaw.kv_tokens": handle.meta.num_tokens})
         metrics.KV_READ_BYTES.labels(tier).inc(sum(p.length for p in handle.shm))
@@ -219,7 +235,8 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
     @_status
     def PrepareShmWrite(self, request, context):
         name, pieces = self.store.prepare_shm_write(request.session_id, request.start_token,
-                                                    request.num_bytes, request.lease_seconds)
+                                                    request.num_bytes,
+                                                    _lease_seconds(request.lease_seconds))
         return kv_store_pb2.PrepareShmWriteReply(region=name, pieces=_wire_pieces(pieces))
 
 

@@ -29,7 +29,7 @@ def fake():
 def gateway(fake):
     server, _ = fake
     config = GatewayConfig(listen="127.0.0.1:0", scheduler=f"127.0.0.1:{server.port}",
-                           max_in_flight=3, request_timeout_s=30)
+                           max_in_flight=3, max_waiting=0, request_timeout_s=30)
     with BackgroundGateway(config) as gw:
         yield gw
 

@@ -106,6 +106,10 @@ def run(args) -> int:
         for name, r in out["rss_mb"].items():
             print(f"  {name:10} RSS {r['after_warmup']:8.1f} -> {r['end']:8.1f} MB "
                   f"(max {r['max']:.1f}, {r['growth_pct']:+.1f}%)")
+        w = out["turn_wait_s"]
+        print(f"  {out['attempts']} attempts; turn wait p50 {w['p50']} s, p95 {w['p95']} s, "
+              f"max {w['max']} s; {out['turns_unserved']} of {out['turns_sent']} turns "
+              "unserved at the end")
         print(f"  queue max {out['queue_max']} (bound {out['queue_bound']})")
         print("  verdict: " + ", ".join(f"{k} {val}" for k, val in v.items()))
     sys.stdout.flush()

@@ -14,6 +14,9 @@ class LoadLimits:
     # Turns the gateway lets through at once. Kept below the scheduler's 64 gRPC threads (each
     # SubmitTurn holds one), so Stats and health checks still find a thread under load.
     max_in_flight: int = 48
+    # Turns past max_in_flight wait in the gateway's fair FIFO (no retry storm); the load's
+    # sessions all fit, so a turn is refused only if it would wait past the gateway's limit.
+    max_waiting: int = 1024
     max_queue: int = 32         # the scheduler's queue bound (running turns are not queued)
     request_timeout_s: float = 300.0
 
@@ -23,6 +26,7 @@ def start(data_dir: str, limits: LoadLimits, max_tokens: int) -> LocalDeployment
         data_dir=data_dir, dram_bytes=limits.dram_bytes, ssd_bytes=limits.ssd_bytes,
         default_max_tokens=max_tokens,
         extra_args={"gateway": ["--max-in-flight", str(limits.max_in_flight),
+                                "--max-waiting", str(limits.max_waiting),
                                 "--request-timeout-s", str(limits.request_timeout_s)],
                     "scheduler": ["--max-queue", str(limits.max_queue)]})
     return dep.start()

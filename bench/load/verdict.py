@@ -20,6 +20,7 @@ from .sampler import Sample
 FLAT_FACTOR = 1.10
 FLAT_SLACK_MB = 32.0
 WINDOW_FRACTION = 0.10
+FAIR_FACTOR = 3.0  # worst turn wait / median turn wait
 
 
 def flat(after_warmup_mb: float, end_mb: float) -> bool:
@@ -121,6 +122,7 @@ def report(attempts: list[Attempt], samples: list[Sample], *, sessions: int, dur
         "turns_sent": len(turns),
         "turns_shed_until_end": sum(t[-1].outcome in (SHED_429, SHED_503)
                                     for t in turns.values()),
+        "turns_unserved": sum(t[-1].outcome != OK for t in turns.values()),
         "rss_mb": rss,
         "queue_max": queue_max, "queue_bound": queue_bound,
         "running_max": max(running) if running else None,
@@ -129,8 +131,17 @@ def report(attempts: list[Attempt], samples: list[Sample], *, sessions: int, dur
             "rss_flat": all(r["flat"] for r in rss.values()) if rss else None,
             "queues_bounded": (queue_max <= queue_bound) if queue_max is not None
             and queue_bound is not None else None,
-            "no_errors": errors == 0 and counts[UNANSWERED] == 0 and bool(ok)},
+            "no_errors": errors == 0 and counts[UNANSWERED] == 0 and bool(ok),
+            "fair_wait": fair_wait(waits)},
     }
+
+
+def fair_wait(waits: list[float]) -> bool | None:
+    """Overload is shared fairly when no turn waited more than FAIR_FACTOR times the median
+    (first try to answer, sheds included); None without answered turns."""
+    if not waits:
+        return None
+    return max(waits) <= FAIR_FACTOR * statistics.median(waits)
 
 
 def passed(verdict: dict) -> bool:

@@ -11,6 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services import metrics, tracing
 
+from .admission import FairQueue
 from .auth import Tenants
 from .backend import Backend
 from .config import GatewayConfig
@@ -20,6 +21,7 @@ from .protocol import check_model, parse_chat, parse_completion
 from .ratelimit import InFlight, RateLimiter, retry_after_s
 from .responses import VERSION, Reply, model_card
 from .turns import TurnServer
+from .waiting import Admission, Shed, Slot
 
 log = logging.getLogger("bidaw.gateway")
 TURN_ROUTES = ("/v1/chat/completions", "/v1/completions")
@@ -31,6 +33,12 @@ async def _trace_header(request: web.Request, response: web.StreamResponse) -> N
     trace_id = tracing.current_trace_id()
     if trace_id:
         response.headers["x-trace-id"] = trace_id
+
+
+def _scheduler_full(exc: ApiError) -> bool:
+    """The scheduler refused the turn as full (RESOURCE_EXHAUSTED, errors.from_grpc), before
+    it ran: the turn may be submitted again."""
+    return exc.status == 429 and exc.code == "overloaded"
 
 
 class Gateway:
@@ -45,6 +53,10 @@ class Gateway:
         self.in_flight = 0
         self.tenant_rate = RateLimiter(config.tenant_rate, config.tenant_burst)
         self.tenant_in_flight = InFlight(config.tenant_max_in_flight)
+        # a turn never waits for a slot longer than it may take at the scheduler
+        self.admission = Admission(FairQueue(
+            config.max_in_flight, config.max_waiting, config.tenant_max_waiting,
+            min(config.max_queue_wait_s, config.request_timeout_s), config.retry_after_s))
         self.draining = False
         self.started = int(time.time())
         self.app = web.Application(client_max_size=config.max_body_bytes,
@@ -139,11 +151,18 @@ class Gateway:
         if self.draining:
             raise ApiError(503, "the gateway is shutting down", None, "unavailable",
                            self.config.retry_after_s)
-        if self.in_flight >= self.config.max_in_flight:
-            metrics.HTTP_SHED.labels("in_flight").inc()
-            raise ApiError(429, f"{self.in_flight} requests in flight; retry later", None,
-                           "overloaded", self.config.retry_after_s)
         self._admit_tenant(tenant)
+        try:
+            async with self.admission.slot(tenant) as slot:  # waits its turn in the FIFO
+                return await self._admitted(request, tenant, chat, slot)
+        except Shed as exc:
+            metrics.HTTP_SHED.labels(exc.reason).inc()
+            raise ApiError(429, exc.message, None, "overloaded", exc.retry_after) from None
+        finally:
+            self.tenant_in_flight.leave(tenant)
+
+    async def _admitted(self, request: web.Request, tenant: str, chat: bool,
+                        slot: Slot) -> web.StreamResponse:
         self.in_flight += 1  # one event loop: no lock needed
         metrics.HTTP_IN_FLIGHT.set(self.in_flight)
         try:
@@ -151,10 +170,20 @@ class Gateway:
             model = check_model(body, self.config.served_model_name)
             parsed = parse_chat(body, self.config) if chat else parse_completion(body,
                                                                                  self.config)
-            return await self.turns.serve(request, tenant, parsed, Reply(chat, model))
+            while True:
+                try:
+                    return await self.turns.serve(request, tenant, parsed, Reply(chat, model))
+                except ApiError as exc:
+                    if not (_scheduler_full(exc) and self.config.max_waiting):
+                        raise
+                # refused before it ran: wait again at the head of the FIFO, not in a retry
+                self.in_flight -= 1
+                try:
+                    await slot.requeue()
+                finally:
+                    self.in_flight += 1
         finally:
             self.in_flight -= 1
-            self.tenant_in_flight.leave(tenant)
             metrics.HTTP_IN_FLIGHT.set(self.in_flight)
 
     def _admit_tenant(self, tenant: str) -> None:

@@ -40,7 +40,17 @@ class GatewayConfig:
     allow_open: bool = field(default=False, metadata={
         "help": "serve without API keys on a non-loopback address (otherwise refused)"})
     max_in_flight: int = field(default=256, metadata={
-        "help": "chat/completion requests served at once; more are refused with 429"})
+        "help": "chat/completion turns let through to the scheduler at once; more wait in "
+                "the gateway's fair FIFO (--max-waiting)"})
+    max_waiting: int = field(default=1024, metadata={
+        "help": "turns waiting for a slot, all tenants together, served FIFO per tenant and "
+                "round-robin across tenants; more get 429 at once (0: no waiting)"})
+    tenant_max_waiting: int = field(default=0, metadata={
+        "help": "turns one tenant may have waiting (0: --max-waiting)"})
+    max_queue_wait_s: float = field(default=120.0, metadata={
+        "help": "longest wait for a slot (at most --request-timeout-s); a turn the measured "
+                "drain rate says would wait longer gets 429 at once, one still waiting then "
+                "gets 429"})
     tenant_rate: float = field(default=0.0, metadata={
         "help": "chat/completion requests per second per tenant (token bucket); more get 429 "
                 "with Retry-After (0: no limit)"})
@@ -52,7 +62,9 @@ class GatewayConfig:
     max_body_bytes: int = field(default=4 << 20, metadata={
         "help": "largest request body; larger ones get 413"})
     max_session_id: int = field(default=128, metadata={"help": "longest session id (bytes)"})
-    retry_after_s: int = field(default=1, metadata={"help": "Retry-After on 429 and 503"})
+    retry_after_s: int = field(default=1, metadata={
+        "help": "Retry-After on 503, and on 429 before any turn finished (later 429s from "
+                "the queue estimate it from the measured drain rate)"})
     health_cache_s: float = field(default=1.0, metadata={
         "help": "/health reuses its last verdict (scheduler, workers, store) this long"})
     request_timeout_s: float = field(default=600.0, metadata={
@@ -63,3 +75,14 @@ class GatewayConfig:
     tls_ca: str = field(default="", metadata={
         "help": "PEM CA that signed the scheduler's certificate: dial it over TLS (empty: "
                 "plaintext)"})
+
+    def __post_init__(self):
+        # admission limits: a bad value is refused here, naming its flag, not deep in a core
+        for name in ("max_waiting", "tenant_max_waiting", "tenant_rate", "tenant_burst",
+                     "tenant_max_in_flight"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 0")
+        if self.max_in_flight < 1:
+            raise ValueError("--max-in-flight must be >= 1")
+        if not self.max_queue_wait_s > 0:  # also refuses NaN
+            raise ValueError("--max-queue-wait-s must be > 0")
