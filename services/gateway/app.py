@@ -1,7 +1,6 @@
 """The gateway's HTTP application: routes, auth, overload shedding, errors, spans and metrics."""
 from __future__ import annotations
 
-import json
 import logging
 import time
 
@@ -14,7 +13,9 @@ from services import metrics, tracing
 from .auth import Tenants
 from .backend import Backend
 from .config import GatewayConfig
-from .errors import ApiError, bad_request
+from .errors import ApiError
+from .headers import check_headers
+from .json_body import load_body
 from .protocol import check_model, parse_chat, parse_completion
 from .ratelimit import InFlight, RateLimiter, retry_after_s
 from .responses import Reply
@@ -92,6 +93,7 @@ class Gateway:
     async def _errors(self, request: web.Request, handler):
         """Every failure leaves as an OpenAI-style JSON error."""
         try:
+            check_headers(request.headers)
             return await handler(request)
         except ApiError as exc:
             tracing.set_attributes(**{"error.type": exc.code or str(exc.status)})
@@ -122,14 +124,7 @@ class Gateway:
             raise ApiError(413, f"request body exceeds {self.config.max_body_bytes} bytes",
                            None, "request_too_large")
         raw = await request.read()  # aiohttp enforces client_max_size on chunked bodies
-        try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ApiError(400, f"the body is not valid JSON: {exc}", None,
-                           "invalid_json") from None
-        if not isinstance(body, dict):
-            raise bad_request("the body must be a JSON object")
-        return body
+        return load_body(raw)
 
     async def _turn(self, request: web.Request, chat: bool) -> web.StreamResponse:
         tenant = self._tenant(request)

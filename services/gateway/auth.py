@@ -59,7 +59,7 @@ class Tenants:
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return None
-        given = token.strip().encode()
+        given = token.strip().encode("utf-8", "surrogateescape")  # the raw header bytes
         found = None
         for key, tenant in self._keys:
             if hmac.compare_digest(given, key) and found is None:

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from .app import Gateway
 from .config import GatewayConfig
+from .safe_protocol import RedactingAppRunner
 
 log = logging.getLogger("bidaw.gateway")
 
@@ -44,7 +45,7 @@ async def start(config: GatewayConfig, gateway: Gateway | None = None) -> tuple[
     check_exposure(config, gateway)
     # handler_cancellation: a client that hangs up cancels its handler, whose `finally` cancels
     # the SubmitTurn call, so the worker stops generating for nobody.
-    runner = web.AppRunner(gateway.app, access_log=None, handle_signals=False,
+    runner = RedactingAppRunner(gateway.app, access_log=None, handle_signals=False,
                            handler_cancellation=True)
     await runner.setup()
     host, port = split_listen(config.listen)
