@@ -6,7 +6,6 @@ import time
 
 from aiohttp import web
 from opentelemetry import propagate
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services import metrics, tracing
 
@@ -16,6 +15,7 @@ from .config import GatewayConfig
 from .errors import ApiError
 from .headers import check_headers
 from .json_body import load_body
+from .metrics_site import metrics_response
 from .protocol import check_model, parse_chat, parse_completion
 from .ratelimit import InFlight, RateLimiter, retry_after_s
 from .responses import Reply
@@ -46,6 +46,7 @@ class Gateway:
         self.tenant_in_flight = InFlight(config.tenant_max_in_flight)
         self.draining = False
         self.started = int(time.time())
+        self.metrics_port = 0  # of --metrics-listen, once serving
         self.app = web.Application(client_max_size=config.max_body_bytes,
                                    middlewares=[self._observe, self._errors])
         self.app.add_routes([
@@ -194,5 +195,9 @@ class Gateway:
         return web.json_response({"status": "ok"})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(), headers={"Content-Type":
-                                                             CONTENT_TYPE_LATEST})
+        if not self.tenants.may_read_metrics(request.headers.get("Authorization"),
+                                             self.config.metrics_key):
+            raise ApiError(401, "/metrics needs an API key (Authorization: Bearer KEY: the "
+                           "metrics key or a tenant's), or scrape --metrics-listen", None,
+                           "invalid_api_key")
+        return metrics_response()

@@ -27,6 +27,13 @@ class GatewayConfig:
     tenant_max_in_flight: int = field(default=0, metadata={
         "help": "chat/completion requests one tenant may have in flight; more get 429 "
                 "(0: no limit beyond --max-in-flight)"})
+    metrics_key: str = field(default="", metadata={
+        "help": "with API keys configured, /metrics on the API port needs a key: this one or "
+                "any tenant's (prefer the env var BIDAW_GATEWAY_METRICS_KEY)"})
+    metrics_listen: str = field(default="", metadata={
+        "help": "also serve /metrics, without a key, on this address (host:port) for a "
+                "Prometheus that must not hold an API key; keep it off the public network "
+                "(empty: none)"})
     max_body_bytes: int = field(default=4 << 20, metadata={
         "help": "largest request body; larger ones get 413"})
     max_session_id: int = field(default=128, metadata={"help": "longest session id (bytes)"})
