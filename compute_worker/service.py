@@ -11,6 +11,9 @@ import services.tracing as tracing
 from services import metrics
 from services.gen import common_pb2, compute_worker_pb2, compute_worker_pb2_grpc
 
+from .prompt import TurnError
+from .prompt_bound import check_turn_size
+
 log = logging.getLogger("bidaw.compute_worker")
 
 
@@ -27,6 +30,10 @@ class ComputeWorkerService(compute_worker_pb2_grpc.ComputeWorkerServicer):
     def RunTurn(self, request, context):
         if not request.turn.session_id:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "turn.session_id is empty")
+        try:  # before the text crosses to the actor, which would tokenise it
+            check_turn_size(request.turn, self.info["max_prompt_bytes"], self.info["max_context"])
+        except TurnError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         with self._lock:
             self._running += 1
         stream = self.actor.run_turn.remote(request.SerializeToString(), tracing.inject())

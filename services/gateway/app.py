@@ -16,6 +16,7 @@ from .errors import ApiError
 from .headers import check_headers
 from .json_body import load_body
 from .metrics_site import metrics_response
+from .prompt_size import check_prompt_size
 from .protocol import check_model, parse_chat, parse_completion
 from .ratelimit import InFlight, RateLimiter, retry_after_s
 from .responses import Reply
@@ -143,6 +144,7 @@ class Gateway:
             body = await self._body(request)
             model = check_model(body, self.config.served_model)
             parsed = parse_chat(body) if chat else parse_completion(body)
+            check_prompt_size(parsed, chat, self.config.max_prompt_bytes)
             return await self.turns.serve(request, tenant, parsed, Reply(chat, model))
         finally:
             self.in_flight -= 1

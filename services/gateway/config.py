@@ -36,6 +36,10 @@ class GatewayConfig:
                 "(empty: none)"})
     max_body_bytes: int = field(default=4 << 20, metadata={
         "help": "largest request body; larger ones get 413"})
+    max_prompt_bytes: int = field(default=8192 * 81, metadata={
+        "help": "prompt text (all messages) that cannot fit the context, refused before the "
+                "scheduler sees it: context tokens x the longest token's bytes. The default is "
+                "SmolLM2-135M's (8192 x 81); a worker logs its own at start (0: no check)"})
     max_session_id: int = field(default=128, metadata={"help": "longest session id (bytes)"})
     retry_after_s: int = field(default=1, metadata={"help": "Retry-After on 429 and 503"})
     request_timeout_s: float = field(default=600.0, metadata={
