@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import random
 
-from bench.chaos.fuzz_fast import fuzz_grpc_fast, fuzz_http_fast, summary
+from bench.chaos.fuzz_fast import fuzz_http_fast, summary
+from bench.chaos.fuzz_grpc_fast import fuzz_grpc_fast
 from bench.chaos.fuzz_inputs import CLASSES, generate
 from scheduler.config import SchedulerConfig
 from scheduler.main import start as start_scheduler

@@ -79,3 +79,14 @@ def test_metrics_listen_serves_them_without_a_key_beside_a_keyed_api(scheduler):
         assert status == 200 and "bidaw_gateway_in_flight" in text
         assert "bidaw_kv_promotion_bytes_total" not in text
         assert scrape(gw.port)[0] == 401
+
+
+def test_each_live_service_serves_only_its_own(deployment):
+    import urllib.request
+
+    for service, url in deployment.metrics_urls.items():
+        with urllib.request.urlopen(url, timeout=30) as reply:
+            exported = families(reply.read().decode())
+        assert OWN[service] in exported, service
+        assert not [n for other, n in OWN.items() if other != service and n in exported], \
+            service
