@@ -2,7 +2,8 @@
 
 A tokenizer maps text to tokens that each stand for at most L bytes of it, where L is the
 longest token's byte length in the vocabulary (special tokens included). The chat template
-writes every message's content into the text it tokenises, so a prompt whose contents total B
+writes every message's content into the text it tokenises (a raw prompt is tokenised as it
+is), so a prompt whose texts total B
 bytes has at least B / L tokens; with B > max_context * L it cannot fit the context, whatever the
 template adds. Refusing exactly those never refuses a prompt that would fit (for templates that
 keep each content verbatim, as ChatML-style ones such as SmolLM2's do) and spares the worker the
@@ -32,8 +33,8 @@ def check_turn_size(turn, max_prompt_bytes: int, max_context: int) -> None:
         raise TurnError(f"prompt is {len(turn.prompt_token_ids)} tokens; the model's context "
                         f"is {max_context}")
     total = 0
-    for m in turn.messages:
-        total += len(m.content.encode("utf-8", "surrogatepass"))
+    for text in (turn.raw_prompt, *(m.content for m in turn.messages)):  # raw: no template
+        total += len(text.encode("utf-8", "surrogatepass"))
         if total > max_prompt_bytes:
-            raise TurnError(f"the messages hold more than {max_prompt_bytes} bytes of text, "
+            raise TurnError(f"the prompt holds more than {max_prompt_bytes} bytes of text, "
                             f"more than {max_context} tokens of this model's context can hold")

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compute_worker.prompt_bound import longest_token_bytes, prompt_byte_bound
+from compute_worker.prompt import TurnError
+from compute_worker.prompt_bound import check_turn_size, longest_token_bytes, prompt_byte_bound
 from services.gateway.background import BackgroundGateway
 from services.gateway.config import GatewayConfig
 from services.gen import common_pb2, compute_worker_pb2, compute_worker_pb2_grpc
@@ -40,6 +41,24 @@ def test_no_token_stands_for_more_text_than_the_longest_one(smollm, text):
     _, tokenizer = smollm
     ids = tokenizer.apply_chat_template([{"role": "user", "content": text}])
     assert len(ids) * longest_token_bytes(tokenizer) >= len(text.encode())
+
+
+@pytest.mark.parametrize("turn,refused", [
+    (common_pb2.TurnRequest(raw_prompt="x" * 101), True),
+    (common_pb2.TurnRequest(raw_prompt="x" * 50, messages=[common_pb2.ChatMessage(
+        content="é" * 26)]), True),  # 50 + 52 bytes
+    (common_pb2.TurnRequest(raw_prompt="x" * 50, messages=[common_pb2.ChatMessage(
+        content="é" * 25)]), False),  # exactly 100
+    (common_pb2.TurnRequest(prompt_token_ids=[1] * 16), True),
+    (common_pb2.TurnRequest(prompt_token_ids=[1] * 15), False),
+])
+def test_the_worker_check_counts_every_text_and_token_ids(turn, refused):
+    try:
+        check_turn_size(turn, max_prompt_bytes=100, max_context=16)
+    except TurnError:
+        assert refused
+    else:
+        assert not refused
 
 
 @pytest.fixture(scope="module")

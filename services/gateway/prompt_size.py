@@ -11,7 +11,9 @@ def check_prompt_size(parsed: Parsed, chat: bool, max_prompt_bytes: int) -> None
     if not max_prompt_bytes:
         return
     total = 0
-    for _, content in parsed.messages:
+    # a raw completion prompt (Parsed.raw_prompt, where the protocol has one) counts the same
+    texts = [getattr(parsed, "raw_prompt", ""), *(content for _, content in parsed.messages)]
+    for content in texts:
         total += len(content.encode())  # surrogates were refused with the body
         if total > max_prompt_bytes:
             field = "messages" if chat else "prompt"
