@@ -56,9 +56,10 @@ class Tenants:
         counters show every tenant's traffic, so not for the public)."""
         if self.open:
             return True
-        _, _, token = (authorization or "").partition(" ")
+        scheme, _, token = (authorization or "").partition(" ")
         given = token.strip().encode("utf-8", "surrogateescape")
-        by_metrics_key = bool(metrics_key) and hmac.compare_digest(given, metrics_key.encode())
+        by_metrics_key = bool(metrics_key) and scheme.lower() == "bearer" and \
+            hmac.compare_digest(given, metrics_key.encode())
         return self.resolve(authorization) is not None or by_metrics_key
 
     def resolve(self, authorization: str | None) -> str | None:
