@@ -70,13 +70,16 @@ class EngineHost:
         kv_io = KVSessionIO(store, model, self.model_name, fmt)
         self.engine = Engine(model, tokenizer, kv_io, default_max_tokens, max_batch,
                              min_step_s=min_step_ms / 1000.0, restore_in_step=restore_in_step)
+        from .prompt_bound import prompt_byte_bound
+
+        self.max_prompt_bytes = prompt_byte_bound(tokenizer, self.engine.max_context)
 
     def info(self) -> dict:
         model, kv_io = self.engine.model, self.engine.kv_io
         return dict(model=self.model_name, kv_format=kv_io.kv_format,
                     kv_bytes_per_token=kv_io.bytes_per_token, max_context=self.engine.max_context,
                     device=str(model.device.type), max_batch=self.engine.max_batch,
-                    running=self.engine.running)
+                    running=self.engine.running, max_prompt_bytes=self.max_prompt_bytes)
 
     def run_turn(self, request: bytes, carrier: dict | None = None):
         """Yields ("event", TurnEvent bytes) ... or ("error", message) for a bad request.

@@ -13,6 +13,9 @@ from services import metrics
 from services.gen import common_pb2, compute_worker_pb2, compute_worker_pb2_grpc
 from services.rpc_errors import BadRequest
 
+from .prompt import TurnError
+from .prompt_bound import check_turn_size
+
 log = logging.getLogger("bidaw.compute_worker")
 MAX_SESSION_ID = 256  # bytes, as the scheduler and the store allow
 FINITE_FIELDS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
@@ -49,6 +52,10 @@ class ComputeWorkerService(compute_worker_pb2_grpc.ComputeWorkerServicer):
 
     def RunTurn(self, request, context):
         check_request(request)
+        try:  # before the text crosses to the actor, which would tokenise it
+            check_turn_size(request.turn, self.info["max_prompt_bytes"], self.info["max_context"])
+        except TurnError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         with self._lock:
             self._running += 1
         stream = self.actor.run_turn.remote(request.SerializeToString(), tracing.inject())

@@ -1,6 +1,7 @@
 """A small client of the Scheduler API: one turn of a session, streamed."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -10,6 +11,36 @@ from .grpc_util import channel
 TIER_NAMES = {common_pb2.TIER_NONE: "none", common_pb2.TIER_DRAM: "dram",
               common_pb2.TIER_SSD: "ssd", common_pb2.TIER_LOADING: "loading",
               common_pb2.TIER_UNSPECIFIED: "none"}
+
+
+HOST_PORT = re.compile(r"(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}")
+TARGET_HELP = ("the gateway's URL (http://HOST:PORT or http://HOST:PORT/v1, what `bidaw up` "
+               "prints first) or the scheduler's gRPC address HOST:PORT")
+
+
+class TargetError(ValueError):
+    """--target names neither a gateway URL nor a scheduler address."""
+
+
+def target_kind(target: str) -> str:
+    """'http' for a gateway URL, 'grpc' for a scheduler HOST:PORT; TargetError otherwise."""
+    scheme, sep, _ = target.partition("://")
+    if sep:
+        if scheme.lower() in ("http", "https"):
+            return "http"
+        raise TargetError(f"--target {target!r}: the scheme {scheme!r} is not served here; "
+                          f"expected {TARGET_HELP}")
+    if HOST_PORT.fullmatch(target):
+        return "grpc"
+    raise TargetError(f"--target {target!r}: expected {TARGET_HELP}")
+
+
+def grpc_hint(target: str, details: str) -> str:
+    """A clearer message for a scheduler address that answers HTTP (the gateway's port)."""
+    if "http1.x server" in details or "Failed parsing HTTP/2" in details:
+        return (f"{target} answers HTTP/1.1, not the scheduler's gRPC: is it the gateway? Use "
+                f"--target http://{target}/v1 (or the scheduler's HOST:PORT)")
+    return details
 
 
 @dataclass

@@ -32,8 +32,37 @@ COMMANDS = [
 ]
 
 
+class DefaultsFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default (ports, sizes, paths: what a newcomer needs to
+    know), unless the help already says what the default is. Flags without a value (store_true)
+    and options without a default stay as they are."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (not action.option_strings or action.nargs == 0 or default is None
+                or default is argparse.SUPPRESS or "default" in text.lower()):
+            return text
+        shown = "%(default)s" if default not in ("", []) else "empty"
+        return f"{text} (default: {shown})"
+
+
+class BidawParser(argparse.ArgumentParser):
+    """Its subcommands' parsers are BidawParsers too (add_subparsers uses the parent's class),
+    so every `--help` below `bidaw` shows the defaults."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", DefaultsFormatter)
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args, **kwargs):
+        if kwargs.get("help") is None and kwargs.get("default") is not None:
+            kwargs["help"] = "(default: %(default)s)"  # argparse prints no help at all for None
+        return super().add_argument(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bidaw", description="Bidaw: multi-turn LLM serving "
+    parser = BidawParser(prog="bidaw", description="Bidaw: multi-turn LLM serving "
                                      "with a DRAM+SSD KV cache.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     bench = sub.add_parser("bench", help="benchmarks that print figures")

@@ -66,6 +66,7 @@ class LocalDeployment:
     # member is static, so it guards the scheduler against outside registrations.)
     cluster_token: str = ""
     metrics: bool = True  # /metrics of store, worker and scheduler on free ports
+    metrics_port_base: int = 0  # N: those /metrics on ports N, N+1, N+2 (0: free ports)
     dram_bytes: str = "2GiB"
     ssd_bytes: str = "64GiB"
     eviction: str = "bidaw-size"
@@ -89,8 +90,9 @@ class LocalDeployment:
         self.worker_port = self.worker_port or free_port(self.host)
         self.scheduler_port = self.scheduler_port or free_port(self.host)
         self.gateway_port = self.gateway_port or free_port(self.host)
-        self.metrics_ports = {name: free_port(self.host) if self.metrics else 0
-                              for name in ("store", "worker", "scheduler")}
+        self.metrics_ports = {name: (self.metrics_port_base + i if self.metrics_port_base
+                                     else free_port(self.host)) if self.metrics else 0
+                              for i, name in enumerate(("store", "worker", "scheduler"))}
         self._commands: dict[str, tuple[list[str], dict[str, str]]] = {}
         self.supervisor: Supervisor | None = None
 

@@ -1,7 +1,9 @@
 """Prometheus metrics of every Bidaw service: module-level objects named bidaw_*.
 
-Each process updates the ones that concern it and serves them all on /metrics
-(`start_metrics_server("host:port")`; the gateway serves them on its HTTP port). Rates come from
+Each process updates the ones that concern it and serves only those on /metrics
+(`start_metrics_server("host:port", service)`, `registry_of(service)`; the gateway serves its
+own on its HTTP port): a metric belongs to a service by its name's prefix, the turn metrics to
+the gateway and the scheduler, which observe TurnSummaries. Rates come from
 counters (`rate(bidaw_tokens_total{kind="completion"}[1m])` is tokens/s; a hit rate is
 `rate(bidaw_kv_lookups_total{result="dram"}[5m]) / rate(bidaw_kv_lookups_total[5m])`).
 Label values are small closed sets (tier, queue, kind, outcome): never a session id.
@@ -10,7 +12,8 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, \
+    start_http_server
 
 log = logging.getLogger("bidaw.metrics")
 
@@ -95,17 +98,55 @@ def observe_turn(summary) -> None:
     TURNS.labels("ok").inc()
 
 
+TURN_METRICS = {"bidaw_ttft_seconds", "bidaw_turn_latency_seconds", "bidaw_kv_load_seconds",
+                "bidaw_tokens", "bidaw_decode_tokens_per_second", "bidaw_turns"}
+SERVICE_PREFIXES = {"gateway": "bidaw_gateway_", "scheduler": "bidaw_scheduler_",
+                    "store": "bidaw_kv_", "worker": "bidaw_worker_"}
+
+
+def owned(name: str, service: str) -> bool:
+    """Whether `service` exports the metric family `name` (process_*/python_*: every one)."""
+    if not name.startswith("bidaw_"):
+        return True
+    if name in TURN_METRICS:
+        return service in ("gateway", "scheduler")
+    return name.startswith(SERVICE_PREFIXES[service])
+
+
+class _ServiceView:
+    """A collector: the families of the default registry that one service exports. (Every
+    metric is defined at import in every process; without this a gateway shows the store's and
+    the worker's at zero.)"""
+
+    def __init__(self, service: str):
+        self.service = service
+
+    def collect(self):
+        return [f for f in REGISTRY.collect() if owned(f.name, self.service)]
+
+
+_views: dict[str, CollectorRegistry] = {}
+
+
+def registry_of(service: str) -> CollectorRegistry:
+    if service not in _views:
+        _views[service] = CollectorRegistry(auto_describe=False)
+        _views[service].register(_ServiceView(service))
+    return _views[service]
+
+
 _servers: dict[str, int] = {}  # listen -> bound port: a second call for the same address is a no-op
 
 
-def start_metrics_server(listen: str) -> int:
-    """Serve /metrics at "host:port" (port 0: any free one) from a daemon thread; returns the
-    port, 0 if `listen` is empty (metrics off)."""
+def start_metrics_server(listen: str, service: str = "") -> int:
+    """Serve /metrics at "host:port" (port 0: any free one) from a daemon thread: `service`'s
+    metrics, all with no service; returns the port, 0 if `listen` is empty (metrics off)."""
     if not listen:
         return 0
     if listen not in _servers:
         host, _, port = listen.rpartition(":")
-        server, _ = start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0")
+        server, _ = start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0",
+                                      registry=registry_of(service) if service else REGISTRY)
         _servers[listen] = server.server_port
         log.info("Prometheus metrics on %s:%d/metrics", host or "0.0.0.0", _servers[listen])
     return _servers[listen]

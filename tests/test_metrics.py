@@ -59,4 +59,4 @@ def test_every_service_of_the_deployment_serves_metrics(deployment):
     urls = deployment.metrics_urls
     assert set(urls) == {"store", "worker", "scheduler", "gateway"}
     for name, url in urls.items():
-        assert "bidaw_ttft_seconds" in scrape(url), name
+        assert metrics.SERVICE_PREFIXES[name] in scrape(url), name  # its own (test_metrics_scoping)

@@ -19,6 +19,17 @@ def register(sub, groups) -> None:
     p.add_argument("--turns", type=int, default=24, help="turns replayed per fault")
     p.add_argument("--fuzz-examples", type=int, default=200,
                    help="hypothesis examples per fuzzed method (0: no fuzzing)")
+    p.add_argument("--fuzz-only", action="store_true",
+                   help="no faults and no hypothesis fuzzing: the fast fuzzer only (raw HTTP "
+                   "requests by class: surrogates, depth, integers, header bytes, junk; and "
+                   "boundary-valued messages to every gRPC method), its figures as JSON")
+    p.add_argument("--fuzz-inputs", type=int, default=100_000,
+                   help="with --fuzz-only: HTTP inputs, spread evenly over the classes")
+    p.add_argument("--fuzz-grpc", type=int, default=300,
+                   help="with --fuzz-only: inputs per gRPC method (a tenth of it, at least 5, "
+                   "for RunTurn and SubmitTurn, which may run the model)")
+    p.add_argument("--fuzz-concurrency", type=int, default=32,
+                   help="with --fuzz-only: HTTP requests in flight")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--details", action="store_true",
                    help="with --json, add each fault's problems (what went wrong, if anything)")
@@ -26,7 +37,22 @@ def register(sub, groups) -> None:
     p.set_defaults(func=run)
 
 
+def run_fuzz_only(args) -> int:
+    from bench.chaos.fuzz_fast import fuzz_fast_live
+    from bench.chaos.fuzz_inputs import CLASSES
+
+    out = fuzz_fast_live(max(1, args.fuzz_inputs // len(CLASSES)), args.fuzz_grpc,
+                         max(5, args.fuzz_grpc // 10), concurrency=args.fuzz_concurrency,
+                         verbose=args.verbose)
+    print(json.dumps(out, indent=1))
+    bad = out["http_5xx_or_no_answer"] or out["http_unclear_errors"] or \
+        out["grpc_unknown_internal_or_hang"] or out["processes_died"]
+    return 1 if bad else 0
+
+
 def run(args) -> int:
+    if args.fuzz_only:
+        return run_fuzz_only(args)
     from bench.chaos.runner import run as run_faults
 
     names = [n for n in args.faults.split(",") if n]

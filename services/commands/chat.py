@@ -1,14 +1,22 @@
-"""`bidaw chat`: talk to a running deployment, multi-turn, one session."""
+"""`bidaw chat`: talk to a running deployment, multi-turn, one session: over the gateway's
+OpenAI-compatible HTTP API (an http(s):// URL) or the scheduler's gRPC API (HOST:PORT)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import uuid
 
 
 def register(sub, groups) -> None:
+    from services.chat_client import TARGET_HELP
+
     p = sub.add_parser("chat", help="talk to a running deployment (one session, many turns)")
-    p.add_argument("--target", default="127.0.0.1:50052", help="scheduler address")
+    p.add_argument("--target", default="127.0.0.1:50052", help=TARGET_HELP)
+    p.add_argument("--api-key", default=os.environ.get("BIDAW_API_KEY", ""),
+                   help="gateway API key, over HTTP (default: env BIDAW_API_KEY)")
+    p.add_argument("--model", default="", help="model id sent to the gateway (default: the one "
+                   "it serves)")
     p.add_argument("--session", default="", help="session id (default: a new random one)")
     p.add_argument("--system", default=None, help="system prompt")
     p.add_argument("--message", "-m", action="append", default=[],
@@ -22,15 +30,29 @@ def register(sub, groups) -> None:
     p.set_defaults(func=run)
 
 
+def _client(args):
+    from services.chat_client import ChatClient, target_kind
+    from services.http_chat_client import HttpChatClient
+    from services.tls import configure_client
+
+    if target_kind(args.target) == "http":
+        return HttpChatClient(args.target, args.api_key, args.model)
+    configure_client(args, "chat")
+    return ChatClient(args.target)
+
+
 def run(args) -> int:
     import grpc
 
-    from services.chat_client import ChatClient, Conversation
-    from services.tls import configure_client
+    from services.chat_client import Conversation, TargetError, grpc_hint
+    from services.http_chat_client import HttpError
 
-    configure_client(args, "chat")
-    conv = Conversation(ChatClient(args.target), args.session or f"chat-{uuid.uuid4().hex[:8]}",
-                        args.system)
+    try:
+        client = _client(args)
+    except TargetError as exc:
+        print(f"bidaw chat: {exc}", file=sys.stderr)
+        return 2
+    conv = Conversation(client, args.session or f"chat-{uuid.uuid4().hex[:8]}", args.system)
     interactive = not args.message and sys.stdin.isatty()
     lines = args.message or sys.stdin
     if interactive:
@@ -46,7 +68,14 @@ def run(args) -> int:
             result = conv.say(text, max_tokens=args.max_tokens, temperature=args.temperature,
                               on_text=stream)
         except grpc.RpcError as exc:
-            print(f"error: {exc.code().name}: {exc.details()}", file=sys.stderr)
+            print(f"error: {exc.code().name}: {grpc_hint(args.target, exc.details() or '')}",
+                  file=sys.stderr)
+            return 1
+        except HttpError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        except OSError as exc:  # the gateway URL does not answer
+            print(f"error: {args.target}: {getattr(exc, 'reason', exc)}", file=sys.stderr)
             return 1
         s = result.summary
         if args.json:

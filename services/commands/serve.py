@@ -66,7 +66,8 @@ def run(args) -> int:
             raise SystemExit(f"bidaw serve {args.service}: {exc}")
     setup_logging(args.service)
     init_tracing(TRACE_NAMES[args.service])  # before any gRPC server or channel exists
-    start_metrics_server(getattr(config, "metrics_listen", ""))
+    if args.service != "gateway":  # the gateway serves its own, on its event loop
+        start_metrics_server(getattr(config, "metrics_listen", ""), args.service)
     from services.malloc import tune as tune_malloc
 
     tune_malloc()  # long-running, many threads, varied KV-sized buffers: see services/malloc.py

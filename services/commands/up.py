@@ -18,6 +18,9 @@ def register(sub, groups) -> None:
     p.add_argument("--scheduler-port", type=int, default=50052, help="scheduler gRPC port")
     p.add_argument("--store-port", type=int, default=50051, help="KV store gRPC port")
     p.add_argument("--worker-port", type=int, default=50053, help="compute worker gRPC port")
+    p.add_argument("--metrics-port-base", type=int, default=0, metavar="N", help="/metrics of the KV store, "
+                   "worker and scheduler on ports N, N+1, N+2 (the gateway's is on --port; "
+                   "default 0: free ports, printed at start)")
     p.add_argument("--dram-bytes", default="2GiB", help="DRAM tier capacity")
     p.add_argument("--ssd-bytes", default="64GiB", help="SSD tier capacity")
     p.add_argument("--eviction", default="bidaw-size",
@@ -40,7 +43,7 @@ def run(args) -> int:
 
     dep = LocalDeployment(data_dir=args.data_dir, host=args.host, store_port=args.store_port,
                           scheduler_port=args.scheduler_port, worker_port=args.worker_port,
-                          gateway_port=args.port,
+                          gateway_port=args.port, metrics_port_base=args.metrics_port_base,
                           dram_bytes=args.dram_bytes, ssd_bytes=args.ssd_bytes,
                           eviction=args.eviction, policy=args.policy, model=args.model,
                           served_model_name=args.served_model_name,

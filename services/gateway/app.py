@@ -1,13 +1,11 @@
 """The gateway's HTTP application: routes, auth, overload shedding, errors, spans and metrics."""
 from __future__ import annotations
 
-import json
 import logging
 import time
 
 from aiohttp import web
 from opentelemetry import propagate
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from services import metrics, tracing
 
@@ -15,8 +13,12 @@ from .admission import FairQueue
 from .auth import Tenants
 from .backend import Backend
 from .config import GatewayConfig
-from .errors import ApiError, bad_request
+from .errors import ApiError
 from .health import HealthCheck
+from .headers import check_headers
+from .json_body import load_body
+from .metrics_site import metrics_response
+from .prompt_size import check_prompt_size
 from .protocol import check_model, parse_chat, parse_completion
 from .ratelimit import InFlight, RateLimiter, retry_after_s
 from .responses import VERSION, Reply, model_card
@@ -59,6 +61,7 @@ class Gateway:
             min(config.max_queue_wait_s, config.request_timeout_s), config.retry_after_s))
         self.draining = False
         self.started = int(time.time())
+        self.metrics_port = 0  # of --metrics-listen, once serving
         self.app = web.Application(client_max_size=config.max_body_bytes,
                                    middlewares=[self._observe, self._errors])
         self.app.add_routes([
@@ -107,6 +110,7 @@ class Gateway:
     async def _errors(self, request: web.Request, handler):
         """Every failure leaves as an OpenAI-style JSON error."""
         try:
+            check_headers(request.headers)
             return await handler(request)
         except ApiError as exc:
             tracing.set_attributes(**{"error.type": exc.code or str(exc.status)})
@@ -137,14 +141,7 @@ class Gateway:
             raise ApiError(413, f"request body exceeds {self.config.max_body_bytes} bytes",
                            None, "request_too_large")
         raw = await request.read()  # aiohttp enforces client_max_size on chunked bodies
-        try:
-            body = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise ApiError(400, f"the body is not valid JSON: {exc}", None,
-                           "invalid_json") from None
-        if not isinstance(body, dict):
-            raise bad_request("the body must be a JSON object")
-        return body
+        return load_body(raw)
 
     async def _turn(self, request: web.Request, chat: bool) -> web.StreamResponse:
         tenant = self._tenant(request)
@@ -170,6 +167,7 @@ class Gateway:
             model = check_model(body, self.config.served_model_name)
             parsed = parse_chat(body, self.config) if chat else parse_completion(body,
                                                                                  self.config)
+            check_prompt_size(parsed, chat, self.config.max_prompt_bytes)
             while True:
                 try:
                     return await self.turns.serve(request, tenant, parsed, Reply(chat, model))
@@ -236,5 +234,9 @@ class Gateway:
         return web.json_response({"status": "ok"})
 
     async def metrics(self, request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(), headers={"Content-Type":
-                                                             CONTENT_TYPE_LATEST})
+        if not self.tenants.may_read_metrics(request.headers.get("Authorization"),
+                                             self.config.metrics_key):
+            raise ApiError(401, "/metrics needs an API key (Authorization: Bearer KEY: the "
+                           "metrics key or a tenant's), or scrape --metrics-listen", None,
+                           "invalid_api_key")
+        return metrics_response()

@@ -51,6 +51,17 @@ class Tenants:
     def open(self) -> bool:
         return not self._keys
 
+    def may_read_metrics(self, authorization: str | None, metrics_key: str) -> bool:
+        """/metrics: open without keys; otherwise the metrics key or any tenant's key (the
+        counters show every tenant's traffic, so not for the public)."""
+        if self.open:
+            return True
+        scheme, _, token = (authorization or "").partition(" ")
+        given = token.strip().encode("utf-8", "surrogateescape")
+        by_metrics_key = bool(metrics_key) and scheme.lower() == "bearer" and \
+            hmac.compare_digest(given, metrics_key.encode())
+        return self.resolve(authorization) is not None or by_metrics_key
+
     def resolve(self, authorization: str | None) -> str | None:
         """The tenant of an `Authorization: Bearer KEY` header; None if it is not a known key.
         Without configured keys every request belongs to the open tenant."""
@@ -59,7 +70,7 @@ class Tenants:
         scheme, _, token = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return None
-        given = token.strip().encode()
+        given = token.strip().encode("utf-8", "surrogateescape")  # the raw header bytes
         found = None
         for key, tenant in self._keys:
             if hmac.compare_digest(given, key) and found is None:

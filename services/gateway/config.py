@@ -59,8 +59,19 @@ class GatewayConfig:
     tenant_max_in_flight: int = field(default=0, metadata={
         "help": "chat/completion requests one tenant may have in flight; more get 429 "
                 "(0: no limit beyond --max-in-flight)"})
+    metrics_key: str = field(default="", metadata={
+        "help": "with API keys configured, /metrics on the API port needs a key: this one or "
+                "any tenant's (prefer the env var BIDAW_GATEWAY_METRICS_KEY)"})
+    metrics_listen: str = field(default="", metadata={
+        "help": "also serve /metrics, without a key, on this address (host:port) for a "
+                "Prometheus that must not hold an API key; keep it off the public network "
+                "(empty: none)"})
     max_body_bytes: int = field(default=4 << 20, metadata={
         "help": "largest request body; larger ones get 413"})
+    max_prompt_bytes: int = field(default=8192 * 81, metadata={
+        "help": "prompt text (all messages) that cannot fit the context, refused before the "
+                "scheduler sees it: context tokens x the longest token's bytes. The default is "
+                "SmolLM2-135M's (8192 x 81); a worker logs its own at start (0: no check)"})
     max_session_id: int = field(default=128, metadata={"help": "longest session id (bytes)"})
     retry_after_s: int = field(default=1, metadata={
         "help": "Retry-After on 503, and on 429 before any turn finished (later 429s from "

@@ -10,6 +10,8 @@ from aiohttp import web
 
 from .app import Gateway
 from .config import GatewayConfig
+from .metrics_site import start_metrics_site
+from .safe_protocol import RedactingAppRunner
 
 log = logging.getLogger("bidaw.gateway")
 
@@ -42,10 +44,14 @@ async def start(config: GatewayConfig, gateway: Gateway | None = None) -> tuple[
     """Start serving; returns the runner (await runner.cleanup() to stop) and the bound port."""
     gateway = gateway or Gateway(config)
     check_exposure(config, gateway)
+    if config.metrics_listen:  # before setup(): the app's cleanup signal freezes there
+        metrics_runner, gateway.metrics_port = await start_metrics_site(
+            *split_listen(config.metrics_listen))
+        gateway.app.on_cleanup.append(lambda _: metrics_runner.cleanup())
     # handler_cancellation: a client that hangs up cancels its handler, whose `finally` cancels
     # the SubmitTurn call, so the worker stops generating for nobody.
-    runner = web.AppRunner(gateway.app, access_log=None, handle_signals=False,
-                           handler_cancellation=True)
+    runner = RedactingAppRunner(gateway.app, access_log=None, handle_signals=False,
+                                handler_cancellation=True)
     await runner.setup()
     host, port = split_listen(config.listen)
     site = web.TCPSite(runner, host, port, backlog=1024)

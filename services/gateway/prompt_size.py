@@ -1,0 +1,21 @@
+"""A prompt that cannot fit the model's context is refused here, before the scheduler or a
+worker holds or tokenises it: its text is longer than the context's tokens times the longest
+token's bytes (compute_worker/prompt_bound.py explains why no prompt that fits is refused)."""
+from __future__ import annotations
+
+from .errors import bad_request
+from .protocol import Parsed
+
+
+def check_prompt_size(parsed: Parsed, chat: bool, max_prompt_bytes: int) -> None:
+    if not max_prompt_bytes:
+        return
+    total = 0
+    # a raw completion prompt (Parsed.raw_prompt, where the protocol has one) counts the same
+    texts = [getattr(parsed, "raw_prompt", ""), *(content for _, content in parsed.messages)]
+    for content in texts:
+        total += len(content.encode())  # surrogates were refused with the body
+        if total > max_prompt_bytes:
+            field = "messages" if chat else "prompt"
+            raise bad_request(f"'{field}' holds more than {max_prompt_bytes} bytes of text: "
+                              "more than the model's context can hold", field)

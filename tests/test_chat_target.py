@@ -1,0 +1,97 @@
+"""`bidaw chat --target`: the gateway's URL (as `bidaw up` prints it, with or without /v1) is
+spoken to over the OpenAI HTTP API, a HOST:PORT over the scheduler's gRPC; anything else, or a
+HOST:PORT that answers HTTP, gets a message saying which is expected. Real processes: the
+`bidaw` CLI as a subprocess, a real gateway and a gRPC scheduler (the fake one, no model)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from services.gateway.background import BackgroundGateway
+from services.gateway.config import GatewayConfig
+from tests.fake_scheduler import start_fake_scheduler
+
+KEY = "sk-chat-test-1"
+
+
+@pytest.fixture(scope="module")
+def stack():
+    server, fake = start_fake_scheduler()
+    config = GatewayConfig(listen="127.0.0.1:0", scheduler=f"127.0.0.1:{server.port}",
+                           api_keys=f"t1:{KEY}", request_timeout_s=30)
+    with BackgroundGateway(config) as gw:
+        yield server, fake, gw
+    server.stop(0)
+
+
+def chat(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "services.cli", "chat", "--json", *args],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def turns(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("suffix", ["", "/v1", "/v1/"])
+def test_the_gateway_url_is_spoken_to_over_http(stack, suffix):
+    server, fake, gw = stack
+    before = len(fake.requests)
+    done = chat("--target", f"http://127.0.0.1:{gw.port}{suffix}", "--api-key", KEY,
+                "--session", f"s-http{suffix.strip('/')}", "-m", "hello there", "-m", "again")
+    assert done.returncode == 0, done.stderr
+    first, second = turns(done.stdout)
+    assert first["answer"] == "echo: hello there" and second["answer"] == "echo: again"
+    assert second["cached_tokens"] > 0 and second["kv_tier"] == "dram"  # from the usage chunk
+    got = fake.requests[before:]
+    assert len(got) == 2 and got[0].tenant == "t1"  # through the gateway: the tenant's
+    assert got[1].session_id == f"t1/s-http{suffix.strip('/')}"
+    assert [m.content for m in got[1].messages] == ["hello there", "echo: hello there",
+                                                   "again"]
+
+
+def test_the_api_key_comes_from_the_environment_and_a_wrong_one_is_reported(stack):
+    _, _, gw = stack
+    url = f"http://127.0.0.1:{gw.port}"
+    assert chat("--target", url, "-m", "hi", env={"BIDAW_API_KEY": KEY}).returncode == 0
+    done = chat("--target", url, "-m", "hi", env={"BIDAW_API_KEY": "wrong"})
+    assert done.returncode == 1 and "HTTP 401" in done.stderr and "API key" in done.stderr
+
+
+def test_a_scheduler_address_is_spoken_to_over_grpc(stack):
+    server, fake, _ = stack
+    before = len(fake.requests)
+    done = chat("--target", f"127.0.0.1:{server.port}", "--session", "s-grpc", "-m", "hey")
+    assert done.returncode == 0, done.stderr
+    assert turns(done.stdout)[0]["answer"] == "echo: hey"
+    assert fake.requests[before].session_id == "s-grpc"  # no tenant prefix: not the gateway
+
+
+def test_the_gateway_port_given_as_host_port_says_to_use_the_url(stack):
+    _, _, gw = stack
+    done = chat("--target", f"127.0.0.1:{gw.port}", "-m", "hi")
+    assert done.returncode == 1
+    assert "answers HTTP/1.1, not the scheduler's gRPC" in done.stderr
+    assert f"--target http://127.0.0.1:{gw.port}/v1" in done.stderr
+
+
+@pytest.mark.parametrize("target", ["grpc://127.0.0.1:50052", "localhost", "http//x:1",
+                                    "127.0.0.1:port", "ftp://127.0.0.1:21"])
+def test_other_targets_say_what_is_expected(target):
+    done = chat("--target", target, "-m", "hi")
+    assert done.returncode == 2, done.stderr
+    assert "--target" in done.stderr and "gateway's URL" in done.stderr
+    assert "HOST:PORT" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_gateway_url_where_nothing_listens_is_reported_plainly():
+    from services.launcher import free_port
+
+    done = chat("--target", f"http://127.0.0.1:{free_port()}", "-m", "hi")
+    assert done.returncode == 1 and "Connection refused" in done.stderr
+    assert "Traceback" not in done.stderr
