@@ -136,7 +136,7 @@ def test_nesting_bound_counts_brackets_outside_strings_only():
 
 
 @pytest.mark.parametrize("field,value", [("max_tokens", 10**30), ("seed", -2**64),
-                                         ("max_tokens", 2**63)])
+                                         ("max_tokens", 2**64)])
 def test_integers_beyond_64_bits_get_400_naming_the_field(gateway, log_records, field, value):
     status, body = post(gateway, chat(**{field: value}))
     assert_refused(status, body, field, log_records, "64-bit")
@@ -157,7 +157,7 @@ def test_integers_too_long_to_convert_get_400(gateway, log_records):
 @pytest.mark.parametrize("number", [b"NaN", b"Infinity", b"-Infinity", b"1e400"])
 def test_non_finite_numbers_get_400(gateway, log_records, number):
     status, body = post(gateway, b'{"temperature":' + number + b',"messages":[]}')
-    assert_refused(status, body, "temperature" if number == b"1e400" else None, log_records)
+    assert_refused(status, body, "temperature", log_records, "not a finite number")
 
 
 def test_an_unparsable_authorization_header_is_neither_echoed_nor_logged(gateway, log_records):

@@ -1,6 +1,6 @@
 """Generic checks of a request body before any parameter is read: bounded JSON nesting, no lone
-surrogates, integers a 64-bit field can hold, finite numbers. Each refusal is a 400 that names
-the field path where there is one; none of them lets a malformed body reach a handler as a 500.
+surrogates, integers a 64-bit field (signed or not) can hold, finite numbers. Each refusal is a
+400 that names the field path where there is one; none of them lets a malformed body reach a handler as a 500.
 
 `json.loads` recurses once per nesting level, so the depth is measured on the raw bytes first,
 at C speed and never by recursing: strings removed, brackets kept, then the running depth as a
@@ -17,7 +17,7 @@ import numpy as np
 from .errors import ApiError
 
 MAX_DEPTH = 64
-INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1
+INT_MIN, INT_MAX = -(1 << 63), (1 << 64) - 1  # int64 and uint64 fields (seed)
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 _STEP = np.zeros(256, dtype=np.int8)
@@ -41,10 +41,6 @@ def nesting_ok(raw: bytes, limit: int = MAX_DEPTH) -> bool:
     return int(depth.max()) <= limit and int(depth.min()) >= 0 and int(depth[-1]) == 0
 
 
-def _reject_constant(name: str):
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def _path(parent: str, key) -> str:
     if isinstance(key, int):
         return f"{parent}[{key}]"
@@ -53,7 +49,7 @@ def _path(parent: str, key) -> str:
 
 def check_values(value, path: str = "") -> None:
     """Raise a 400 naming the first string with a lone surrogate, the first integer outside a
-    signed 64-bit range or the first non-finite number. Depth is already bounded."""
+    64-bit range (int64 or uint64) or the first non-finite number. Depth is already bounded."""
     stack = [(value, path)]
     while stack:
         v, p = stack.pop()
@@ -87,7 +83,7 @@ def load_body(raw: bytes) -> dict:
         raise _invalid(f"the body nests arrays/objects deeper than {MAX_DEPTH} levels (or its "
                        "brackets do not balance)")
     try:
-        body = json.loads(raw, parse_constant=_reject_constant)
+        body = json.loads(raw)  # NaN/Infinity parse, then are refused by path below
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         # ValueError covers integers too long to convert (over 4300 digits)
         raise _invalid(f"the body is not valid JSON: {exc}") from None
