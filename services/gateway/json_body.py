@@ -1,6 +1,7 @@
 """Generic checks of a request body before any parameter is read: bounded JSON nesting, no lone
 surrogates, integers a 64-bit field (signed or not) can hold, finite numbers. Each refusal is a
-400 that names the field path where there is one; none of them lets a malformed body reach a handler as a 500.
+400 that names the field path where there is one; none of them lets a malformed body reach a
+handler as a 500.
 
 `json.loads` recurses once per nesting level, so the depth is measured on the raw bytes first,
 at C speed and never by recursing: strings removed, brackets kept, then the running depth as a
