@@ -1,20 +1,29 @@
-"""Canonical chained hashes of a chat history: the key of every prefix of its messages.
+"""Canonical chained hashes of a history: chat messages, a raw text prompt, or token ids.
 
-k_0 = H(salt, tenant); k_i = H(k_{i-1}, role_i, content_i). Equal keys mean the same tenant sent
-the same messages in the same order, whatever model serves them, so a client that resends a
-history (with our answers as we returned them) is recognised by the key of what it sent. Roles
-are normalised as the gateway does (developer -> system) and content is whitespace-stripped, so
-a client that trims answers still matches. Each field is length-prefixed: no two different
-histories serialise to the same bytes.
+Messages: k_0 = H("tenant", tenant); k_i = H(k_{i-1}, role_i, content_i). Equal keys mean the
+same tenant sent the same messages in the same order, whatever model serves them, so a client
+that resends a history (with our answers as we returned them) is recognised by the key of what it
+sent. Roles are normalised as the gateway does (developer -> system) and content is
+whitespace-stripped, so a client that trims answers still matches.
+
+Raw text and token ids have no message boundaries: they are cut into fixed-size chunks and k_j
+is the key of the first j chunks, so a history sent again with more appended shares every key of
+its whole chunks. The key of any prefix (a recorded history ends mid-chunk) is the key of the
+chunk boundary before it plus the rest: `head(length)`, exact, so "continue" is decided on the
+whole recorded text. Each space has its own root tag (messages, text, ids), and every field is
+length-prefixed: no two different histories serialise to the same bytes.
 """
 from __future__ import annotations
 
 import hashlib
-from typing import Iterable
+from array import array
+from typing import Iterable, Sequence
 
 DIGEST_BYTES = 12  # 96 bits: a collision among 10^9 stored prefixes has odds ~10^-11
 _PERSON = b"bidaw-conv-v1"  # domain separation (and the version of this scheme)
 _ROLES = {"developer": "system"}
+TEXT_CHUNK = 256  # characters: a 100 KB history is ~400 hashes
+IDS_CHUNK = 64  # token ids
 
 
 def _h(*parts: bytes) -> bytes:
@@ -25,9 +34,9 @@ def _h(*parts: bytes) -> bytes:
     return h.digest()
 
 
-def root_key(tenant: str) -> bytes:
-    """k_0: the tenant's namespace; no prefix of one tenant equals one of another's."""
-    return _h(b"tenant", tenant.encode())
+def root_key(tenant: str, space: bytes = b"tenant") -> bytes:
+    """k_0: the tenant's namespace in one key space; no key of one equals one of another."""
+    return _h(space, tenant.encode())
 
 
 def next_key(previous: bytes, role: str, content: str) -> bytes:
@@ -41,3 +50,55 @@ def prefix_keys(tenant: str, messages: Iterable[tuple[str, str]]) -> list[bytes]
     for role, content in messages:
         keys.append(next_key(keys[-1], role, content))
     return keys
+
+
+class MessageHistory:
+    """A chat history: one key per message; its key after the answer is recorded."""
+    chunked = False
+
+    def __init__(self, tenant: str, messages: Iterable[tuple[str, str]]):
+        self.keys = prefix_keys(tenant, messages)
+
+    def head(self, length: int) -> bytes | None:
+        return None  # a message session's head is a key of `keys` itself
+
+    def after(self, text: str, ids: Sequence[int]) -> tuple[list[bytes], int]:
+        """(prefix keys of the history with the answer appended, -1: heads are exact keys)."""
+        return self.keys + [next_key(self.keys[-1], "assistant", text)], -1
+
+
+def _text_bytes(units: str) -> bytes:
+    return units.encode("utf-8", "surrogatepass")
+
+
+def _ids_bytes(units: Sequence[int]) -> bytes:
+    return array("i", units).tobytes()  # native order: the index lives in one process
+
+
+class ChunkedHistory:
+    """A raw text (str) or token ids (list of int): keys of every chunk boundary, and the exact
+    key of any prefix. Hashed once per turn; the answer only extends it."""
+    chunked = True
+
+    def __init__(self, tenant: str, units: str | Sequence[int], keys: list[bytes] | None = None):
+        self.units = units
+        text = isinstance(units, str)
+        self._chunk, self._bytes = (TEXT_CHUNK, _text_bytes) if text else (IDS_CHUNK, _ids_bytes)
+        self._tenant = tenant
+        self.keys = keys or [root_key(tenant, b"text" if text else b"ids")]
+        for start in range((len(self.keys) - 1) * self._chunk,
+                           len(units) - self._chunk + 1, self._chunk):
+            self.keys.append(_h(self.keys[-1], self._bytes(units[start:start + self._chunk])))
+
+    def head(self, length: int) -> bytes | None:
+        """The key of units[:length]; None past the end."""
+        if not 0 <= length <= len(self.units):
+            return None
+        base = length // self._chunk
+        return _h(self.keys[base], b"end", self._bytes(self.units[base * self._chunk:length]))
+
+    def after(self, text: str, ids: Sequence[int]) -> tuple[list[bytes], int]:
+        """(boundary keys of the history with the answer appended, then its head; its length)."""
+        more = text if isinstance(self.units, str) else list(ids)
+        whole = ChunkedHistory(self._tenant, self.units + more, list(self.keys))
+        return whole.keys + [whole.head(len(whole.units))], len(whole.units)

@@ -4,7 +4,8 @@ Pure (the clock is passed in) and guarded by one lock. It maps the key of every 
 recorded history (scheduler/conversation_keys.py) to the session that holds its KV, and each
 session to its head (the key of its whole history, answer included) and whether a turn of it is
 in flight. A history continues a session only when its longest known prefix is exactly that
-session's head and the session is idle: a session's KV is only ever appended to, so two
+session's head (a raw text or token ids: the history's own key at the session's recorded length,
+`head(length)`, looked up from the session's last chunk boundary) and the session is idle: a session's KV is only ever appended to, so two
 conversations that share a beginning never overwrite each other's tail. Any shorter match is a
 branch: a new session that reads the common prefix from the matched one (its parent).
 
@@ -28,6 +29,8 @@ class _Session:
     touched: float = 0.0
     parent: str = ""  # a branch: the session it shares path[:shared] with
     shared: int = 0
+    tip: bytes = b""  # where it is found: its head; a chunked one, its last chunk boundary
+    length: int = -1  # a chunked history's recorded length (-1: messages, the tip is the head)
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class ConversationIndex:
         self.grace_s = grace_s
         self._sessions: OrderedDict[str, _Session] = OrderedDict()  # least recently used first
         self._keys: dict[bytes, str] = {}  # prefix key -> the session that last recorded it
-        self._heads: dict[bytes, dict[str, None]] = {}  # head key -> sessions at that head
+        self._tips: dict[bytes, dict[str, None]] = {}  # tip key -> sessions found there
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -57,19 +60,21 @@ class ConversationIndex:
             return len(self._keys)
 
     def resolve(self, keys: list[bytes], new_session: Callable[[], str], now: float,
-                alive: Callable[[str], bool] = lambda s: True) -> Match:
+                alive: Callable[[str], bool] = lambda s: True,
+                head: Callable[[int], bytes | None] | None = None) -> Match:
         """The session a turn whose history has prefix keys `keys` (k_0 first) runs in; marks
-        it in flight. `alive(session)`: False when its KV is known to be gone (forgotten)."""
+        it in flight. `alive(session)`: False when its KV is known to be gone (forgotten).
+        `head(length)`: a chunked history's key of its first `length` units."""
         with self._lock:
             self._expire(now)
-            for depth in range(len(keys) - 1, 0, -1):  # k_0 alone (the tenant) matches nothing
+            for depth in range(len(keys) - 1, -1, -1):
                 key = keys[depth]
-                for session in list(self._heads.get(key, ())):
-                    if self._gone(session, now, alive):
-                        self._forget(session)
-                    elif not self._sessions[session].in_flight:
-                        self._touch(session, now).in_flight = True
-                        return Match(CONTENT, session)
+                session = self._continued(key, now, alive, head)
+                if session:
+                    self._touch(session, now).in_flight = True
+                    return Match(CONTENT, session)
+                if depth == 0:  # k_0 alone (the tenant) is no common prefix
+                    break
                 parent = self._keys.get(key)
                 if parent is not None and self._gone(parent, now, alive):
                     self._forget(parent)
@@ -79,9 +84,10 @@ class ConversationIndex:
                     return self._start(BRANCH, new_session(), parent, now, depth)
             return self._start(NEW, new_session(), "", now)
 
-    def record(self, session: str, keys: list[bytes], now: float) -> None:
+    def record(self, session: str, keys: list[bytes], now: float, length: int = -1) -> None:
         """A turn of `session` finished: `keys` are the prefix keys of its messages and answer
-        (k_0 first); the last is its new head."""
+        (k_0 first); the last is its new head. A chunked history: its boundary keys, then its
+        head; `length`, its units."""
         with self._lock:
             entry = self._sessions.get(session)
             if entry is None:  # forgotten while its turn ran: it is known again
@@ -89,11 +95,13 @@ class ConversationIndex:
             self._unlink(session, entry)
             entry.path = list(keys[1:])
             entry.in_flight = False
+            entry.length = length
             self._touch(session, now)
             for key in entry.path:
                 self._keys[key] = session
             if entry.path:
-                self._heads.setdefault(entry.path[-1], {})[session] = None
+                entry.tip = keys[-2] if length >= 0 else keys[-1]
+                self._tips.setdefault(entry.tip, {})[session] = None
             self._bound(now)
 
     def abandon(self, session: str) -> None:
@@ -112,6 +120,21 @@ class ConversationIndex:
             self._forget(session)
 
     # -- under the lock ---------------------------------------------------------------------
+
+    def _continued(self, tip: bytes, now: float, alive: Callable[[str], bool],
+                   head: Callable[[int], bytes | None] | None) -> str:
+        """The idle session found at `tip` whose whole history the turn's extends (the longest,
+        for chunked ones); "" when none."""
+        best, best_length = "", -2
+        for session in list(self._tips.get(tip, ())):
+            entry = self._sessions[session]
+            if self._gone(session, now, alive):
+                self._forget(session)
+            elif entry.in_flight or entry.length <= best_length:
+                continue
+            elif entry.length < 0 or (head is not None and head(entry.length) == entry.path[-1]):
+                best, best_length = session, entry.length
+        return best
 
     def _start(self, how: str, session: str, parent: str, now: float,
                shared: int = 0) -> Match:
@@ -143,10 +166,10 @@ class ConversationIndex:
                 else:
                     del self._keys[key]
         if entry.path:
-            heads = self._heads.get(entry.path[-1], {})
-            heads.pop(session, None)
-            if not heads:
-                self._heads.pop(entry.path[-1], None)
+            found = self._tips.get(entry.tip, {})
+            found.pop(session, None)
+            if not found:
+                self._tips.pop(entry.tip, None)
 
     def _forget(self, session: str) -> None:
         entry = self._sessions.pop(session, None)

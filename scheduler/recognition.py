@@ -1,10 +1,11 @@
 """Which session a turn runs in: the one its client named, or the one its history continues.
 
 The scheduler's side of the conversation index (conversations.py): a turn whose session_id is
-empty is matched by the keys of its messages; the first event of its answer says which session
-it ran in and how it was found; when it finishes, its messages and the answer exactly as relayed
-to the client are recorded, so the client's next turn (which resends them) is recognised.
-Turns given as token ids or a raw prompt have no messages to recognise: a new session each.
+empty is matched by the keys of its history (conversation_keys.py: its messages, its raw text
+prompt or its token ids); the first event of its answer says which session it ran in and how it
+was found; when it finishes, its history and the answer exactly as relayed to the client (text;
+for token ids, the generated ids) are recorded, so the client's next turn, which resends them
+with more appended, is recognised.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Callable, Iterator
 from services import metrics
 from services.gen import common_pb2
 
-from .conversation_keys import next_key, prefix_keys
+from .conversation_keys import ChunkedHistory, MessageHistory
 from .conversations import NEW, ConversationIndex
 
 ID = "id"
@@ -29,13 +30,14 @@ class RecognisedTurn:
     """One turn with its session decided; `relay` passes its events through."""
 
     def __init__(self, request: common_pb2.TurnRequest, recognised: str,
-                 index: ConversationIndex | None = None, keys: list[bytes] | None = None,
+                 index: ConversationIndex | None = None,
+                 history: MessageHistory | ChunkedHistory | None = None,
                  record: bool = True, clock: Callable[[], float] = time.monotonic):
         self.request = request
         self.recognised = recognised
         self._index = index
-        self._keys = keys  # None: the index does not track this turn
-        self._record = record and keys is not None
+        self._history = history  # None: the index does not track this turn
+        self._record = record and history is not None
         self._clock = clock
 
     @property
@@ -44,19 +46,21 @@ class RecognisedTurn:
 
     def relay(self, events: Iterator[common_pb2.TurnEvent]) -> Iterator[common_pb2.TurnEvent]:
         text: list[str] = []
+        ids: list[int] = []
         recorded = False
         try:
             for n, event in enumerate(events):
                 if n == 0:
                     event.session_id, event.recognised = self.session_id, self.recognised
                 text.append(event.text)
+                ids.extend(event.token_ids)
                 if event.HasField("summary") and self._record:
-                    self._index.record(self.session_id, self._keys + [
-                        next_key(self._keys[-1], "assistant", "".join(text))], self._clock())
+                    keys, length = self._history.after("".join(text), ids)
+                    self._index.record(self.session_id, keys, self._clock(), length)
                     recorded = True
                 yield event
         finally:
-            if self._keys is not None and not recorded:
+            if self._history is not None and not recorded:
                 self._index.abandon(self.session_id)
 
 
@@ -77,18 +81,30 @@ class Recognition:
         turn.parent_session_id = ""  # only we name a parent: a client's could be anyone's KV
         if request.session_id:
             return self._count(RecognisedTurn(turn, ID))
-        if self.index is None or not request.messages:
+        history = self._history(request)
+        if self.index is None or history is None:
             turn.session_id = new_session_id(request.tenant)
             return self._count(RecognisedTurn(turn, NEW))
-        keys = prefix_keys(request.tenant, ((m.role, m.content) for m in request.messages))
-        match = self.index.resolve(keys, lambda: new_session_id(request.tenant), self.clock(),
-                                   self.alive)
+        match = self.index.resolve(history.keys, lambda: new_session_id(request.tenant),
+                                   self.clock(), self.alive,
+                                   history.head if history.chunked else None)
         turn.session_id, turn.parent_session_id = match.session, match.parent
         # A continued final message or no generation prompt: the answer is not a new message,
         # so there is no head to record (the session still counts as in use until it ends).
         plain = not (request.continue_final_message or request.no_generation_prompt)
         return self._count(RecognisedTurn(turn, match.recognised, self.index,
-                                          keys, plain, self.clock))
+                                          history, plain, self.clock))
+
+    @staticmethod
+    def _history(request: common_pb2.TurnRequest) -> MessageHistory | ChunkedHistory | None:
+        if request.messages:
+            return MessageHistory(request.tenant,
+                                  ((m.role, m.content) for m in request.messages))
+        if request.raw_prompt:
+            return ChunkedHistory(request.tenant, request.raw_prompt)
+        if request.prompt_token_ids:
+            return ChunkedHistory(request.tenant, list(request.prompt_token_ids))
+        return None
 
     @staticmethod
     def _count(turn: RecognisedTurn) -> RecognisedTurn:
