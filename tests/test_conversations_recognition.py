@@ -49,11 +49,11 @@ def test_explicit_ids_win_and_client_parents_are_dropped():
     assert sneaky.recognised == "new" and sneaky.request.parent_session_id == ""
 
 
-def test_token_prompts_and_a_disabled_index_start_new_sessions():
+def test_an_unfinished_token_prompt_and_a_disabled_index_start_new_sessions():
     on = Recognition(ConversationIndex(), alive=lambda s: True)
     ids = [on.resolve(common_pb2.TurnRequest(tenant="t", prompt_token_ids=[1, 2])).session_id
            for _ in range(2)]
-    assert ids[0] != ids[1]
+    assert ids[0] != ids[1]  # the first is still in flight: its history is not recorded yet
     off = Recognition(None, alive=lambda s: True)
     turn = off.resolve(request([("user", "Hi")]))
     list(turn.relay(answer("Hello")))
