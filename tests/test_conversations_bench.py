@@ -20,6 +20,14 @@ def test_bench_sessions_prints_reuse_side_by_side_and_the_overhead():
     assert plain["recognised"] == {"new": 2, "content": 2}
     assert named["cached_tokens"] > 0 and named["prompt_tokens"] == plain["prompt_tokens"]
     assert abs(named["cached_tokens"] - plain["cached_tokens"]) <= 8 * 2
+    named, plain = result["raw_with_ids"], result["raw_without_ids"]  # SGLang-style raw text
+    assert named["recognised"] == {"id": 4}
+    assert plain["recognised"] == {"new": 2, "content": 2}
+    assert named["cached_tokens"] > 0 and named["prompt_tokens"] == plain["prompt_tokens"]
+    assert abs(named["cached_tokens"] - plain["cached_tokens"]) <= 8 * 2
+    raw = result["raw_overhead"]
+    assert raw["history_chars"] == 100_000 and raw["recognised"] == {"content": 200}
+    assert 0 < raw["per_turn_ms_p50"] < 5  # "a few ms" for a 100 KB history
     overhead = result["overhead"]
     assert overhead["index_conversations"] >= 2000
     assert 0 < overhead["per_turn_us_p50"] < 1000  # the target: under a millisecond

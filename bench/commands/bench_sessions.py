@@ -2,9 +2,12 @@
 
 One run, side by side: the same multi-turn workload (conversations interleaved turn by turn, as
 multi-turn benchmark clients send them, greedy) through a real deployment's gateway, once with
-X-Session-Id and once without any session id; per mode the prompt tokens reused from stored KV
-and how the sessions were found. Then the recognition overhead per turn (hashing the history,
-the index lookup, recording the answer) with `--index-size` conversations already stored.
+X-Session-Id and once without any session id, by two clients: a chat one (vLLM's multi-turn
+style: messages, our answers as assistant content) and a raw-text one (SGLang's bench_multiturn
+style: the whole history as one streamed /v1/completions prompt, ignore_eos); per mode the prompt
+tokens reused from stored KV and how the sessions were found. Then the recognition overhead per
+turn (hashing the history, the index lookup, recording the answer) with `--index-size`
+conversations already stored, and for a 100 KB raw history.
 """
 from __future__ import annotations
 
@@ -48,20 +51,58 @@ def _turn(conn, messages: list[dict], session: str | None, max_tokens: int) -> d
             "recognised": reply.getheader("x-bidaw-session-recognised")}
 
 
-def _workload(port: int, named: bool, args) -> dict:
+def _complete(conn, prompt: str, session: str | None, max_tokens: int) -> dict:
+    """One streamed raw-text turn, read as SGLang's client reads it (text deltas, then usage)."""
+    headers = {"Content-Type": "application/json", **({"X-Session-Id": session} if session
+                                                      else {})}
+    conn.request("POST", "/v1/completions", json.dumps({
+        "model": "smollm2-135m", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+        "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}), headers)
+    reply = conn.getresponse()
+    if reply.status != 200:
+        raise RuntimeError(f"gateway answered {reply.status}: {reply.read()[:500]!r}")
+    text, usage = [], None
+    for line in reply.read().decode().splitlines():
+        if line.startswith("data: ") and line != "data: [DONE]":
+            chunk = json.loads(line[6:])
+            text += [c["text"] for c in chunk.get("choices") or []]
+            usage = chunk.get("usage") or usage
+    return {"text": "".join(text), "usage": usage,
+            "recognised": reply.getheader("x-bidaw-session-recognised")}
+
+
+def _chat_client(conn, c: int, session: str | None, args):
+    """A chat conversation: per turn, send the messages; the answer joins them."""
+    messages = [{"role": "system", "content": f"You are travel guide number {c}."}]
+    for t in range(args.turns):
+        messages.append({"role": "user", "content": QUESTIONS[t]})
+        got = _turn(conn, messages, session, args.max_tokens)
+        messages.append({"role": "assistant", "content": got["text"]})
+        yield got
+
+
+def _raw_client(conn, c: int, session: str | None, args):
+    """SGLang-style: history += generated text; history += next question; send it whole."""
+    history = f"You are travel guide number {c}. Answer briefly.\nQ: "
+    for t in range(args.turns):
+        history += QUESTIONS[t] + "\nA:"
+        got = _complete(conn, history, session, args.max_tokens)
+        history += got["text"] + "\nQ: "
+        yield got
+
+
+def _workload(port: int, named: bool, args, client=_chat_client) -> dict:
     """Every conversation's turns, interleaved; totals of the turns after the first."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    mode = "named" if named else "plain"
+    mode = f"{client.__name__}-{'named' if named else 'plain'}"
     # The same conversations in both modes (named sessions are not in the index: no overlap).
-    chats = [[{"role": "system", "content": f"You are travel guide number {c}."}]
-             for c in range(args.conversations)]
+    clients = [client(conn, c, f"bench-{mode}-{c}" if named else None, args)
+               for c in range(args.conversations)]
     prompt = cached = 0
     how: Counter = Counter()
     for t in range(args.turns):
-        for c, messages in enumerate(chats):
-            messages.append({"role": "user", "content": QUESTIONS[t]})
-            got = _turn(conn, messages, f"bench-{mode}-{c}" if named else None, args.max_tokens)
-            messages.append({"role": "assistant", "content": got["text"]})
+        for conversation in clients:
+            got = next(conversation)
             how[got["recognised"]] += 1
             if t > 0:
                 prompt += got["usage"]["prompt_tokens"]
@@ -111,6 +152,39 @@ def _overhead(size: int, turns: int = 2000) -> dict:
             "per_turn_us_p99": round(sorted(total)[int(0.99 * len(total))] * 1e6, 1)}
 
 
+def _raw_overhead(stored: int = 200, turns: int = 200, size: int = 100_000) -> dict:
+    """Milliseconds per turn for a `size`-character raw history continuing its session (hash
+    it, look up, record prompt + answer), `stored` such histories in the index."""
+    from scheduler.conversation_keys import ChunkedHistory
+    from scheduler.conversations import ConversationIndex
+
+    base = ("Question and answer about travel in Europe, round after round. " * 2000)[:size]
+    index = ConversationIndex(max_keys=10_000_000, ttl_s=1e9)
+    names = iter(range(10 ** 9))
+    texts = [f"client {i}: " + base for i in range(stored)]
+    for i, text in enumerate(texts):
+        h = ChunkedHistory("bench", text)
+        m = index.resolve(h.keys, lambda: f"s{next(names)}", 0.0, head=h.head)
+        keys, length = h.after(" an answer", [])
+        index.record(m.session, keys, 0.0, length)
+        texts[i] += " an answer"
+    per_turn, found = [], Counter()
+    for n in range(turns):
+        i = n % stored
+        start = time.perf_counter()
+        h = ChunkedHistory("bench", texts[i] + f" question {n}?")
+        m = index.resolve(h.keys, lambda: f"s{next(names)}", 1.0, head=h.head)
+        keys, length = h.after(" answer", [])
+        index.record(m.session, keys, 1.0, length)
+        per_turn.append(time.perf_counter() - start)
+        texts[i] = h.units + " answer"
+        found[m.recognised] += 1
+    return {"history_chars": size, "stored_histories": stored, "index_keys": index.keys_held,
+            "recognised": dict(found),
+            "per_turn_ms_p50": round(statistics.median(per_turn) * 1e3, 2),
+            "per_turn_ms_p99": round(sorted(per_turn)[int(0.99 * len(per_turn))] * 1e3, 2)}
+
+
 def run(args: argparse.Namespace) -> int:
     import tempfile
 
@@ -126,20 +200,28 @@ def run(args: argparse.Namespace) -> int:
         with LocalDeployment(data_dir=tmp, default_max_tokens=args.max_tokens) as dep:
             result = {"conversations": args.conversations, "turns": args.turns,
                       "max_tokens": args.max_tokens}
-            for named in (True, False):
-                say(f"{args.conversations} x {args.turns} turns "
-                    f"{'with' if named else 'without'} session ids ...")
-                result["with_ids" if named else "without_ids"] = _workload(
-                    dep.gateway_port, named, args)
+            for kind, client in (("", _chat_client), ("raw_", _raw_client)):
+                for named in (True, False):
+                    say(f"{args.conversations} x {args.turns} {kind or 'chat_'}turns "
+                        f"{'with' if named else 'without'} session ids ...")
+                    result[f"{kind}{'with' if named else 'without'}_ids"] = _workload(
+                        dep.gateway_port, named, args, client)
     say(f"timing recognition with {args.index_size} conversations stored ...")
     result["overhead"] = _overhead(args.index_size)
+    say("timing recognition of 100 KB raw histories ...")
+    result["raw_overhead"] = _raw_overhead()
     if args.json:
         print(json.dumps(result))
         return 0
-    for key, label in (("with_ids", "with session ids"), ("without_ids", "without")):
+    for key, label in (("with_ids", "chat, session ids"), ("without_ids", "chat, none"),
+                       ("raw_with_ids", "raw, session ids"), ("raw_without_ids", "raw, none")):
         r = result[key]
         print(f"{label:17} turns 2..{args.turns}: {r['cached_tokens']}/{r['prompt_tokens']} "
               f"prompt tokens reused ({r['reused']:.1%}); sessions found: {r['recognised']}")
+    r = result["raw_overhead"]
+    print(f"raw history of {r['history_chars'] // 1000} KB, {r['stored_histories']} stored "
+          f"({r['index_keys']} keys): {r['per_turn_ms_p50']:.2f} ms per turn p50, "
+          f"{r['per_turn_ms_p99']:.2f} ms p99; found: {r['recognised']}")
     o = result["overhead"]
     print(f"recognition at {o['index_conversations']} conversations ({o['index_keys']} keys): "
           f"{o['per_turn_us_p50']:.1f} us per turn p50, {o['per_turn_us_p99']:.1f} us p99 "
