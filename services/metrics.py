@@ -99,7 +99,8 @@ def observe_turn(summary) -> None:
 
 
 TURN_METRICS = {"bidaw_ttft_seconds", "bidaw_turn_latency_seconds", "bidaw_kv_load_seconds",
-                "bidaw_tokens", "bidaw_decode_tokens_per_second", "bidaw_turns"}
+                "bidaw_tokens", "bidaw_decode_tokens_per_second", "bidaw_turns",
+                "bidaw_session_recognition"}  # counted by both
 SERVICE_PREFIXES = {"gateway": "bidaw_gateway_", "scheduler": "bidaw_scheduler_",
                     "store": "bidaw_kv_", "worker": "bidaw_worker_"}
 
