@@ -4,10 +4,12 @@ Pure (the clock is passed in) and guarded by one lock. It maps the key of every 
 recorded history (scheduler/conversation_keys.py) to the session that holds its KV, and each
 session to its head (the key of its whole history, answer included) and whether a turn of it is
 in flight. A history continues a session only when its longest known prefix is exactly that
-session's head (a raw text or token ids: the history's own key at the session's recorded length,
-`head(length)`, looked up from the session's last chunk boundary) and the session is idle: a session's KV is only ever appended to, so two
-conversations that share a beginning never overwrite each other's tail. Any shorter match is a
-branch: a new session that reads the common prefix from the matched one (its parent).
+session's head and the session is idle. A raw text or token ids: the heads tried are the
+history's own keys `head(length)` at the lengths recorded from the boundary where its longest
+known prefix ends (at most one chunk's worth of lengths, however many sessions share it). A
+session's KV is only ever appended to, so two conversations that share a beginning never
+overwrite each other's tail. Any shorter match is a branch: a new session that reads the common
+prefix from the matched one (its parent).
 
 Bounded: at most `max_keys` prefix keys, least recently used idle sessions forgotten first;
 a session idle for `ttl_s` is forgotten; so is one the caller reports gone (no KV left).
@@ -29,8 +31,8 @@ class _Session:
     touched: float = 0.0
     parent: str = ""  # a branch: the session it shares path[:shared] with
     shared: int = 0
-    tip: bytes = b""  # where it is found: its head; a chunked one, its last chunk boundary
-    length: int = -1  # a chunked history's recorded length (-1: messages, the tip is the head)
+    boundary: bytes = b""  # a chunked history: the key of its last chunk boundary
+    length: int = -1  # a chunked history's recorded length (-1: messages)
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,9 @@ class ConversationIndex:
         self.grace_s = grace_s
         self._sessions: OrderedDict[str, _Session] = OrderedDict()  # least recently used first
         self._keys: dict[bytes, str] = {}  # prefix key -> the session that last recorded it
-        self._tips: dict[bytes, dict[str, None]] = {}  # tip key -> sessions found there
+        self._heads: dict[bytes, dict[str, None]] = {}  # head key -> sessions at that head
+        # chunked histories: boundary key -> {recorded length: sessions of that length there}
+        self._lengths: dict[bytes, dict[int, int]] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -100,8 +104,11 @@ class ConversationIndex:
             for key in entry.path:
                 self._keys[key] = session
             if entry.path:
-                entry.tip = keys[-2] if length >= 0 else keys[-1]
-                self._tips.setdefault(entry.tip, {})[session] = None
+                self._heads.setdefault(entry.path[-1], {})[session] = None
+            if length >= 0:
+                entry.boundary = keys[-2]
+                lengths = self._lengths.setdefault(entry.boundary, {})
+                lengths[length] = lengths.get(length, 0) + 1
             self._bound(now)
 
     def abandon(self, session: str) -> None:
@@ -121,20 +128,22 @@ class ConversationIndex:
 
     # -- under the lock ---------------------------------------------------------------------
 
-    def _continued(self, tip: bytes, now: float, alive: Callable[[str], bool],
+    def _continued(self, key: bytes, now: float, alive: Callable[[str], bool],
                    head: Callable[[int], bytes | None] | None) -> str:
-        """The idle session found at `tip` whose whole history the turn's extends (the longest,
-        for chunked ones); "" when none."""
-        best, best_length = "", -2
-        for session in list(self._tips.get(tip, ())):
-            entry = self._sessions[session]
-            if self._gone(session, now, alive):
-                self._forget(session)
-            elif entry.in_flight or entry.length <= best_length:
-                continue
-            elif entry.length < 0 or (head is not None and head(entry.length) == entry.path[-1]):
-                best, best_length = session, entry.length
-        return best
+        """An idle session whose whole history the turn's extends, found at prefix key `key`
+        (chunked: the longest recorded from that boundary); "" when none."""
+        if head is None:
+            heads = [key]
+        else:
+            lengths = sorted(self._lengths.get(key, ()), reverse=True)
+            heads = [h for h in map(head, lengths) if h is not None]
+        for found in heads:
+            for session in list(self._heads.get(found, ())):
+                if self._gone(session, now, alive):
+                    self._forget(session)
+                elif not self._sessions[session].in_flight:
+                    return session
+        return ""
 
     def _start(self, how: str, session: str, parent: str, now: float,
                shared: int = 0) -> Match:
@@ -166,10 +175,18 @@ class ConversationIndex:
                 else:
                     del self._keys[key]
         if entry.path:
-            found = self._tips.get(entry.tip, {})
-            found.pop(session, None)
-            if not found:
-                self._tips.pop(entry.tip, None)
+            heads = self._heads.get(entry.path[-1], {})
+            heads.pop(session, None)
+            if not heads:
+                self._heads.pop(entry.path[-1], None)
+        if entry.length >= 0:
+            lengths = self._lengths[entry.boundary]
+            lengths[entry.length] -= 1
+            if not lengths[entry.length]:
+                del lengths[entry.length]
+                if not lengths:
+                    del self._lengths[entry.boundary]
+            entry.length = -1  # unlinked: a later record links it afresh
 
     def _forget(self, session: str) -> None:
         entry = self._sessions.pop(session, None)

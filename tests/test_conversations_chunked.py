@@ -164,3 +164,17 @@ def test_a_100kb_history_is_recognised_in_a_few_ms():
     finish(index, h, again, "another answer")
     assert again.recognised == "content"
     assert time.perf_counter() - start < 0.02  # ~1 ms measured; 20x headroom for a busy box
+
+
+def test_many_sessions_at_one_boundary_cost_one_hash_per_recorded_length():
+    index = ConversationIndex()
+    system_prompt = FIRST[:TEXT_CHUNK]  # one-shot prompts sharing a chunk-long beginning
+    for i in range(3000):
+        h, m = resolve(index, system_prompt + f"question {i % 1000:03d}-{i}")
+        finish(index, h, m, "!")
+    h = ChunkedHistory("t", system_prompt + "question 007-7!" + " and then?")
+    calls = []
+    match = index.resolve(h.keys, names_, 1.0, head=lambda n: calls.append(n) or h.head(n))
+    assert match.recognised == "content"
+    # one hash per length recorded at that boundary (4 of them), not one per session (3000)
+    assert len(calls) <= len({len(f"question {i % 1000:03d}-{i}!") for i in range(3000)}) == 4
