@@ -54,13 +54,10 @@ def prefix_keys(tenant: str, messages: Iterable[tuple[str, str]]) -> list[bytes]
 
 class MessageHistory:
     """A chat history: one key per message; its key after the answer is recorded."""
-    chunked = False
+    head = None  # a message session's head is one of `keys` itself
 
     def __init__(self, tenant: str, messages: Iterable[tuple[str, str]]):
         self.keys = prefix_keys(tenant, messages)
-
-    def head(self, length: int) -> bytes | None:
-        return None  # a message session's head is a key of `keys` itself
 
     def after(self, text: str, ids: Sequence[int]) -> tuple[list[bytes], int]:
         """(prefix keys of the history with the answer appended, -1: heads are exact keys)."""
@@ -78,7 +75,6 @@ def _ids_bytes(units: Sequence[int]) -> bytes:
 class ChunkedHistory:
     """A raw text (str) or token ids (list of int): keys of every chunk boundary, and the exact
     key of any prefix. Hashed once per turn; the answer only extends it."""
-    chunked = True
 
     def __init__(self, tenant: str, units: str | Sequence[int], keys: list[bytes] | None = None):
         self.units = units

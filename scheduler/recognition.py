@@ -86,8 +86,7 @@ class Recognition:
             turn.session_id = new_session_id(request.tenant)
             return self._count(RecognisedTurn(turn, NEW))
         match = self.index.resolve(history.keys, lambda: new_session_id(request.tenant),
-                                   self.clock(), self.alive,
-                                   history.head if history.chunked else None)
+                                   self.clock(), self.alive, history.head)
         turn.session_id, turn.parent_session_id = match.session, match.parent
         # A continued final message or no generation prompt: the answer is not a new message,
         # so there is no head to record (the session still counts as in use until it ends).
