@@ -18,6 +18,7 @@ from .health import HealthCheck
 from .headers import check_headers
 from .json_body import load_body
 from .metrics_site import metrics_response
+from .native_api import NativeApi
 from .prompt_size import check_prompt_size
 from .protocol import check_model, parse_chat, parse_completion
 from .ratelimit import InFlight, RateLimiter, retry_after_s
@@ -26,7 +27,7 @@ from .turns import TurnServer
 from .waiting import Admission, Shed, Slot
 
 log = logging.getLogger("bidaw.gateway")
-TURN_ROUTES = ("/v1/chat/completions", "/v1/completions")
+TURN_ROUTES = ("/v1/chat/completions", "/v1/completions", "/generate")
 
 
 async def _trace_header(request: web.Request, response: web.StreamResponse) -> None:
@@ -72,6 +73,7 @@ class Gateway:
             web.get("/health", self.health),
             web.get("/version", self.version),
             web.get("/metrics", self.metrics),
+            *NativeApi(self).routes(),  # SGLang's /generate and its helpers
         ])
         self.app.on_cleanup.append(lambda _: self.backend.close())
         if tracing.enabled():
@@ -143,7 +145,9 @@ class Gateway:
         raw = await request.read()  # aiohttp enforces client_max_size on chunked bodies
         return load_body(raw)
 
-    async def _turn(self, request: web.Request, chat: bool) -> web.StreamResponse:
+    async def _turn(self, request: web.Request, prepare) -> web.StreamResponse:
+        """prepare(request, tenant, body) checks the body and returns what serves the turn
+        (called again if the scheduler was full)."""
         tenant = self._tenant(request)
         if self.draining:
             raise ApiError(503, "the gateway is shutting down", None, "unavailable",
@@ -151,26 +155,23 @@ class Gateway:
         self._admit_tenant(tenant)
         try:
             async with self.admission.slot(tenant) as slot:  # waits its turn in the FIFO
-                return await self._admitted(request, tenant, chat, slot)
+                return await self._admitted(request, tenant, prepare, slot)
         except Shed as exc:
             metrics.HTTP_SHED.labels(exc.reason).inc()
             raise ApiError(429, exc.message, None, "overloaded", exc.retry_after) from None
         finally:
             self.tenant_in_flight.leave(tenant)
 
-    async def _admitted(self, request: web.Request, tenant: str, chat: bool,
+    async def _admitted(self, request: web.Request, tenant: str, prepare,
                         slot: Slot) -> web.StreamResponse:
         self.in_flight += 1  # one event loop: no lock needed
         metrics.HTTP_IN_FLIGHT.set(self.in_flight)
         try:
             body = await self._body(request)
-            model = check_model(body, self.config.served_model_name)
-            parsed = parse_chat(body, self.config) if chat else parse_completion(body,
-                                                                                 self.config)
-            check_prompt_size(parsed, chat, self.config.max_prompt_bytes)
+            serve = prepare(request, tenant, body)
             while True:
                 try:
-                    return await self.turns.serve(request, tenant, parsed, Reply(chat, model))
+                    return await serve()
                 except ApiError as exc:
                     if not (_scheduler_full(exc) and self.config.max_waiting):
                         raise
@@ -202,11 +203,19 @@ class Gateway:
 
     # -- routes ----------------------------------------------------------------------------
 
+    def _openai(self, chat: bool):
+        def prepare(request: web.Request, tenant: str, body: dict):
+            model = check_model(body, self.config.served_model_name)
+            parsed = (parse_chat if chat else parse_completion)(body, self.config)
+            check_prompt_size(parsed, chat, self.config.max_prompt_bytes)
+            return lambda: self.turns.serve(request, tenant, parsed, Reply(chat, model))
+        return prepare
+
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        return await self._turn(request, chat=True)
+        return await self._turn(request, self._openai(chat=True))
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
-        return await self._turn(request, chat=False)
+        return await self._turn(request, self._openai(chat=False))
 
     async def models(self, request: web.Request) -> web.Response:
         self._tenant(request)

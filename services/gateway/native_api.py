@@ -1,0 +1,218 @@
+"""SGLang's native API (POST /generate and its helpers), so that SGLang's own clients, its
+multi-turn benchmark among them, run against the gateway unchanged.
+
+A /generate body becomes the same Parsed turn a completion builds (a raw text prompt or token
+ids, the same sampling checks), and passes the same auth, tenant limits, FIFO admission and
+prompt bound (app.Gateway._turn). Its answer is SGLang's: `text` is the CUMULATIVE generated
+text of each stream chunk, `meta_info` carries the token counts and finish reason. As on the
+OpenAI routes, an option that would change the answer is refused with a 400 naming it.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+
+import grpc
+from aiohttp import web
+
+from services import metrics
+
+from .errors import ApiError, bad_request, from_grpc
+from .fields import INT32_MAX, UINT32_MAX, integer, typed
+from .prompt_size import check_prompt_size
+from .protocol import MAX_STOPS, Parsed
+from .responses import extension
+from .sampling_params import parse_sampling
+from .turns import TurnServer
+
+SGLANG_MAX_NEW_TOKENS = 128  # SGLang's default when sampling_params names none
+# top-level fields that are accepted only at their neutral value (None is always neutral)
+TOP_NEUTRAL = {"lora_path": ("",), "return_logprob": (False,), "top_logprobs_num": (0,),
+               "image_data": ("", []), "return_hidden_states": (False,)}
+TOP_IGNORED = ("logprob_start_len", "return_text_in_logprobs", "rid", "model")  # no effect here
+TOP_READ = ("text", "input_ids", "sampling_params", "stream")
+# sampling_params read by parse_sampling or here; then those refused unless neutral
+SAMPLING_READ = ("max_new_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
+                 "frequency_penalty", "repetition_penalty", "logit_bias", "seed", "stop",
+                 "ignore_eos",
+                 "n", "skip_special_tokens", "spaces_between_special_tokens")
+SAMPLING_NEUTRAL = {"regex": (), "json_schema": (), "ebnf": (), "structural_tag": (),
+                    "stop_token_ids": ([],), "min_new_tokens": (0,), "no_stop_trim": (False,)}
+
+
+def _renamed(exc: ApiError, param: str) -> ApiError:
+    """A shared helper's error, naming the field as a /generate client sent it."""
+    return ApiError(exc.status, exc.message, param, exc.code, exc.retry_after)
+
+
+def _refuse(body: dict, neutral: dict, read: tuple, prefix: str = "") -> None:
+    for name, value in body.items():
+        if name in read:
+            continue
+        if name not in neutral:
+            raise bad_request(f"'{prefix}{name[:60]}' is not supported by this server",
+                              prefix + name[:60])
+        if value is not None and value not in neutral[name]:
+            raise bad_request(f"'{prefix}{name}' is not supported (only "
+                              f"{' or '.join(json.dumps(v) for v in neutral[name]) or 'null'})",
+                              prefix + name)
+
+
+def _prompt(body: dict, parsed: Parsed, vocab_size: int) -> None:
+    text, ids = body.get("text"), body.get("input_ids")
+    if (text is None) == (ids is None):
+        raise bad_request("send exactly one of 'text' and 'input_ids'", "text")
+    if text is not None:
+        if not isinstance(text, str) or not text:
+            raise bad_request("'text' must be a non-empty string (one prompt per request)",
+                              "text")
+        parsed.raw_prompt = text
+        return
+    ids_below = vocab_size or INT32_MAX + 1
+    if not isinstance(ids, list) or not ids or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in ids):
+        raise bad_request("'input_ids' must be a non-empty array of token ids (one prompt "
+                          "per request)", "input_ids")
+    bad = next((t for t in ids if not 0 <= t < ids_below), None)
+    if bad is not None:
+        raise bad_request(f"input_ids token id {bad} is outside the vocabulary "
+                          f"[0, {ids_below})", "input_ids")
+    parsed.prompt_token_ids = ids
+
+
+def _sampling(sp: dict, parsed: Parsed, config) -> None:
+    p = "sampling_params."
+    _refuse(sp, SAMPLING_NEUTRAL, SAMPLING_READ, p)
+    parsed.max_tokens = integer(sp, "max_new_tokens", 1, UINT32_MAX, SGLANG_MAX_NEW_TOKENS,
+                                p + "max_new_tokens")
+    if config.max_model_len and parsed.max_tokens > config.max_model_len:
+        raise bad_request(f"'max_new_tokens' is {parsed.max_tokens}, more than the model's "
+                          f"context of {config.max_model_len} tokens", p + "max_new_tokens")
+    try:
+        parse_sampling(sp, parsed, config.vocab_size)
+    except ApiError as exc:
+        raise _renamed(exc, p + (exc.param or "")) from None
+    parsed.ignore_eos = typed(sp, "ignore_eos", (bool,), False, p + "ignore_eos")
+    stop = typed(sp, "stop", (str, list), [], p + "stop")
+    stop = [stop] if isinstance(stop, str) else stop
+    if len(stop) > MAX_STOPS or not all(isinstance(s, str) for s in stop):
+        raise bad_request(f"'stop' must be a string or up to {MAX_STOPS} strings", p + "stop")
+    parsed.stop = [s for s in stop if s]
+    if integer(sp, "n", 1, INT32_MAX, 1, p + "n") != 1:
+        raise bad_request("only n=1 is supported", p + "n")
+    if not typed(sp, "skip_special_tokens", (bool,), True, p + "skip_special_tokens"):
+        raise bad_request("only skip_special_tokens=true is supported",
+                          p + "skip_special_tokens")
+    typed(sp, "spaces_between_special_tokens", (bool,), True,
+          p + "spaces_between_special_tokens")  # no effect: special tokens are skipped
+
+
+def parse_generate(body: dict, config) -> Parsed:
+    """A /generate body -> the Parsed turn (what a completion with that prompt would be)."""
+    _refuse(body, TOP_NEUTRAL, TOP_READ + TOP_IGNORED)
+    parsed = Parsed()
+    _prompt(body, parsed, config.vocab_size)
+    _sampling(typed(body, "sampling_params", (dict,), {}), parsed, config)
+    parsed.stream = typed(body, "stream", (bool,), False)
+    try:
+        check_prompt_size(parsed, False, config.max_prompt_bytes)
+    except ApiError as exc:
+        raise _renamed(exc, "text") from None
+    return parsed
+
+
+class NativeReply:
+    """One answer's id and its SGLang-shaped chunks."""
+
+    def __init__(self):
+        self.id = uuid.uuid4().hex
+
+    def chunk(self, text: str, summary=None) -> dict:
+        if summary is None:
+            return {"text": text, "meta_info": {"id": self.id, "finish_reason": None}}
+        finish = ({"type": "length", "length": summary.completion_tokens}
+                  if summary.finish_reason == "length" else {"type": "stop", "matched": None})
+        return {"text": text, "meta_info": {
+            "id": self.id, "finish_reason": finish, "prompt_tokens": summary.prompt_tokens,
+            "completion_tokens": summary.completion_tokens,
+            "cached_tokens": summary.cached_tokens, "e2e_latency": summary.latency_s,
+            "bidaw": extension(summary)}}
+
+
+def _sse(payload) -> bytes:
+    data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
+    return f"data: {data}\n\n".encode()
+
+
+class NativeTurns(TurnServer):
+    """TurnServer's session, tracing and cancellation, with SGLang's answer shapes."""
+
+    async def _whole(self, call, first, reply: NativeReply, headers: dict) -> web.Response:
+        text, summary = [], None
+        try:
+            async for event in self._events(call, first):
+                text.append(event.text)
+                summary = event.summary if event.HasField("summary") else summary
+        except grpc.RpcError as exc:
+            metrics.TURNS.labels("error").inc()
+            raise from_grpc(exc, self.retry_after) from None
+        if summary is None:
+            raise ApiError(500, "the turn ended without a summary")
+        self._finished(summary)
+        return web.json_response(reply.chunk("".join(text), summary), headers=headers)
+
+    async def _stream(self, request, call, first, parsed: Parsed, reply: NativeReply,
+                      headers: dict) -> web.StreamResponse:
+        response = web.StreamResponse(headers={
+            "Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers})
+        await response.prepare(request)
+        text = ""
+        try:
+            async for event in self._events(call, first):
+                text += event.text
+                if event.HasField("summary"):
+                    self._finished(event.summary)
+                    await response.write(_sse(reply.chunk(text, event.summary)))
+                elif event.text:
+                    await response.write(_sse(reply.chunk(text)))
+        except grpc.RpcError as exc:  # headers are gone: report in-band
+            metrics.TURNS.labels("error").inc()
+            await response.write(_sse(from_grpc(exc, self.retry_after).body()))
+        except (ConnectionResetError, ConnectionError):
+            metrics.TURNS.labels("cancelled").inc()
+            return response
+        await response.write(_sse("[DONE]"))
+        await response.write_eof()
+        return response
+
+
+class NativeApi:
+    """The native routes; turns go through the gateway's own admission (Gateway._turn)."""
+
+    def __init__(self, gateway):
+        self.gateway = gateway
+        self.turns = NativeTurns(gateway.backend, gateway.config.retry_after_s,
+                                 gateway.config.max_session_id)
+
+    def routes(self) -> list:
+        return [web.post("/generate", self.generate), web.post("/flush_cache", self.flush_cache),
+                web.get("/get_model_info", self.model_info),
+                web.get("/health_generate", self.gateway.health)]
+
+    def _prepare(self, request: web.Request, tenant: str, body: dict):
+        parsed = parse_generate(body, self.gateway.config)
+        return lambda: self.turns.serve(request, tenant, parsed, NativeReply())
+
+    async def generate(self, request: web.Request) -> web.StreamResponse:
+        return await self.gateway._turn(request, self._prepare)
+
+    async def flush_cache(self, request: web.Request) -> web.Response:
+        """Accepted and ignored: stored conversations are never dropped on a client's word."""
+        self.gateway._tenant(request)
+        return web.json_response({"flushed": False, "message": "bidaw keeps stored "
+                                  "conversations: a client's flush is accepted and ignored"})
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        self.gateway._tenant(request)
+        return web.json_response({"model_path": self.gateway.config.served_model_name[0],
+                                  "is_generation": True, "tokenizer_path": None})

@@ -1,0 +1,178 @@
+"""SGLang's native /generate over a real gateway and a fake scheduler: the body maps to the same
+TurnRequest a completion builds, answers have SGLang's shape, and every unsupported option or bad
+field gets a 400 naming it."""
+from __future__ import annotations
+
+import http.client
+import json
+
+import pytest
+
+from services.gateway.background import BackgroundGateway
+from services.gateway.config import GatewayConfig
+from tests.fake_scheduler import start_fake_scheduler
+from tests.test_gateway_api import assert_error, post, raw
+
+KEY = "sk-native-test"
+
+
+@pytest.fixture(scope="module")
+def fake():
+    server, fake = start_fake_scheduler()
+    yield server, fake
+    server.stop(0)
+
+
+@pytest.fixture(scope="module")
+def gateway(fake):
+    config = GatewayConfig(listen="127.0.0.1:0", scheduler=f"127.0.0.1:{fake[0].port}",
+                           request_timeout_s=30, api_keys=f"acme:{KEY}",
+                           max_prompt_bytes=1000, max_waiting=0)  # "!exhausted": 429 now
+    with BackgroundGateway(config) as gw:
+        yield gw
+
+
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+def generate(gw, body, headers=None):
+    return post(gw, "/generate", body, {**AUTH, **(headers or {})})
+
+
+def body(text="one two three four", **sampling) -> dict:
+    """What SGLang's bench_multiturn sends."""
+    return {"text": text, "sampling_params": {"temperature": 0.0, "max_new_tokens": 3,
+                                              "ignore_eos": True, **sampling},
+            "stream": False, "lora_path": "", "return_logprob": False, "logprob_start_len": -1}
+
+
+def stream(gw, payload, headers=None) -> list:
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+    conn.request("POST", "/generate", json.dumps({**payload, "stream": True}),
+                 {"Content-Type": "application/json", **AUTH, **(headers or {})})
+    reply = conn.getresponse()
+    assert reply.status == 200 and reply.getheader("Content-Type") == "text/event-stream"
+    events = [e for e in reply.read().decode().split("\n\n") if e]
+    conn.close()
+    assert all(e.startswith("data: ") for e in events) and events[-1] == "data: [DONE]"
+    return [json.loads(e[len("data: "):]) for e in events[:-1]]
+
+
+def test_bench_multiturn_body_maps_to_the_completion_turn(gateway, fake):
+    status, _, got = generate(gateway, body(top_p=0.5, top_k=7, stop=["END"], seed=3,
+                                            presence_penalty=0.5, frequency_penalty=-0.5))
+    assert status == 200, got
+    sent = fake[1].requests[-1]
+    assert (sent.raw_prompt, sent.max_tokens, sent.temperature, sent.ignore_eos) == (
+        "one two three four", 3, 0.0, True)
+    assert (round(sent.top_p, 3), sent.top_k, list(sent.stop), sent.seed) == (0.5, 7, ["END"], 3)
+    assert (sent.presence_penalty, sent.frequency_penalty) == (0.5, -0.5)
+    assert sent.tenant == "acme" and sent.session_id == "" and not sent.messages
+    assert got["text"] == "echo: one two"
+    meta = got["meta_info"]
+    assert (meta["prompt_tokens"], meta["completion_tokens"], meta["cached_tokens"]) == (4, 3, 0)
+    assert meta["finish_reason"] == {"type": "length", "length": 3} and len(meta["id"]) == 32
+
+
+def test_stream_text_is_cumulative_and_the_last_chunk_has_meta_info(gateway):
+    chunks = stream(gateway, body("a b c d e", max_new_tokens=16))
+    texts = [c["text"] for c in chunks]
+    assert texts == ["echo:", "echo: a", "echo: a b", "echo: a b c", "echo: a b c d",
+                     "echo: a b c d e", "echo: a b c d e"]
+    assert all(c["meta_info"]["finish_reason"] is None for c in chunks[:-1])
+    last = chunks[-1]["meta_info"]
+    assert last["finish_reason"]["type"] == "stop"
+    assert (last["prompt_tokens"], last["completion_tokens"]) == (5, 6)
+    assert len({c["meta_info"]["id"] for c in chunks}) == 1
+
+
+def test_session_header_scopes_and_cached_tokens_follow(gateway, fake):
+    first = generate(gateway, body("x y z"), {"X-Session-Id": "native-s"})
+    assert fake[1].requests[-1].session_id == "acme/native-s"
+    assert first[1]["x-bidaw-session"] == "native-s"
+    second = generate(gateway, body("x y z w v"), {"X-Session-Id": "native-s"})
+    assert second[2]["meta_info"]["cached_tokens"] == 4  # what the fake stored: 3 + 3 - 1 cap
+
+
+def test_input_ids_are_passed_through(gateway, fake):
+    payload = body()
+    del payload["text"]
+    payload["input_ids"] = [1, 2, 49151]
+    assert generate(gateway, payload)[0] == 200
+    sent = fake[1].requests[-1]
+    assert list(sent.prompt_token_ids) == [1, 2, 49151] and sent.raw_prompt == ""
+
+
+def test_default_max_new_tokens_is_sglangs(gateway, fake):
+    generate(gateway, {"text": "hi"})
+    assert fake[1].requests[-1].max_tokens == 128
+
+
+def _without(payload, key):
+    payload = dict(payload)
+    del payload[key]
+    return payload
+
+
+@pytest.mark.parametrize("payload, param", [
+    ({**body(), "return_logprob": True}, "return_logprob"),
+    ({**body(), "lora_path": "adapter-1"}, "lora_path"),
+    ({**body(), "top_logprobs_num": 5}, "top_logprobs_num"),
+    ({**body(), "image_data": "http://x/y.png"}, "image_data"),
+    ({**body(), "session_params": {"id": "s"}}, "session_params"),
+    (body(n=2), "sampling_params.n"),
+    (body(regex="[a-z]+"), "sampling_params.regex"),
+    (body(json_schema="{}"), "sampling_params.json_schema"),
+    (body(ebnf="root ::= 'a'"), "sampling_params.ebnf"),
+    (body(stop_token_ids=[2]), "sampling_params.stop_token_ids"),
+    (body(min_new_tokens=4), "sampling_params.min_new_tokens"),
+    (body(skip_special_tokens=False), "sampling_params.skip_special_tokens"),
+    (body(repetition_penalty=1.2), "sampling_params.repetition_penalty"),
+    (body(frobnicate=1), "sampling_params.frobnicate"),
+    (body(max_new_tokens=0), "sampling_params.max_new_tokens"),
+    (body(max_new_tokens=8193), "sampling_params.max_new_tokens"),  # beyond the context
+    (body(temperature=3), "sampling_params.temperature"),
+    (body(top_p=0), "sampling_params.top_p"),
+    (body(stop=[1]), "sampling_params.stop"),
+    (body(ignore_eos="yes"), "sampling_params.ignore_eos"),
+    ({**body(), "input_ids": [1]}, "text"),  # both
+    (_without(body(), "text"), "text"),  # neither
+    (body(""), "text"),
+    (body("x" * 1001), "text"),  # over --max-prompt-bytes
+    ({**_without(body(), "text"), "input_ids": [49152]}, "input_ids"),
+    ({**_without(body(), "text"), "input_ids": ["a"]}, "input_ids"),
+    ({**body(), "sampling_params": [1]}, "sampling_params"),
+    ({**body(), "stream": "yes"}, "stream"),
+])
+def test_bad_or_unsupported_fields_get_400_naming_them(gateway, fake, payload, param):
+    before = len(fake[1].requests)
+    status, _, got = generate(gateway, payload)
+    assert_error(status, got, 400)
+    assert got["error"]["param"] == param, got
+    assert len(fake[1].requests) == before  # refused before the scheduler
+
+
+def test_auth_is_required_and_errors_are_json(gateway):
+    status, _, got = post(gateway, "/generate", body())
+    assert_error(status, got, 401)
+    status, _, got = raw(gateway, "POST", "/generate", b"{not json", AUTH)
+    assert_error(status, got, 400)
+    status, _, got = raw(gateway, "POST", "/flush_cache")
+    assert_error(status, got, 401)
+
+
+def test_scheduler_errors_map_as_on_the_openai_routes(gateway):
+    assert_error(*generate(gateway, body("!exhausted"))[::2], 429)
+    assert_error(*generate(gateway, body("!unavailable"))[::2], 503)
+    chunks = stream(gateway, body("!midstream"))
+    assert chunks[-1]["error"]["code"] == "internal_error"
+
+
+def test_helpers_flush_model_info_health(gateway, fake):
+    status, _, got = raw(gateway, "POST", "/flush_cache", None, AUTH)
+    assert status == 200 and got["flushed"] is False
+    status, _, got = raw(gateway, "GET", "/get_model_info", None, AUTH)
+    assert status == 200 and got["is_generation"] is True
+    assert got["model_path"] == gateway.config.served_model_name[0]
+    status, _, got = raw(gateway, "GET", "/health_generate")
+    assert status == 200 and got == {"status": "ok"}
