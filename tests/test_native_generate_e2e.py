@@ -1,0 +1,72 @@
+"""SGLang's multi-turn benchmark client, written as bench_multiturn.py is (the whole history as
+one text, POST /generate streamed, history += generated text + next question, no session id),
+through the live deployment with the real model, greedy: it reuses KV as well as the same client
+sending X-Session-Id, and its answers equal a recompute of the history."""
+from __future__ import annotations
+
+import http.client
+import json
+import uuid
+from urllib.parse import urlsplit
+
+from tests.test_conversations_raw_e2e import FIRST, NEXT
+
+
+def generate(url: str, text: str, session: str | None = None, stream: bool = True,
+             max_new_tokens: int = 8) -> tuple[str, dict, dict]:
+    """(generated text, meta_info, response headers), read as bench_multiturn reads them."""
+    body = {"text": text, "sampling_params": {"temperature": 0.0,
+                                              "max_new_tokens": max_new_tokens,
+                                              "ignore_eos": True},
+            "stream": stream, "lora_path": "", "return_logprob": False, "logprob_start_len": -1}
+    where = urlsplit(url)
+    conn = http.client.HTTPConnection(where.hostname, where.port, timeout=300)
+    conn.request("POST", "/generate", json.dumps(body), {
+        "Content-Type": "application/json", **({"X-Session-Id": session} if session else {})})
+    reply = conn.getresponse()
+    data = reply.read().decode()
+    conn.close()
+    assert reply.status == 200, data
+    if not stream:
+        got = json.loads(data)
+        return got["text"], got["meta_info"], dict(reply.getheaders())
+    generated, meta = "", {}
+    for line in data.splitlines():
+        line = line.strip()
+        if not line.startswith("data:") or line == "data: [DONE]":
+            continue
+        chunk = json.loads(line[len("data:"):])
+        generated, meta = chunk["text"], chunk["meta_info"]  # cumulative: keep the last
+    return generated, meta, dict(reply.getheaders())
+
+
+def bench_multiturn_client(url: str, first: str, session: str | None, rounds: int = 4):
+    history, turns = first, []
+    for r in range(rounds):
+        turns.append(generate(url, history, session))
+        history += turns[-1][0]
+        if r < rounds - 1:
+            history += NEXT[r]
+    return turns, history
+
+
+def test_bench_multiturn_client_reuses_kv_as_with_a_session_id(deployment):
+    url = deployment.gateway_url
+    tag = uuid.uuid4().hex[:6]
+    named, _ = bench_multiturn_client(url, f"[{tag}] " + FIRST, f"native-named-{tag}")
+    plain, history = bench_multiturn_client(url, f"[{tag}] " + FIRST, None)
+    assert [t[0] for t in plain] == [t[0] for t in named]
+    assert all(t[0] and t[1]["completion_tokens"] == 8 for t in plain)
+    assert all(t[1]["finish_reason"]["type"] == "length" for t in plain)
+    assert [t[2]["x-bidaw-session-recognised"] for t in plain] == [
+        "new", "content", "content", "content"]
+    assert named[0][1]["cached_tokens"] == plain[0][1]["cached_tokens"] == 0
+    for by_id, by_content in zip(named[1:], plain[1:]):
+        assert by_id[1]["cached_tokens"] > 0
+        assert abs(by_content[1]["cached_tokens"] - by_id[1]["cached_tokens"]) <= 8
+        assert by_content[1]["cached_tokens"] < by_content[1]["prompt_tokens"]
+    # the last answer equals a greedy recompute of its history (fresh session, non-streamed)
+    last_prompt = history[:len(history) - len(plain[-1][0])]
+    text, meta, _ = generate(url, last_prompt, f"recompute-{uuid.uuid4().hex}", stream=False)
+    assert meta["cached_tokens"] == 0 and text == plain[-1][0]
+    assert meta["prompt_tokens"] == plain[-1][1]["prompt_tokens"]
