@@ -176,3 +176,40 @@ def test_helpers_flush_model_info_health(gateway, fake):
     assert got["model_path"] == gateway.config.served_model_name[0]
     status, _, got = raw(gateway, "GET", "/health_generate")
     assert status == 200 and got == {"status": "ok"}
+
+
+ODD = [None, True, 0, -1, 1.5, "s", "", [], [1], {}, {"a": 1}, 2 ** 70]
+FIELDS = ["text", "input_ids", "sampling_params", "stream", "lora_path", "return_logprob",
+          "logprob_start_len", "top_logprobs_num", "image_data", "rid"]
+SAMPLING = ["max_new_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
+            "frequency_penalty", "repetition_penalty", "logit_bias", "seed", "stop",
+            "ignore_eos", "n", "skip_special_tokens", "spaces_between_special_tokens",
+            "regex", "json_schema", "ebnf", "structural_tag", "stop_token_ids",
+            "min_new_tokens", "no_stop_trim"]
+
+
+def test_any_value_in_any_field_is_answered_or_refused_never_a_500(gateway):
+    """Every field, every JSON type: 200 (a value that means something) or a 400 naming the
+    field."""
+    seen = []
+    for name in FIELDS + [f"sampling_params.{n}" for n in SAMPLING]:
+        for value in ODD:
+            if name == "stream" and value is True:
+                continue  # an SSE answer: the stream tests read those
+            payload = body()
+            if name.startswith("sampling_params."):
+                payload["sampling_params"][name.split(".", 1)[1]] = value
+            else:
+                payload[name] = value
+            if name == "input_ids" and value is not None:
+                del payload["text"]
+            status, headers, got = generate(gateway, payload)
+            seen.append(status)
+            assert status in (200, 400), (name, value, got)
+            if status == 400:
+                assert_error(status, got, 400)
+                assert got["error"]["param"] and got["error"]["param"].split(".")[0] in (
+                    name.split(".")[0], "text"), (name, value, got)
+            else:
+                assert "meta_info" in got and headers["x-request-id"] == got["meta_info"]["id"]
+    assert seen.count(400) > len(seen) // 2 and seen.count(200) > 20

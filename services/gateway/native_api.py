@@ -159,12 +159,14 @@ class NativeTurns(TurnServer):
         if summary is None:
             raise ApiError(500, "the turn ended without a summary")
         self._finished(summary)
-        return web.json_response(reply.chunk("".join(text), summary), headers=headers)
+        return web.json_response(reply.chunk("".join(text), summary),
+                                 headers={"x-request-id": reply.id, **headers})
 
     async def _stream(self, request, call, first, parsed: Parsed, reply: NativeReply,
                       headers: dict) -> web.StreamResponse:
         response = web.StreamResponse(headers={
-            "Content-Type": "text/event-stream", "Cache-Control": "no-cache", **headers})
+            "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+            "x-request-id": reply.id, **headers})
         await response.prepare(request)
         text = ""
         try:
