@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import threading
+import time
 
 import pytest
 
@@ -106,6 +108,13 @@ def test_input_ids_are_passed_through(gateway, fake):
 def test_default_max_new_tokens_is_sglangs(gateway, fake):
     generate(gateway, {"text": "hi"})
     assert fake[1].requests[-1].max_tokens == 128
+
+
+def test_model_if_sent_must_be_served(gateway):
+    assert generate(gateway, {"text": "hi", "model": "smollm2-135m"})[0] == 200
+    status, _, got = generate(gateway, {"text": "hi", "model": "gpt-4"})
+    assert_error(status, got, 404)
+    assert got["error"]["param"] == "model"
 
 
 def _without(payload, key):
@@ -213,3 +222,45 @@ def test_any_value_in_any_field_is_answered_or_refused_never_a_500(gateway):
             else:
                 assert "meta_info" in got and headers["x-request-id"] == got["meta_info"]["id"]
     assert seen.count(400) > len(seen) // 2 and seen.count(200) > 20
+
+
+def _wait(predicate, seconds=10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return predicate()
+
+
+def test_generate_shares_the_openai_routes_admission(fake):
+    """One slot, no waiting: a /generate in flight sheds both a completion and a /generate."""
+    _, scheduler = fake
+    config = GatewayConfig(listen="127.0.0.1:0", scheduler=f"127.0.0.1:{fake[0].port}",
+                           request_timeout_s=30, api_keys=f"acme:{KEY}", max_in_flight=1,
+                           max_waiting=0)
+    with BackgroundGateway(config) as gw:
+        scheduler.release.clear()
+        scheduler.blocked = 0
+        held = []
+        thread = threading.Thread(target=lambda: held.append(generate(gw, body("!block"))[0]))
+        thread.start()
+        assert _wait(lambda: scheduler.blocked == 1)
+        other = generate(gw, body("x"))
+        completion = post(gw, "/v1/completions", {"prompt": "x"}, AUTH)
+        scheduler.release.set()
+        thread.join(30)
+    assert_error(other[0], other[2], 429, "in flight")
+    assert_error(completion[0], completion[2], 429, "in flight")
+    assert held == [200]
+
+
+def test_client_hanging_up_mid_stream_cancels_the_turn(gateway, fake):
+    _, scheduler = fake
+    scheduler.release.clear()
+    scheduler.blocked = scheduler.cancelled = 0
+    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=30)
+    conn.request("POST", "/generate", json.dumps({**body("!block"), "stream": True}),
+                 {"Content-Type": "application/json", **AUTH})
+    assert _wait(lambda: scheduler.blocked == 1)
+    conn.close()
+    assert _wait(lambda: scheduler.cancelled == 1)
+    scheduler.release.set()

@@ -20,7 +20,7 @@ from services import metrics
 from .errors import ApiError, bad_request, from_grpc
 from .fields import INT32_MAX, UINT32_MAX, integer, typed
 from .prompt_size import check_prompt_size
-from .protocol import MAX_STOPS, Parsed
+from .protocol import MAX_STOPS, Parsed, check_model
 from .responses import extension
 from .sampling_params import parse_sampling
 from .turns import TurnServer
@@ -29,13 +29,12 @@ SGLANG_MAX_NEW_TOKENS = 128  # SGLang's default when sampling_params names none
 # top-level fields that are accepted only at their neutral value (None is always neutral)
 TOP_NEUTRAL = {"lora_path": ("",), "return_logprob": (False,), "top_logprobs_num": (0,),
                "image_data": ("", []), "return_hidden_states": (False,)}
-TOP_IGNORED = ("logprob_start_len", "return_text_in_logprobs", "rid", "model")  # no effect here
-TOP_READ = ("text", "input_ids", "sampling_params", "stream")
+TOP_IGNORED = ("logprob_start_len", "return_text_in_logprobs", "rid")  # no effect here
+TOP_READ = ("text", "input_ids", "sampling_params", "stream", "model")
 # sampling_params read by parse_sampling or here; then those refused unless neutral
 SAMPLING_READ = ("max_new_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
                  "frequency_penalty", "repetition_penalty", "logit_bias", "seed", "stop",
-                 "ignore_eos",
-                 "n", "skip_special_tokens", "spaces_between_special_tokens")
+                 "ignore_eos", "n", "skip_special_tokens", "spaces_between_special_tokens")
 SAMPLING_NEUTRAL = {"regex": (), "json_schema": (), "ebnf": (), "structural_tag": (),
                     "stop_token_ids": ([],), "min_new_tokens": (0,), "no_stop_trim": (False,)}
 
@@ -110,6 +109,7 @@ def _sampling(sp: dict, parsed: Parsed, config) -> None:
 def parse_generate(body: dict, config) -> Parsed:
     """A /generate body -> the Parsed turn (what a completion with that prompt would be)."""
     _refuse(body, TOP_NEUTRAL, TOP_READ + TOP_IGNORED)
+    check_model(body, config.served_model_name)  # optional; if sent, a served name
     parsed = Parsed()
     _prompt(body, parsed, config.vocab_size)
     _sampling(typed(body, "sampling_params", (dict,), {}), parsed, config)
