@@ -1,8 +1,6 @@
 """API keys -> tenants, session scoping, and the loopback-only rule for an open gateway."""
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from services.gateway.app import Gateway
@@ -49,14 +47,10 @@ def test_open_gateway_has_one_tenant_and_sessions_are_namespaced():
 def test_open_gateway_binds_loopback_only_unless_allowed():
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3")
-
-    async def check():  # the gateway's gRPC channel belongs to an event loop
-        open_config = GatewayConfig(listen="0.0.0.0:8000")
-        with pytest.raises(SystemExit, match="loopback"):
-            check_exposure(open_config, Gateway(open_config))
-        allowed = GatewayConfig(listen="0.0.0.0:8000", allow_open=True)
-        check_exposure(allowed, Gateway(allowed))
-        keyed = GatewayConfig(listen="0.0.0.0:8000", api_keys="acme:sk-1")
-        check_exposure(keyed, Gateway(keyed))
-
-    asyncio.run(check())
+    open_config = GatewayConfig(listen="0.0.0.0:8000")
+    with pytest.raises(SystemExit, match="loopback"):
+        check_exposure(open_config, Gateway(open_config))
+    allowed = GatewayConfig(listen="0.0.0.0:8000", allow_open=True)
+    check_exposure(allowed, Gateway(allowed))
+    keyed = GatewayConfig(listen="0.0.0.0:8000", api_keys="acme:sk-1")
+    check_exposure(keyed, Gateway(keyed))

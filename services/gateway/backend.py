@@ -63,14 +63,23 @@ class Backend:
     def __init__(self, target: str, timeout: float):
         self.target = target
         self.timeout = timeout
-        self._channel = aio_channel(target)  # TLS when `bidaw serve gateway --tls-*` set it
-        self._stub = scheduler_pb2_grpc.SchedulerStub(self._channel)
-        self._health = health_pb2_grpc.HealthStub(self._channel)
+        self._channel: grpc.aio.Channel | None = None  # opened on first use, in the serving loop
+
+    def _open(self) -> grpc.aio.Channel:
+        """The channel, made on first use: a grpc.aio channel belongs to the event loop that is
+        running when it is made, so a Gateway may be built before its loop starts."""
+        if self._channel is None:
+            self._channel = aio_channel(self.target)  # TLS when `--tls-*` set it
+            self._stub = scheduler_pb2_grpc.SchedulerStub(self._channel)
+            self._health = health_pb2_grpc.HealthStub(self._channel)
+        return self._channel
 
     def submit(self, request: common_pb2.TurnRequest) -> TurnCall:
+        self._open()
         return TurnCall(self._stub, request, self.timeout)
 
     async def healthy(self, timeout: float = 2.0) -> bool:
+        self._open()
         try:
             reply = await self._health.Check(health_pb2.HealthCheckRequest(), timeout=timeout)
         except grpc.RpcError:
@@ -78,10 +87,12 @@ class Backend:
         return reply.status == health_pb2.HealthCheckResponse.SERVING
 
     async def stats(self, timeout: float = 2.0) -> scheduler_pb2.SchedulerStats | None:
+        self._open()
         try:
             return await self._stub.Stats(scheduler_pb2.SchedulerStatsRequest(), timeout=timeout)
         except grpc.RpcError:
             return None
 
     async def close(self) -> None:
-        await self._channel.close()
+        if self._channel is not None:
+            await self._channel.close()
