@@ -37,9 +37,10 @@ class EngineHost:
     def __init__(self, model_spec: str, store_target: str | None, kv_format: str = "auto",
                  default_max_tokens: int = 256, threads: int = 0, device: str = "",
                  max_batch: int = 16, tls=None, min_step_ms: float = 0.0,
-                 restore_in_step: bool = False):
-        """`tls`: the worker's TLSFiles, for the actor's channels to the KV store (the actor is
-        another process, so the worker's process-wide setting does not reach it)."""
+                 restore_in_step: bool = False, cluster_token: str = ""):
+        """`tls`, `cluster_token`: the worker's TLSFiles and token, for the actor's channels to
+        the KV store (the actor is another process: the worker's process-wide settings do not
+        reach it)."""
         import os
 
         import torch
@@ -52,6 +53,10 @@ class EngineHost:
             from services.grpc_util import configure_tls
 
             configure_tls(tls)
+        if cluster_token:
+            from services.grpc_util import configure_token
+
+            configure_token(cluster_token)
 
         from .engine import Engine
         from .kv_io import KVSessionIO

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from services.security_config import ClusterTokenConfig
+
 
 @dataclass
-class GatewayConfig:
+class GatewayConfig(ClusterTokenConfig):
     listen: str = field(default="127.0.0.1:8000", metadata={"help": "HTTP address to serve on"})
     scheduler: str = field(default="127.0.0.1:50052", metadata={"help": "scheduler address"})
     served_model: str = field(default="smollm2-135m", metadata={
