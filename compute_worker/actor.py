@@ -83,9 +83,14 @@ class EngineHost:
                     device=str(model.device.type), max_batch=self.engine.max_batch,
                     running=self.engine.running)
 
-    def run_turn(self, request: bytes, carrier: dict | None = None):
+    def cancel_turn(self, key: str) -> bool:
+        """Stop the turn run_turn runs under `key` (its client left)."""
+        return self.engine.cancel(key)
+
+    def run_turn(self, request: bytes, carrier: dict | None = None, key: str = ""):
         """Yields ("event", TurnEvent bytes) ... or ("error", message) for a bad request.
-        `carrier` holds the caller's trace context (W3C headers), as Ray does not carry it."""
+        `carrier` holds the caller's trace context (W3C headers), as Ray does not carry it.
+        `key`: a unique name for cancel_turn."""
         from .prompt import TurnError
 
         req = compute_worker_pb2.WorkerTurnRequest.FromString(request)
@@ -94,7 +99,7 @@ class EngineHost:
             try:
                 stores = list(req.kv_stores) if self.use_scheduler_stores else None
                 for ids, text, summary in self.engine.run(req.turn, req.since_arrival_s,
-                                                          req.queue_s, stores):
+                                                          req.queue_s, stores, key):
                     event = common_pb2.TurnEvent(token_ids=ids, text=text)
                     if summary is not None:
                         event.summary.CopyFrom(summary)

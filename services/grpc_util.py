@@ -48,7 +48,8 @@ def server_options() -> list[tuple[str, int]]:
     call (a long prefill, the idle Awareness stream) after about a minute of 10-s pings."""
     ping_ms = int(keepalive_s() * 1000)
     return client_options() + [
-        ("grpc.http2.min_recv_ping_interval_without_data_ms", ping_ms // 2),
+        # GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS: its string has no "recv"
+        ("grpc.http2.min_ping_interval_without_data_ms", ping_ms // 2),
         ("grpc.http2.max_ping_strikes", 2),
     ]
 
