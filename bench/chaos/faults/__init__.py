@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 
 ORDER = ["store-kill", "worker-kill", "actor-kill", "scheduler-kill", "ssd-corrupt",
-         "disk-full", "slow-disk", "redis-restart", "partition"]
+         "disk-full", "slow-disk", "redis-restart", "partition", "attacker", "long-wait"]
 
 
 def load(name: str):
