@@ -127,3 +127,22 @@ def test_a_service_without_a_token_refuses_to_start(tmp_path):
         assert out.returncode != 0, service
         assert f"bidaw serve {service}: no cluster token" in out.stderr
         assert "--cluster-token-file" in out.stderr and "--insecure-no-auth" in out.stderr
+
+
+def test_token_command_writes_a_private_file_and_keeps_an_existing_one(tmp_path, capsys):
+    from services.cli import main as bidaw
+
+    out = tmp_path / "token"
+    assert bidaw(["token", "--out", str(out)]) == 0
+    first = out.read_text().strip()
+    assert stat.S_IMODE(os.stat(out).st_mode) == 0o600 and len(first) >= 40
+    assert first not in capsys.readouterr().out  # the token is never printed
+    try:
+        bidaw(["token", "--out", str(out)])
+        raise AssertionError("an existing token file was overwritten")
+    except SystemExit as exc:
+        assert "--force" in str(exc)
+    assert out.read_text().strip() == first
+    os.chmod(out, 0o644)
+    assert bidaw(["token", "--out", str(out), "--force"]) == 0
+    assert out.read_text().strip() != first and stat.S_IMODE(os.stat(out).st_mode) == 0o600
