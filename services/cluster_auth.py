@@ -77,7 +77,7 @@ class TokenCheck(grpc.ServerInterceptor):
                 token_matches(details.invocation_metadata, self._token):
             return continuation(details)
         handler = continuation(details)
-        if handler is None:  # an unknown method: gRPC's own UNIMPLEMENTED would name it
+        if handler is None:  # an unknown method: refused alike, nothing to probe
             return _DENY[(False, False)](_refuse)
         return _DENY[(handler.request_streaming, handler.response_streaming)](
             _refuse, request_deserializer=None, response_serializer=None)
