@@ -146,3 +146,14 @@ def test_token_command_writes_a_private_file_and_keeps_an_existing_one(tmp_path,
     os.chmod(out, 0o644)
     assert bidaw(["token", "--out", str(out), "--force"]) == 0
     assert out.read_text().strip() != first and stat.S_IMODE(os.stat(out).st_mode) == 0o600
+
+
+def test_membership_keeps_static_members_out_of_expiry():
+    from scheduler.membership import Membership
+
+    m = Membership(heartbeat_s=1.0, static=[(WORKER, "w:1"), (STORE, "s:1")])
+    assert m.beat(WORKER, "w:1", 0.0) is False  # a static member is never "new"
+    assert m.beat(WORKER, "w:2", 0.0) is True
+    assert m.expired(10.0) == [(WORKER, "w:2")]  # only the registered one expires
+    assert m.leave(STORE, "s:1") is False and m.is_static(STORE, "s:1")
+    assert not m.is_static(STORE, "w:1")  # kind matters
