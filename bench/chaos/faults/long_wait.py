@@ -1,19 +1,23 @@
-"""A turn whose first token comes after ~9 minutes (BIDAW_CHAOS_WAIT_S, default 540 s): once
-the replay is done the Ray engine actor is frozen (SIGSTOP), a turn is submitted, and the actor
-thawed after the wait. Every hop (client -> scheduler -> worker) carries no data meanwhile, only
-keepalive pings: the turn must be answered, with the tokens the same prompt gets without the
-wait, the Awareness stream must stay up, and no service may log a GOAWAY."""
+"""A turn whose first token comes after ~9 minutes (BIDAW_CHAOS_WAIT_S, default 540 s). Once
+the replay is done the worker is restarted as a slow engine (`--min-step-ms`: every step takes
+at least wait/16) and given an 8,000-token prompt: its 16 prefill chunks of 512 tokens take the
+whole wait before the first token. Every hop (client -> scheduler -> worker, scheduler ->
+store's Awareness stream) carries no data meanwhile, only keepalive pings. The turn must be
+answered, equal token for token to the in-process recompute (it joins the replay's answers for
+the runner's check), no service may log a GOAWAY, and the Awareness stream may not drop."""
 import os
-import signal
-import threading
 import time
 
+import grpc
+
+from bench.chaos.conversations import Answered
 from bench.chaos.faults import BaseFault
-from bench.chaos.procs import find_descendant
-from services.chat_client import ChatClient
+from services.gen import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from services.grpc_util import channel
 
 WAIT_ENV = "BIDAW_CHAOS_WAIT_S"
-PROMPT = [{"role": "user", "content": "What is the capital of Italy?"}]
+PROMPT = [100 + (i * 7919) % 20000 for i in range(8000)]  # 16 prefill chunks of <= 512
+CHUNKS = 16
 
 
 def wait_s() -> float:
@@ -24,47 +28,46 @@ class Fault(BaseFault):
     def inject(self, ctx) -> int:
         topo = ctx.topo
         self.problems: list[str] = []
-        ctx.replay.join()  # the replay's own turns must not wait with it (their timeout: 120 s)
-        pid = find_descendant(topo.services["worker0"].pid, "EngineHost")
-        if not pid:
-            self.problems.append("no Ray actor process found under the worker")
-            return 0
+        ctx.replay.join()  # the replay's own turns must not crawl with it (timeout 120 s)
         wait = wait_s()
-        client = ChatClient(topo.scheduler_target, timeout=wait + 300)
-        os.kill(pid, signal.SIGSTOP)
+        worker = topo.services["worker0"]
+        topo.kill9("worker0")
+        worker.args = [*worker.args, "--min-step-ms", str(int(wait * 1000 / CHUNKS))]
+        topo.restart("worker0")
+        stats = scheduler_pb2_grpc.SchedulerStub(channel(topo.scheduler_target))
+        deadline = time.monotonic() + 60
+        while stats.Stats(scheduler_pb2.SchedulerStatsRequest(), timeout=10).workers < 1:
+            if time.monotonic() > deadline:
+                self.problems.append("the restarted worker never rejoined")
+                return 0
+            time.sleep(0.5)
+        # From here on no calls of ours until the answer: they would carry data on the shared
+        # connections (gRPC shares one between channels to a target) and hide refused pings.
+        turn = common_pb2.TurnRequest(session_id="long-wait", prompt_token_ids=PROMPT,
+                                      max_tokens=2, ignore_eos=True)
+        tokens: list[int] = []
+        first = cached = 0.0
         started = time.monotonic()
         try:
-            outcome: dict = {}
-
-            def submit():
-                try:
-                    outcome["answer"] = client.turn(
-                        "long-wait", PROMPT, max_tokens=8,
-                        on_text=lambda _: outcome.setdefault("first", time.monotonic()))
-                except Exception as exc:  # noqa: BLE001 - reported below
-                    outcome["error"] = exc
-
-            turn = threading.Thread(target=submit)
-            turn.start()
-            # No calls of ours meanwhile: they would carry data on the connections (gRPC shares
-            # one between channels to the same target) and hide a server that refuses pings.
-            time.sleep(wait)
-        finally:
-            os.kill(pid, signal.SIGCONT)
-        turn.join(300)
-        if "error" in outcome or "answer" not in outcome:
+            with channel(topo.scheduler_target) as ch:
+                for event in scheduler_pb2_grpc.SchedulerStub(ch).SubmitTurn(
+                        turn, timeout=wait + 600):
+                    if event.token_ids and not tokens:
+                        first = time.monotonic()
+                    tokens.extend(event.token_ids)
+                    cached = event.summary.cached_tokens if event.HasField("summary") else cached
+        except grpc.RpcError as exc:  # the fault's finding
             self.problems.append(f"the turn that waited {wait:.0f}s failed: "
-                                 f"{outcome.get('error', 'no answer')}")
-        else:
-            answer = outcome["answer"]
-            first = outcome.get("first", started) - started
-            if first < wait * 0.9:
-                self.problems.append(f"the first token came after {first:.1f}s, not after the "
-                                     f"{wait:.0f}s wait")
-            again = client.turn("long-wait-again", PROMPT, max_tokens=8)
-            if again.token_ids != answer.token_ids:
-                self.problems.append("the answer after the wait differs from the same prompt's")
-        client.close()
+                                 f"{exc.code().name}: {exc.details()}")
+            return 1
+        took = (first or time.monotonic()) - started
+        if took < wait * 0.9:
+            self.problems.append(f"the first token came after {took:.0f}s, not after the "
+                                 f"{wait:.0f}s wait")
+        self.first_token_s = took
+        with ctx.replay.log.lock:  # the runner compares it with the recompute
+            ctx.replay.log.answered.append(Answered("long-wait", PROMPT, tokens, 2, 1,
+                                                    int(cached)))
         return 1
 
     def check(self, ctx) -> list[str]:
