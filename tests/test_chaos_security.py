@@ -26,7 +26,9 @@ def _clean(result: dict, turns: int) -> None:
 
 
 def test_attacker_calls_every_internal_rpc_and_is_refused(reference, tmp_path):
-    _clean(run_fault("attacker", turns=4, reference=reference, workdir=str(tmp_path)), 4)
+    result = run_fault("attacker", turns=4, reference=reference, workdir=str(tmp_path))
+    _clean(result, 4)
+    assert result["checks"]["calls_refused"] == result["checks"]["calls_attempted"] >= 32
 
 
 def test_a_turn_waiting_past_many_keepalive_pings_is_answered(reference, tmp_path,
@@ -34,4 +36,6 @@ def test_a_turn_waiting_past_many_keepalive_pings_is_answered(reference, tmp_pat
     monkeypatch.setenv(KEEPALIVE_ENV, "1")  # inherited by every service of the topology
     monkeypatch.setenv(WAIT_ENV, "8")  # 8+ pings on each hop; the old servers cut after ~3
     # the replay's 4 turns and the long one (checked against the recompute like them)
-    _clean(run_fault("long-wait", turns=4, reference=reference, workdir=str(tmp_path)), 5)
+    result = run_fault("long-wait", turns=4, reference=reference, workdir=str(tmp_path))
+    _clean(result, 5)
+    assert result["checks"]["first_token_s"] >= 8

@@ -6,7 +6,8 @@
 - `teardown(ctx)`;
 and attributes `workers` (compute workers needed), `probe_misses_allowed` (an acknowledged probe
 may come back as a miss, e.g. after the disk filled up and the store evicted it; wrong bytes are
-never allowed), `ssd_snapshot` (KV on SSD before the fault must be there after it)."""
+never allowed), `ssd_snapshot` (KV on SSD before the fault must be there after it); optionally
+`checks`, a dict of the fault's own measurements, reported with the run's."""
 from __future__ import annotations
 
 import importlib

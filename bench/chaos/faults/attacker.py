@@ -31,6 +31,8 @@ class Fault(BaseFault):
         after = view()
         self.changed = [f"{k}: {before[k]!r} -> {after[k]!r}" for k in UNCHANGED
                         if before[k] != after[k]]
+        self.checks = {"calls_attempted": len(self.results),
+                       "calls_refused": len(self.results) - len(refused(self.results))}
         return 1
 
     def check(self, ctx) -> list[str]:

@@ -64,7 +64,7 @@ class Fault(BaseFault):
         if took < wait * 0.9:
             self.problems.append(f"the first token came after {took:.0f}s, not after the "
                                  f"{wait:.0f}s wait")
-        self.first_token_s = took
+        self.checks = {"first_token_s": round(took, 1), "wait_s": wait}
         with ctx.replay.log.lock:  # the runner compares it with the recompute
             ctx.replay.log.answered.append(Answered("long-wait", PROMPT, tokens, 2, 1,
                                                     int(cached)))
