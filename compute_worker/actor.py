@@ -37,9 +37,10 @@ class EngineHost:
     def __init__(self, model_spec: str, store_target: str | None, kv_format: str = "auto",
                  default_max_tokens: int = 256, threads: int = 0, device: str = "",
                  max_batch: int = 16, tls=None, min_step_ms: float = 0.0,
-                 restore_in_step: bool = False):
-        """`tls`: the worker's TLSFiles, for the actor's channels to the KV store (the actor is
-        another process, so the worker's process-wide setting does not reach it)."""
+                 restore_in_step: bool = False, cluster_token: str = ""):
+        """`tls`, `cluster_token`: the worker's TLSFiles and token, for the actor's channels to
+        the KV store (the actor is another process: the worker's process-wide settings do not
+        reach it)."""
         import os
 
         import torch
@@ -52,6 +53,10 @@ class EngineHost:
             from services.grpc_util import configure_tls
 
             configure_tls(tls)
+        if cluster_token:
+            from services.grpc_util import configure_token
+
+            configure_token(cluster_token)
 
         from .engine import Engine
         from .kv_io import KVSessionIO
@@ -81,9 +86,14 @@ class EngineHost:
                     device=str(model.device.type), max_batch=self.engine.max_batch,
                     running=self.engine.running, max_prompt_bytes=self.max_prompt_bytes)
 
-    def run_turn(self, request: bytes, carrier: dict | None = None):
+    def cancel_turn(self, key: str) -> bool:
+        """Stop the turn run_turn runs under `key` (its client left)."""
+        return self.engine.cancel(key)
+
+    def run_turn(self, request: bytes, carrier: dict | None = None, key: str = ""):
         """Yields ("event", TurnEvent bytes) ... or ("error", message) for a bad request.
-        `carrier` holds the caller's trace context (W3C headers), as Ray does not carry it."""
+        `carrier` holds the caller's trace context (W3C headers), as Ray does not carry it.
+        `key`: a unique name for cancel_turn."""
         from .prompt import TurnError
 
         req = compute_worker_pb2.WorkerTurnRequest.FromString(request)
@@ -92,7 +102,7 @@ class EngineHost:
             try:
                 stores = list(req.kv_stores) if self.use_scheduler_stores else None
                 for ids, text, summary in self.engine.run(req.turn, req.since_arrival_s,
-                                                          req.queue_s, stores):
+                                                          req.queue_s, stores, key):
                     event = common_pb2.TurnEvent(token_ids=ids, text=text)
                     if summary is not None:
                         event.summary.CopyFrom(summary)

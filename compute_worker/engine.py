@@ -30,6 +30,7 @@ from .sampling import Sampler
 from .sequence import DONE, Sequence
 
 log = logging.getLogger("bidaw.compute_worker")
+_CANCELLED = object()  # Engine._turns_by_key: the turn was cancelled before it started
 
 
 class Engine:
@@ -52,6 +53,8 @@ class Engine:
         self._stepping = False
         self._inbox: queue.Queue[Sequence] = queue.Queue()
         self._active: list[Sequence] = []
+        self._turns_by_key: dict[str, Sequence | None] = {}  # cancellable turns (None: not yet)
+        self._keys_lock = threading.Lock()
         self.peak_batch = 0  # most sequences ever run in one step (stats, tests)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="engine-steps", daemon=True)
@@ -71,10 +74,46 @@ class Engine:
 
     # -- one turn (caller's thread) ---------------------------------------------------------
 
+    def cancel(self, key: str) -> bool:
+        """Stop the turn run under `key` (its client left): it leaves the batch before the next
+        step, between two prefill chunks or two decode tokens, and its KV is not saved. A turn
+        still restoring its KV stops once the restore returns. False if no such turn runs."""
+        with self._keys_lock:
+            if key not in self._turns_by_key:
+                return False
+            seq = self._turns_by_key[key]
+            self._turns_by_key[key] = _CANCELLED
+        if seq is not None and seq is not _CANCELLED:
+            seq.cancelled = True
+            seq.out.put(DONE)  # wake the caller's thread now, not at its next token
+        return True
+
     def run(self, turn, since_arrival_s: float = 0.0, queue_s: float = 0.0,
-            kv_stores: list[str] | None = None) -> Iterator:
+            kv_stores: list[str] | None = None, key: str = "") -> Iterator:
         """Yields (token_ids, text, None) as tokens come, then ([], '', TurnSummary).
-        `kv_stores`: the store shards the scheduler sent (None: the worker's own)."""
+        `kv_stores`: the store shards the scheduler sent (None: the worker's own). `key`: a
+        unique name under which cancel() stops this turn."""
+        if key:
+            with self._keys_lock:
+                self._turns_by_key[key] = None
+        try:
+            yield from self._run(turn, since_arrival_s, queue_s, kv_stores, key)
+        finally:
+            if key:
+                with self._keys_lock:
+                    self._turns_by_key.pop(key, None)
+
+    def _started(self, key: str, seq: Sequence) -> bool:
+        """Make `seq` cancellable under `key`; False if it was cancelled already."""
+        if not key:
+            return True
+        with self._keys_lock:
+            if self._turns_by_key.get(key) is _CANCELLED:
+                return False
+            self._turns_by_key[key] = seq
+            return True
+
+    def _run(self, turn, since_arrival_s: float, queue_s: float, kv_stores, key: str):
         arrived = time.monotonic() - since_arrival_s
         ctx = tracing.current()
         cfg = self.model.config
@@ -97,6 +136,8 @@ class Engine:
             eos=set() if turn.ignore_eos else set(cfg.eos_token_ids),
             stops=[s for s in turn.stop if s], arrived=arrived,
             want_hidden6=self.kv_io.kv_format == common_pb2.KV_FORMAT_TENSOR6)
+        if not self._started(key, seq):
+            return
         enqueued = time.monotonic()
         self._inbox.put(seq)
         try:
@@ -104,6 +145,8 @@ class Engine:
                 yield item[0], item[1], None
         finally:
             seq.cancelled = True  # a caller that leaves early frees the batch slot
+        if not seq.finished:
+            return  # cancelled: nothing to save, no summary
         if seq.error is not None:
             raise seq.error
         # Prefill and decode ran batched in the step loop's thread: record them after the fact.

@@ -9,8 +9,8 @@ import shutil
 import tempfile
 
 from services.gen import compute_worker_pb2_grpc
-from services.grpc_util import Server, tls_files
-from services.rpc_errors import GUARD
+from services.grpc_util import Server, cluster_token, tls_files
+from services.membership_auth import config_token, server_token
 from services.runtime import wait_for_signal
 
 from .config import WorkerConfig
@@ -70,12 +70,12 @@ def start(config: WorkerConfig):
     actor = EngineActor.options(num_cpus=1, max_concurrency=config.max_batch + 4).remote(
         config.model, config.store, config.kv_format, config.default_max_tokens, config.threads,
         config.device, config.max_batch, tls_files(), config.min_step_ms,
-        config.restore_in_step)
+        config.restore_in_step, config_token(config) or cluster_token())
     ray.get(actor.info.remote())  # fail fast if the model does not load
     service = ComputeWorkerService(actor, config.worker_id)
     server = Server(config.listen, [(compute_worker_pb2_grpc.add_ComputeWorkerServicer_to_server,
                                      service)], name="bidaw.v1.ComputeWorker",
-                    interceptors=(GUARD,))
+                    token=server_token(config))
     service.worker_id = service.worker_id or f"{config.listen.rsplit(':', 1)[0]}:{server.port}"
     worker_id = service.worker_id
     log.info("compute worker %s on port %d: model %s, KV format %s, prompts up to %d bytes "
@@ -88,7 +88,6 @@ def serve(config: WorkerConfig) -> None:
     import ray
 
     from services.gen import scheduler_pb2
-    from services.membership_auth import config_token
     from services.registrar import Registrar, advertised
 
     server, _ = start(config)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import uuid
 
 import grpc
 import ray
@@ -58,7 +59,12 @@ class ComputeWorkerService(compute_worker_pb2_grpc.ComputeWorkerServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         with self._lock:
             self._running += 1
-        stream = self.actor.run_turn.remote(request.SerializeToString(), tracing.inject())
+        key = uuid.uuid4().hex  # the request id is only unique per scheduler
+        # The client (scheduler) leaving must stop the engine now: this thread may be waiting
+        # for the first token of a long prefill, and ray.cancel cannot stop a threaded actor.
+        ended = threading.Event()  # the turn ran to its end: nothing to cancel
+        context.add_callback(lambda: ended.is_set() or self.actor.cancel_turn.remote(key))
+        stream = self.actor.run_turn.remote(request.SerializeToString(), tracing.inject(), key)
         try:
             for ref in stream:
                 kind, payload = ray.get(ref)
@@ -72,6 +78,7 @@ class ComputeWorkerService(compute_worker_pb2_grpc.ComputeWorkerServicer):
                     if s.convert_s:
                         metrics.CONVERSION_TIME.observe(s.convert_s)
                 yield event
+            ended.set()
         except ray.exceptions.RayActorError as exc:
             context.abort(grpc.StatusCode.UNAVAILABLE, f"engine actor died: {exc}")
         finally:

@@ -30,7 +30,7 @@ def aligned_buffer(nbytes: int) -> mmap.mmap:
 class DirectFile:
     """An open file that tries O_DIRECT and falls back to buffered I/O on EINVAL."""
 
-    def __init__(self, path: str | os.PathLike, flags: int, direct: bool = True, mode: int = 0o644):
+    def __init__(self, path: str | os.PathLike, flags: int, direct: bool = True, mode: int = 0o600):
         self.path = os.fspath(path)
         self.flags = flags
         self.direct = direct and hasattr(os, "O_DIRECT")

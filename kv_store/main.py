@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 
 from services.grpc_util import Server
-from services.rpc_errors import GUARD
+from services.membership_auth import server_token
 from services.runtime import wait_for_signal
 
 from .chunk_wire import add_store_servicer
@@ -19,7 +19,7 @@ log = logging.getLogger("bidaw.kv_store")
 def start(config: StoreConfig) -> tuple[Server, KVStore]:
     store = KVStore(config)
     server = Server(config.listen, [(add_store_servicer, KVStoreService(store))],
-                    name="bidaw.v1.KVStore", interceptors=(GUARD,))
+                    name="bidaw.v1.KVStore", token=server_token(config))
     log.info("KV store on port %d: DRAM %d B, SSD %d B at %s, eviction %s", server.port,
              config.dram_bytes, config.ssd_bytes, config.data_dir, config.eviction)
     return server, store

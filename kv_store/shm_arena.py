@@ -68,7 +68,9 @@ class ShmArena:
         self.dir = base / f"bidaw-store-{os.getpid()}-{secrets.token_hex(6)}"
         self.dir.mkdir(mode=0o700)
         self.token = secrets.token_hex(16)
-        (self.dir / PROBE).write_text(self.token)
+        probe = os.open(self.dir / PROBE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(probe, "w") as fh:
+            fh.write(self.token)
         room = shutil.disk_usage(self.dir).free
         if capacity > room:
             log.warning("%s has %d bytes free, less than the DRAM tier's %d: capping it",

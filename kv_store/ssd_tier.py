@@ -40,7 +40,11 @@ class SsdTier:
                  read_depth: int = 4, cap: BandwidthCap | None = None,
                  meter: BandwidthMeter | None = None):
         self.root = pathlib.Path(root)
-        (self.root / "sessions").mkdir(parents=True, exist_ok=True)
+        # KV and the token ids in each record's header are the tenants' conversations: only
+        # the store's user may enter (0700 dirs, 0600 files, also for a tier made before).
+        for directory in (self.root, self.root / "sessions"):
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(directory, 0o700)
         self.direct_io = direct_io
         self.io_bytes = max(align_up(io_bytes), ALIGN)
         self.read_depth = max(read_depth, 1)
@@ -123,7 +127,7 @@ class SsdTier:
         if not isinstance(payload, ScatterView):
             payload = ScatterView([payload])
         path = self.path(session_id)
-        path.parent.mkdir(exist_ok=True)
+        path.parent.mkdir(mode=0o700, exist_ok=True)
         if offset == 0:
             return self._write_fresh(session_id, path, header, payload, payload_aligned)
         end = offset + len(header) + align_up(len(payload))

@@ -5,7 +5,7 @@ import logging
 
 from services.gen import scheduler_pb2_grpc
 from services.grpc_util import Server
-from services.rpc_errors import GUARD
+from services.membership_auth import server_token
 from services.runtime import wait_for_signal
 
 from .config import SchedulerConfig
@@ -22,7 +22,7 @@ def start(config: SchedulerConfig) -> tuple[Server, SchedulerService]:
     threads = config.rpc_threads or config.max_queue + 512 + 32
     server = Server(config.listen, [(scheduler_pb2_grpc.add_SchedulerServicer_to_server,
                                      service)], name="bidaw.v1.Scheduler",
-                    max_workers=threads, max_concurrent_rpcs=threads, interceptors=(GUARD,))
+                    max_workers=threads, max_concurrent_rpcs=threads, token=server_token(config))
     log.info("scheduler on port %d, policy %s, workers %s", server.port, config.policy,
              ",".join(config.workers))
     return server, service

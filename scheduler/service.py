@@ -21,7 +21,6 @@ import services.tracing as tracing
 from services import metrics
 from services.gen import (common_pb2, compute_worker_pb2, kv_store_pb2, scheduler_pb2,
                           scheduler_pb2_grpc)
-from services.membership_auth import authorize
 
 from .config import SchedulerConfig
 from .conversations import ConversationIndex
@@ -91,7 +90,10 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self.rerun = 0
         self.stores = StoreShards(config.scheduler_id, self._on_load_finished,
                                   self._queued_sessions)
-        self.membership = Membership(config.heartbeat_s)
+        self.membership = Membership(config.heartbeat_s, static=[
+            *((scheduler_pb2.MEMBER_KIND_WORKER, w) for w in config.workers),
+            *((scheduler_pb2.MEMBER_KIND_STORE, t.strip())
+              for t in config.store.split(",") if t.strip())])
         self.recognition = Recognition(  # turns without a session id: found by their history
             ConversationIndex(config.conversation_keys, config.conversation_ttl_s)
             if config.conversation_keys > 0 else None,
@@ -258,6 +260,9 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             queue_s=time.monotonic() - arrival, since_arrival_s=time.monotonic() - arrival,
             kv_stores=self.stores.members())
         call = pending.worker.stub.RunTurn(worker_request)
+        # A client that leaves cancels the worker's turn at once, not at its next event (a long
+        # prefill sends none): gRPC Python does not carry cancellation across hops by itself.
+        context.add_callback(call.cancel)
         replayed = 0
         lost_worker = False
         try:
@@ -347,12 +352,14 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     # -- membership -------------------------------------------------------------------------
 
     def Register(self, request, context):
-        authorize(context, self.config)  # first: an outsider learns nothing about the rest
+        # The cluster token was checked before this handler (services/cluster_auth.py).
         if request.kind not in (scheduler_pb2.MEMBER_KIND_WORKER, scheduler_pb2.MEMBER_KIND_STORE):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "kind must be WORKER or STORE")
         problem = address_problem(request.address)  # we will dial it: host:port and no more
         if problem:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        if self.membership.is_static(request.kind, request.address):
+            return self._registration_reply()  # configured at start: it needs no heartbeat
         if self.membership.beat(request.kind, request.address, time.monotonic()):
             log.info("%s %s joined", scheduler_pb2.MemberKind.Name(request.kind),
                      request.address)
@@ -365,14 +372,17 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         return self._registration_reply()
 
     def Deregister(self, request, context):
-        authorize(context, self.config)
         if request.kind not in (scheduler_pb2.MEMBER_KIND_WORKER, scheduler_pb2.MEMBER_KIND_STORE):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "kind must be WORKER or STORE")
         problem = address_problem(request.address)
         if problem:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
-        self.membership.leave(request.kind, request.address)
-        self._drop_member(request.kind, request.address)  # static members may leave too
+        if self.membership.is_static(request.kind, request.address):
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"{request.address} was configured at start (--workers/--store): "
+                          "it stays a member until the scheduler's flags change")
+        if self.membership.leave(request.kind, request.address):
+            self._drop_member(request.kind, request.address)
         return self._registration_reply()
 
     def _registration_reply(self) -> scheduler_pb2.RegistrationReply:

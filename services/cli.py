@@ -17,6 +17,7 @@ COMMANDS = [
     "services.commands.chat",
     "services.commands.demo",
     "services.commands.certs",
+    "services.commands.token",
     "bench.commands.trace",
     "bench.commands.simulate",
     "bench.commands.bench_policies",

@@ -11,8 +11,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
+from .cluster_auth import write_token_file
 from .gateway.config import model_flags
-from .grpc_util import wait_healthy
+from .grpc_util import configure_token, ensure_token, wait_healthy
 from .supervisor import RestartPolicy, Supervisor
 from .tls import TLSFiles
 
@@ -51,6 +52,20 @@ def free_port(host: str = "127.0.0.1") -> int:
     raise OSError("no free port in 20000-32000")
 
 
+def private_dir(path: pathlib.Path) -> pathlib.Path:
+    """`path` as a directory only its owner can enter (0700), made if missing."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+def private_file(path: pathlib.Path):
+    """`path` opened for appending, mode 0600 (logs may quote prompts)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "ab")
+
+
 @dataclass
 class LocalDeployment:
     data_dir: str = "./data"
@@ -62,9 +77,10 @@ class LocalDeployment:
     gateway_api_keys: str = ""  # tenant:key,...; passed by env so keys stay out of `ps`
     # A directory written by `bidaw certs`: every gRPC hop uses mTLS with its files.
     tls_dir: str = ""
-    # Members must send it to Register/Deregister; by env, like the API keys. (Here every
-    # member is static, so it guards the scheduler against outside registrations.)
-    cluster_token: str = ""
+    # The secret every internal gRPC call carries ("": this process's, made if it has none).
+    # The services read it from run/cluster-token (0600 in a 0700 directory), not from `ps`,
+    # and this process (a client of them: tests, benchmarks) uses it too.
+    cluster_token: str = field(default="", repr=False)
     metrics: bool = True  # /metrics of store, worker and scheduler on free ports
     metrics_port_base: int = 0  # N: those /metrics on ports N, N+1, N+2 (0: free ports)
     dram_bytes: str = "2GiB"
@@ -106,6 +122,23 @@ class LocalDeployment:
         return ["--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca] if tls else []
 
     @property
+    def run_dir(self) -> pathlib.Path:
+        return pathlib.Path(self.data_dir) / "run"
+
+    @property
+    def token_file(self) -> str:
+        return str(self.run_dir / "cluster-token")
+
+    def _write_token(self) -> None:
+        if self.cluster_token:
+            configure_token(self.cluster_token)  # its clients here must send it
+        else:
+            self.cluster_token = ensure_token()
+        private_dir(pathlib.Path(self.data_dir))
+        private_dir(self.run_dir)
+        write_token_file(self.token_file, self.cluster_token, overwrite=True)
+
+    @property
     def store_target(self) -> str:
         return f"{self.host}:{self.store_port}"
 
@@ -133,18 +166,16 @@ class LocalDeployment:
 
     def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
         env = {**os.environ, "RAY_AUTH_MODE": "disabled", **self.extra_env, **(env or {})}
-        if self.cluster_token and name != "gateway":
-            env[f"BIDAW_{name.upper()}_CLUSTER_TOKEN"] = self.cluster_token
-        args = [*args, *self._security_args(), *self.extra_args.get(name, [])]
+        args = [*args, "--cluster-token-file", self.token_file, *self._security_args(),
+                *self.extra_args.get(name, [])]
         self._commands[name] = ([sys.executable, "-m", "services.cli", "serve", name, *args], env)
         self.procs.append((name, self._launch(name)))
 
     def _launch(self, name: str) -> subprocess.Popen:
         """Start (or restart) a service with the command it was first given."""
         command, env = self._commands[name]
-        logs = pathlib.Path(self.data_dir) / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        out = open(logs / f"{name}.log", "ab") if self.quiet else None
+        logs = private_dir(pathlib.Path(self.data_dir) / "logs")
+        out = private_file(logs / f"{name}.log") if self.quiet else None
         try:
             return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT if out else
                                     None, env=env, start_new_session=True)
@@ -158,6 +189,7 @@ class LocalDeployment:
         return proc
 
     def start(self, timeout: float = 180.0) -> "LocalDeployment":
+        self._write_token()
         try:
             self._spawn("store", ["--listen", self.store_target, "--data-dir",
                                   str(pathlib.Path(self.data_dir) / "kv"), "--dram-bytes",

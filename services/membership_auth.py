@@ -1,19 +1,12 @@
-"""The shared cluster token that guards run-time membership (Register/Deregister).
-
-Without it anyone who reaches the scheduler's port can add a "worker" that the scheduler then
-sends turns to, or remove real members. With `--cluster-token` (better: env
-BIDAW_<SVC>_CLUSTER_TOKEN or `--cluster-token-file`, which `ps` does not show) set on the
-scheduler, a member must send the same token in gRPC metadata; it is compared in constant time
-and never logged. mTLS (services/tls.py) authenticates the connection; the token decides who may
-change membership, and also works without TLS on a trusted network.
+"""Reading the shared cluster token from a service's config (--cluster-token or, better, env
+BIDAW_<SVC>_CLUSTER_TOKEN or --cluster-token-file, which `ps` does not show). The token guards
+every internal RPC (services/cluster_auth.py); Register/Deregister are among them, so a pod
+that merely reaches the scheduler cannot add itself as a worker nor remove real members.
 """
 from __future__ import annotations
 
-import hmac
+from .cluster_auth import METADATA_KEY  # noqa: F401 - the metadata key, for callers and tests
 
-import grpc
-
-METADATA_KEY = "x-bidaw-cluster-token"
 _resolved: dict[tuple[str, str], str] = {}
 
 
@@ -32,7 +25,7 @@ def resolve_token(token: str, token_file: str) -> str:
             raise ValueError(f"--cluster-token-file {token_file}: cannot read it ({why})") from None
         if not token:
             raise ValueError(f"--cluster-token-file {token_file}: the file is empty")
-    # gRPC metadata values are printable ASCII; say so here rather than fail on every beat.
+    # gRPC metadata values are printable ASCII; say so here rather than fail on every call.
     if token and not (token.isascii() and token.isprintable() and token == token.strip()):
         raise ValueError(f"{flag}: the token must be printable ASCII without surrounding spaces")
     return token
@@ -40,7 +33,7 @@ def resolve_token(token: str, token_file: str) -> str:
 
 def config_token(config) -> str:
     """resolve_token for a service config, read once per process (the file is not re-read on
-    every heartbeat); ValueError naming the flag."""
+    every call); ValueError naming the flag."""
     key = (getattr(config, "cluster_token", "") or "",
            getattr(config, "cluster_token_file", "") or "")
     if key not in _resolved:
@@ -48,23 +41,26 @@ def config_token(config) -> str:
     return _resolved[key]
 
 
+def require_token(config, service: str) -> str:
+    """The service's token; ValueError naming the flags when there is none and the config did
+    not opt out with --insecure-no-auth (nothing is left open by accident)."""
+    token = config_token(config)
+    if not token and not getattr(config, "insecure_no_auth", False):
+        raise ValueError(
+            f"no cluster token: every internal gRPC call is authenticated; give "
+            f"--cluster-token-file FILE (`bidaw token --out FILE` makes one), --cluster-token "
+            f"or env BIDAW_{service.upper()}_CLUSTER_TOKEN(_FILE); or --insecure-no-auth true "
+            f"to serve without authentication on a trusted network")
+    return token
+
+
+def server_token(config):
+    """What a service's Server checks: its config's token, else the process-wide one."""
+    from .grpc_util import PROCESS
+
+    return config_token(config) or PROCESS
+
+
 def call_metadata(token: str) -> tuple[tuple[str, str], ...] | None:
-    """What a member sends with Register/Deregister."""
+    """Explicit metadata for a call with `token` (channels add the process-wide one anyway)."""
     return ((METADATA_KEY, token),) if token else None
-
-
-def authorize(context: grpc.ServicerContext, config) -> None:
-    """Abort the call with UNAUTHENTICATED unless it carries the scheduler's cluster token (when
-    one is configured). One message for a wrong and a missing token: nothing to probe."""
-    try:
-        expected = config_token(config)
-    except ValueError:  # checked at start; a file gone since then must not open the door
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, "the scheduler's cluster token is "
-                      "unreadable")
-    if not expected:
-        return
-    sent = next((v for k, v in context.invocation_metadata() if k == METADATA_KEY), "")
-    sent = sent if isinstance(sent, bytes) else str(sent).encode()
-    if not hmac.compare_digest(sent, expected.encode()):
-        context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                      f"membership needs the cluster token (gRPC metadata {METADATA_KEY})")

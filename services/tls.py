@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 
 CERT_FILE, KEY_FILE, CA_FILE = "tls.crt", "tls.key", "ca.crt"  # as `bidaw certs` names them
+TOKEN_FILE_ENV = "BIDAW_CLUSTER_TOKEN_FILE"  # the client commands' --cluster-token-file
 
 
 class TLSConfigError(ValueError):
@@ -140,16 +141,23 @@ def add_client_args(parser, env_prefix: str = "BIDAW_CLIENT_TLS_") -> None:
         env = f"{env_prefix}{name.upper()}"
         parser.add_argument(f"--tls-{name}", default=os.environ.get(env, ""),
                             help=f"{what} (env {env})")
+    parser.add_argument("--cluster-token-file", default=os.environ.get(TOKEN_FILE_ENV, ""),
+                        help="file holding the deployment's cluster token, sent on every gRPC "
+                             f"call (`bidaw up` prints its path; env {TOKEN_FILE_ENV})")
 
 
 def configure_client(args, command: str) -> None:
-    """Install the TLS of add_client_args' flags process-wide; SystemExit naming the flag."""
-    from .grpc_util import configure_tls
+    """Install the TLS and cluster token of add_client_args' flags process-wide; SystemExit
+    naming the flag."""
+    from .grpc_util import configure_tls, configure_token
+    from .membership_auth import resolve_token
 
     files = TLSFiles.from_dir(args.tls_dir) if args.tls_dir else TLSFiles()
     files = TLSFiles(args.tls_cert or files.cert, args.tls_key or files.key,
                      args.tls_ca or files.ca)
     try:
         configure_tls(files if files.enabled else None, server=False)
-    except TLSConfigError as exc:
+        if args.cluster_token_file:
+            configure_token(resolve_token("", args.cluster_token_file))
+    except (TLSConfigError, ValueError) as exc:
         raise SystemExit(f"bidaw {command}: {exc}") from None

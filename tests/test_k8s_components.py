@@ -1,4 +1,4 @@
-"""The optional Kustomize components (k8s/components/tls, cluster-token) on top of each overlay:
+"""The optional Kustomize components (k8s/components/tls) on top of each overlay:
 they render, validate strictly, reference only what exists (plus the Secrets the operator
 creates), give each service only its own config fields, and leave no plaintext gRPC probe."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from tests.test_k8s_manifests import (EXTERNAL, K8S, K8S_VERSIONS, OVERLAYS, _se
                                       bidaw_command, containers, dangling, env_of, needs_kubectl,
                                       pod_spec)
 
-COMPONENTS = ["tls", "cluster-token"]
+COMPONENTS = ["tls"]  # the cluster token is in the base now: every service, every overlay
 SECRETS = {("Secret", "bidaw-tls"), ("Secret", "bidaw-cluster-token")}
 
 
@@ -64,8 +64,8 @@ def test_every_grpc_hop_gets_tls_and_probes_speak_it(overlay, tmp_path):
             for field in ("tls_cert", "tls_key", "tls_ca"):
                 assert field in fields and env[f"{prefix}{field.upper()}"].startswith(
                     "/etc/bidaw/tls/"), (service, field)
-            if service != "gateway":  # members and the scheduler share the token
-                assert env[f"{prefix}CLUSTER_TOKEN_FILE"] == "/etc/bidaw/cluster/token"
+            # every service, the gateway too, carries the cluster token
+            assert env[f"{prefix}CLUSTER_TOKEN_FILE"] == "/etc/bidaw/cluster/token"
             for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
                 if probe in c and service != "gateway":
                     assert "grpc" not in c[probe], f"{service} {probe}: kubelet cannot do TLS"

@@ -33,7 +33,8 @@ OVERLAYS = sorted(p.name for p in (K8S / "overlays").iterdir() if (p / "kustomiz
 # retention policy went GA in 1.32).
 K8S_VERSIONS = ("1.37.0", "1.32.0")
 # Objects an overlay expects the operator to create (never in git); see docs/kubernetes.md.
-EXTERNAL = {"gpu": {("Secret", "bidaw-api-keys"), ("Secret", "bidaw-ray-auth")}}
+EXTERNAL = {"gpu": {("Secret", "bidaw-api-keys"), ("Secret", "bidaw-ray-auth"),
+                    ("Secret", "bidaw-cluster-token")}}
 
 WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet"}
 ADDRESS_RE = re.compile(r"^(?:[a-z]+://)?([a-z0-9][a-z0-9.-]*):(\d+)(?:/.*)?$")
@@ -713,7 +714,7 @@ def test_membership_checker_catches(breakage, expected):
 
 @needs_kubectl
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_scheduler_starts_with_no_static_members(overlay, monkeypatch):
+def test_scheduler_starts_with_no_static_members(overlay, monkeypatch, tmp_path):
     """Every member registers, so the scheduler's own lists are empty, and it starts and serves
     that way (gRPC health SERVING, no workers, no shards) until the first member registers."""
     from services.config import load_config
@@ -731,13 +732,17 @@ def test_scheduler_starts_with_no_static_members(overlay, monkeypatch):
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("BIDAW_SCHEDULER_LISTEN", "127.0.0.1:0")
     monkeypatch.setenv("BIDAW_SCHEDULER_METRICS_LISTEN", "")
+    # the Secret's file, as mounted in the pod, here in a temporary directory
+    assert env["BIDAW_SCHEDULER_CLUSTER_TOKEN_FILE"] == "/etc/bidaw/cluster/token"
+    (tmp_path / "token").write_text("k8s-test-token\n")
+    monkeypatch.setenv("BIDAW_SCHEDULER_CLUSTER_TOKEN_FILE", str(tmp_path / "token"))
     config = load_config(SchedulerConfig, None, env_prefix="BIDAW_SCHEDULER_")
     assert config.workers == [] and config.store == "" and config.heartbeat_s > 0
     server, service = start(config)
     try:
         target = f"127.0.0.1:{server.port}"
         wait_healthy(target, timeout=20, service="bidaw.v1.Scheduler")
-        stats = scheduler_pb2_grpc.SchedulerStub(channel(target)).Stats(
+        stats = scheduler_pb2_grpc.SchedulerStub(channel(target, token="k8s-test-token")).Stats(
             scheduler_pb2.SchedulerStatsRequest(), timeout=5)
         assert (stats.workers, stats.stores) == (0, 0)
     finally:

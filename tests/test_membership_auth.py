@@ -67,8 +67,10 @@ def _call(method, address: str, token: str | None, kind: int = STORE) -> grpc.St
     return grpc.StatusCode.OK
 
 
-def _stores(stub) -> int:
-    return stub.Stats(scheduler_pb2.SchedulerStatsRequest(), timeout=5).stores
+def _stores(stub, token: str = TOKEN) -> int:
+    """Stats, which needs the token too when the scheduler has one."""
+    return stub.Stats(scheduler_pb2.SchedulerStatsRequest(), timeout=5,
+                      metadata=((METADATA_KEY, token),)).stores
 
 
 def test_token_required_when_configured(guarded):

@@ -21,6 +21,7 @@ from kv_store.main import start
 from services.gen import common_pb2
 from services.grpc_util import wait_healthy
 from services.launcher import free_port
+from tests.cluster import token_file
 from tests.store_helpers import BPT, token_bytes
 
 KV = common_pb2.KV_FORMAT_KV
@@ -38,7 +39,8 @@ class StoreProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "services.cli", "serve", "store", "--listen",
                  f"127.0.0.1:{port}", "--data-dir", str(self.data_dir), "--dram-bytes", "2MiB",
-                 "--eviction", "lru", "--shm-dir", str(self.data_dir.parent / "shm")],
+                 "--eviction", "lru", "--shm-dir", str(self.data_dir.parent / "shm"),
+                 "--cluster-token-file", token_file(self.data_dir.parent)],
                 stdout=log, stderr=subprocess.STDOUT)
         target = f"127.0.0.1:{port}"
         wait_healthy(target, timeout=60, alive=lambda: self.proc.poll() is None)

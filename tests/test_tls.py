@@ -19,6 +19,7 @@ from services.gen import kv_store_pb2, kv_store_pb2_grpc, scheduler_pb2, schedul
 from services.grpc_util import Server, channel, wait_healthy
 from services.launcher import free_port
 from services.tls import TLSConfigError, TLSFiles, load
+from tests.cluster import token_file
 
 REFUSED = grpc.StatusCode.UNAVAILABLE  # a failed handshake never reaches the service
 
@@ -51,7 +52,8 @@ def mtls_store(pki, tmp_path_factory):
     proc = subprocess.Popen(
         [sys.executable, "-m", "services.cli", "serve", "store", "--listen", target,
          "--data-dir", str(data / "kv"), "--dram-bytes", "8MiB", "--ssd-bytes", "64MiB",
-         "--tls-cert", a.cert, "--tls-key", a.key, "--tls-ca", a.ca],
+         "--tls-cert", a.cert, "--tls-key", a.key, "--tls-ca", a.ca,
+         "--cluster-token-file", token_file(data)],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         wait_healthy(target, 60, alive=lambda: proc.poll() is None, tls=a)

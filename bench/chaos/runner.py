@@ -76,7 +76,7 @@ def run_fault(name: str, turns: int, reference: Reference, workdir: str | None =
                           f"{log.retries} retries, {len(log.errors)} errors); checking")
             checked = fault.check(ctx)
             problems += checked
-            checks.update(getattr(fault, "checks", {}))
+            checks.update(getattr(fault, "checks", {}))  # a fault's own measurements
             lost, why = probes.lost(set(probes.sessions) if fault.probe_misses_allowed
                                     else set())
             result["lost_acknowledged_kv"] += lost

@@ -13,8 +13,9 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from services.grpc_util import wait_healthy
-from services.launcher import LocalDeployment, free_port
+from services.cluster_auth import write_token_file
+from services.grpc_util import ensure_token, wait_healthy
+from services.launcher import LocalDeployment, free_port, private_dir
 from services.supervisor import RestartPolicy
 
 
@@ -47,6 +48,7 @@ class Topology:
     store_flags: list[str] = field(default_factory=list)
     store_data_dir: str = ""   # default: data_dir/kv
     scheduler_store: str = ""  # what the scheduler dials for the store (a proxy, say)
+    env: dict[str, str] = field(default_factory=dict)  # extra environment of every service
     services: dict[str, Service] = field(default_factory=dict)
     supervised: bool = False
     deployment: LocalDeployment | None = None
@@ -59,6 +61,9 @@ class Topology:
         self.store_port = free_port()
         self.worker_ports = [free_port() for _ in range(self.workers)]
         self.scheduler_port = free_port()
+        # Every service, and this process as their client, use this process's cluster token.
+        self.token_file = str(private_dir(root / "run") / "cluster-token")
+        write_token_file(self.token_file, ensure_token(), overwrite=True)
 
     @property
     def store_target(self) -> str:
@@ -69,7 +74,8 @@ class Topology:
         return f"127.0.0.1:{self.scheduler_port}"
 
     def _add(self, name: str, kind: str, port: int, flags: list[str]) -> Service:
-        svc = Service(name, ["serve", kind, "--listen", f"127.0.0.1:{port}", *flags], port,
+        svc = Service(name, ["serve", kind, "--listen", f"127.0.0.1:{port}",
+                             "--cluster-token-file", self.token_file, *flags], port,
                       pathlib.Path(self.data_dir) / "logs" / f"{name}.log")
         self.services[name] = svc
         return svc
@@ -117,7 +123,7 @@ class Topology:
             svc.proc = subprocess.Popen(
                 [sys.executable, "-m", "services.cli", *svc.args], stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True,
-                env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+                env={**os.environ, "RAY_AUTH_MODE": "disabled", **self.env})
 
     def wait(self, name: str, timeout: float = 240.0) -> None:
         svc = self.services[name]

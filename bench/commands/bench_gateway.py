@@ -147,13 +147,21 @@ def _echo_gateway(env: dict[str, str] | None = None):
     import os
     import subprocess
 
+    import tempfile
+
+    from services.cluster_auth import write_token_file
+    from services.grpc_util import ensure_token
     from services.launcher import free_port, wait_http
 
+    token = ensure_token()  # before the echo scheduler: it checks the token, the gateway sends it
     server = _echo_scheduler()
     port = free_port()
+    token_file = os.path.join(tempfile.mkdtemp(prefix="bidaw-token-"), "cluster-token")
+    write_token_file(token_file, token)
     proc = subprocess.Popen([sys.executable, "-m", "services.cli", "serve", "gateway",
                              "--listen", f"127.0.0.1:{port}", "--scheduler",
-                             f"127.0.0.1:{server.port}"], stdout=subprocess.DEVNULL,
+                             f"127.0.0.1:{server.port}", "--cluster-token-file", token_file],
+                            stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env={**os.environ, **(env or {})})
     try:
         wait_http(f"http://127.0.0.1:{port}/health", 60, alive=lambda: proc.poll() is None)

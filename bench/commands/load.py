@@ -36,6 +36,9 @@ def register(sub, groups) -> None:
                    "starting a deployment")
     p.add_argument("--scheduler", default="",
                    help="with --target: the scheduler HOST:PORT, to sample its queues")
+    p.add_argument("--cluster-token-file", default="",
+                   help="with --scheduler: the deployment's cluster token file (`bidaw up` "
+                   "prints its path), sent on the sampling calls")
     p.add_argument("--queue-bound", type=int, default=None,
                    help="with --target: the scheduler's --max-queue, to judge the queues")
     p.add_argument("--pid", action="append", default=[], metavar="NAME=PID",
@@ -74,6 +77,14 @@ def run(args) -> int:
                      turns_per_session=args.turns_per_session, seed=args.seed,
                      turn_timeout_s=args.turn_timeout, api_key=args.api_key)
     if args.target:
+        if args.cluster_token_file:
+            from services.grpc_util import configure_token
+            from services.membership_auth import resolve_token
+
+            try:
+                configure_token(resolve_token("", args.cluster_token_file))
+            except ValueError as exc:
+                raise SystemExit(f"bidaw load: {exc}") from None
         pids = {}
         for item in args.pid:
             name, _, pid = item.partition("=")

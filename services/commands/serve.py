@@ -57,13 +57,14 @@ def run(args) -> int:
         configure_tls(TLSFiles.from_config(config), server=args.service != "gateway")
     except TLSConfigError as exc:
         raise SystemExit(f"bidaw serve {args.service}: {exc}")
-    if hasattr(config, "cluster_token"):
-        from services.membership_auth import config_token
+    from services.grpc_util import configure_token, keepalive_s
+    from services.membership_auth import require_token
 
-        try:  # read and checked now, not at the first Register
-            config_token(config)
-        except ValueError as exc:
-            raise SystemExit(f"bidaw serve {args.service}: {exc}")
+    try:  # read and checked now, before any server or channel exists
+        configure_token(require_token(config, args.service))
+        keepalive_s()
+    except ValueError as exc:
+        raise SystemExit(f"bidaw serve {args.service}: {exc}")
     setup_logging(args.service)
     init_tracing(TRACE_NAMES[args.service])  # before any gRPC server or channel exists
     if args.service != "gateway":  # the gateway serves its own, on its event loop

@@ -54,9 +54,10 @@ def run(args) -> int:
         print(f"OpenAI API {dep.gateway_url}   (OpenAI(base_url=..., api_key=...))")
         tls = f" --tls-dir {args.tls_dir}" if args.tls_dir else ""
         print(f"scheduler  {dep.scheduler_target}   (bidaw chat --target "
-              f"{dep.scheduler_target}{tls})")
+              f"{dep.scheduler_target} --cluster-token-file {dep.token_file}{tls})")
         print(f"KV store   {dep.store_target}\nworker     {dep.worker_target}")
         print("metrics    " + "  ".join(f"{n} {u}" for n, u in dep.metrics_urls.items()))
+        print(f"internal gRPC needs the cluster token in {dep.token_file} (new for this run)")
         print(f"logs in {args.data_dir}/logs; Ctrl-C to stop", flush=True)
         wait_for_signal()
         print("stopping ...", flush=True)

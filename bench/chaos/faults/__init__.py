@@ -14,7 +14,8 @@ from __future__ import annotations
 import importlib
 
 ORDER = ["store-kill", "worker-kill", "actor-kill", "scheduler-kill", "ssd-corrupt",
-         "disk-full", "slow-disk", "redis-restart", "partition", "service-crash"]
+         "disk-full", "slow-disk", "redis-restart", "partition", "service-crash",
+         "attacker", "long-wait"]
 
 
 class NotRun(Exception):
