@@ -6,6 +6,8 @@ import struct
 
 import grpc
 
+from services.grpc_util import channel
+
 BAD_UTF8 = b"sess\xff\xfe\xc3("  # not UTF-8: a proto3 string field must be
 MASK64 = (1 << 64) - 1
 
@@ -47,8 +49,9 @@ TRUNCATED = blob(1, b"abc")[:-2]  # says 3 bytes follow, 1 does: no message pars
 def status_of(target: str, method: str, kind: str, payload, timeout: float = 30.0,
               ) -> tuple[grpc.StatusCode, str]:
     """Call `method` with raw request bytes (a list of messages for a request stream); the
-    status and its message. The channel has no serializer, so the bytes go as they are."""
-    with grpc.insecure_channel(target) as ch:
+    status and its message. The channel has no serializer, so the bytes go as they are; it
+    carries this process's cluster token (a deployment started here checks it)."""
+    with channel(target) as ch:
         stub = getattr(ch, kind)(method)
         try:
             if kind == "unary_unary":
