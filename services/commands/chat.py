@@ -12,7 +12,8 @@ def register(sub, groups) -> None:
     from services.chat_client import TARGET_HELP
 
     p = sub.add_parser("chat", help="talk to a running deployment (one session, many turns)")
-    p.add_argument("--target", default="127.0.0.1:50052", help=TARGET_HELP)
+    # The gateway `bidaw up` serves: the public API, which needs no cluster token.
+    p.add_argument("--target", default="http://127.0.0.1:8000/v1", help=TARGET_HELP)
     p.add_argument("--api-key", default=os.environ.get("BIDAW_API_KEY", ""),
                    help="gateway API key, over HTTP (default: env BIDAW_API_KEY)")
     p.add_argument("--model", default="", help="model id sent to the gateway (default: the one "

@@ -51,7 +51,8 @@ def run(args) -> int:
                           on_restart=lambda line: print(f"[supervisor] {line}", flush=True))
     print("starting KV store, compute worker, scheduler, gateway ...", flush=True)
     with dep:
-        print(f"OpenAI API {dep.gateway_url}   (OpenAI(base_url=..., api_key=...))")
+        print(f"OpenAI API {dep.gateway_url}   (OpenAI(base_url=..., api_key=...); "
+              f"bidaw chat --target {dep.gateway_url})")
         tls = f" --tls-dir {args.tls_dir}" if args.tls_dir else ""
         print(f"scheduler  {dep.scheduler_target}   (bidaw chat --target "
               f"{dep.scheduler_target} --cluster-token-file {dep.token_file}{tls})")
