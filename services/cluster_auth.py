@@ -121,8 +121,9 @@ def aio_senders(token) -> list:
     """TokenSender for grpc.aio channels: one interceptor object per call kind (aio files each
     object under a single kind)."""
     def details_for(details):
+        # aio needs a sequence here, never None (a process with no token sends none)
         return grpc.aio.ClientCallDetails(details.method, details.timeout,
-                                          _with_token(details.metadata, token()),
+                                          _with_token(details.metadata, token()) or (),
                                           details.credentials, details.wait_for_ready)
 
     class UnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):

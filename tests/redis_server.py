@@ -51,3 +51,11 @@ def redis_server(workdir) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    """A fresh redis-server for one test (import this fixture into the test module)."""
+    (tmp_path / "redis").mkdir()
+    with redis_server(tmp_path / "redis") as url:
+        yield url

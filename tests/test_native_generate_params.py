@@ -12,17 +12,9 @@ import pytest
 
 from services.gateway.background import BackgroundGateway
 from services.gateway.config import GatewayConfig
-from tests.fake_scheduler import start_fake_scheduler
-from tests.test_gateway_api import assert_error, post, raw
+from tests.test_gateway_api import assert_error, fake, post, raw  # noqa: F401 (fake: a fixture)
 
 KEY = "sk-native-test"
-
-
-@pytest.fixture(scope="module")
-def fake():
-    server, fake = start_fake_scheduler()
-    yield server, fake
-    server.stop(0)
 
 
 @pytest.fixture(scope="module")

@@ -11,17 +11,10 @@ from compute_worker.kv_client import KVClient
 from kv_store.config import StoreConfig
 from kv_store.main import start
 from services.gen import common_pb2
-from tests.redis_server import redis_server
+from tests.redis_server import redis_url  # noqa: F401 (a fixture)
 
 KV = common_pb2.KV_FORMAT_KV
 BPT = 4096
-
-
-@pytest.fixture
-def redis_url(tmp_path):
-    (tmp_path / "redis").mkdir()
-    with redis_server(tmp_path / "redis") as url:
-        yield url
 
 
 @pytest.fixture

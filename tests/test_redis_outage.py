@@ -14,17 +14,10 @@ from kv_store.config import StoreConfig
 from kv_store.main import start
 from kv_store.ssd_tier import SsdTier
 from services.gen import common_pb2
-from tests.redis_server import redis_server
+from tests.redis_server import redis_url  # noqa: F401 (a fixture)
 
 KV = common_pb2.KV_FORMAT_KV
 BPT = 4096
-
-
-@pytest.fixture
-def redis_url(tmp_path):
-    (tmp_path / "redis").mkdir()
-    with redis_server(tmp_path / "redis") as url:
-        yield url
 
 
 def _store(tmp_path, url):
@@ -92,7 +85,8 @@ def test_store_without_its_redis_exits_with_one_line(tmp_path):
         port = s.getsockname()[1]
     out = subprocess.run([sys.executable, "-m", "services.cli", "serve", "store", "--listen",
                           "127.0.0.1:0", "--data-dir", str(tmp_path / "ssd"), "--shm-dir",
-                          str(tmp_path), "--index", f"redis://127.0.0.1:{port}/0"],
+                          str(tmp_path), "--index", f"redis://127.0.0.1:{port}/0",
+                          "--insecure-no-auth", "true"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 1
     assert "Traceback" not in out.stderr

@@ -138,6 +138,10 @@ class NativeReply:
             "cached_tokens": summary.cached_tokens, "e2e_latency": summary.latency_s,
             "bidaw": extension(summary)}}
 
+    def complete(self, text: str, summary) -> dict:
+        """The non-streamed answer (TurnServer._whole): the last chunk's shape."""
+        return self.chunk(text, summary)
+
 
 def _sse(payload) -> bytes:
     data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
@@ -145,22 +149,8 @@ def _sse(payload) -> bytes:
 
 
 class NativeTurns(TurnServer):
-    """TurnServer's session, tracing and cancellation, with SGLang's answer shapes."""
-
-    async def _whole(self, call, first, reply: NativeReply, headers: dict) -> web.Response:
-        text, summary = [], None
-        try:
-            async for event in self._events(call, first):
-                text.append(event.text)
-                summary = event.summary if event.HasField("summary") else summary
-        except grpc.RpcError as exc:
-            metrics.TURNS.labels("error").inc()
-            raise from_grpc(exc, self.retry_after) from None
-        if summary is None:
-            raise ApiError(500, "the turn ended without a summary")
-        self._finished(summary)
-        return web.json_response(reply.chunk("".join(text), summary),
-                                 headers={"x-request-id": reply.id, **headers})
+    """TurnServer's session, tracing and cancellation, with SGLang's answer shapes (the whole
+    answer via NativeReply.complete, the stream below)."""
 
     async def _stream(self, request, call, first, parsed: Parsed, reply: NativeReply,
                       headers: dict) -> web.StreamResponse:
