@@ -151,8 +151,8 @@ def gateway_process(deployment, log_dir) -> tuple[subprocess.Popen, str]:
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "services.cli", "serve", "gateway", "--listen",
-         f"127.0.0.1:{port}", "--scheduler", deployment.scheduler_target, "--served-model",
-         MODEL], stdout=open(os.path.join(log_dir, f"gateway-{port}.log"), "ab"),
+         f"127.0.0.1:{port}", "--scheduler", deployment.scheduler_target, "--served-model-name",
+         MODEL, "--cluster-token-file", deployment.token_file], stdout=open(os.path.join(log_dir, f"gateway-{port}.log"), "ab"),
         stderr=subprocess.STDOUT, start_new_session=True)
     wait_http(f"http://127.0.0.1:{port}/health", 60, alive=lambda: proc.poll() is None)
     return proc, f"http://127.0.0.1:{port}/v1"

@@ -15,7 +15,19 @@ LONG_SECOND_QUESTION = ("That is helpful. Now please describe, in a few sentence
                         "weather is usually like there in spring and in autumn, for a visitor.")
 
 
-def test_three_turns_served_from_none_dram_then_ssd(deployment):
+@pytest.fixture(scope="module")
+def fresh_deployment(tmp_path_factory):
+    """A deployment of its own: on the shared one, what other tests stored and taught the
+    eviction policy (many one-turn sessions that never came back) decides where turn 1 lands."""
+    from services.launcher import LocalDeployment
+
+    with LocalDeployment(data_dir=str(tmp_path_factory.mktemp("fresh")), dram_bytes="4MiB",
+                         default_max_tokens=32, supervise=False) as dep:
+        yield dep
+
+
+def test_three_turns_served_from_none_dram_then_ssd(fresh_deployment):
+    deployment = fresh_deployment
     conv = Conversation(ChatClient(deployment.scheduler_target), "three-turns")
     store = KVClient(deployment.store_target)
     r1 = conv.say("What is the capital of France?", max_tokens=32)
