@@ -27,7 +27,9 @@ def dep(tmp_path_factory):
     lines: list[str] = []
     d = LocalDeployment(data_dir=str(tmp_path_factory.mktemp("supervised")), dram_bytes="4MiB",
                         default_max_tokens=16, on_restart=lines.append,
-                        restart_policy=RestartPolicy(first_delay_s=0.2, healthy_s=5.0))
+                        # a 3-s first delay keeps a killed service down long enough for
+                        # /health (cached 1 s) to be seen saying so: a warm restart takes < 1 s
+                        restart_policy=RestartPolicy(first_delay_s=3.0, healthy_s=5.0))
     d.lines = lines
     with d:
         yield d
