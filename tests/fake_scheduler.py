@@ -64,6 +64,7 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
 
 def start_fake_scheduler() -> tuple[Server, FakeScheduler]:
     fake = FakeScheduler()
+    # token="": checks none, whatever this process's token is (clients in subprocesses have none)
     server = Server("127.0.0.1:0", [(scheduler_pb2_grpc.add_SchedulerServicer_to_server, fake)],
-                    name="bidaw.v1.Scheduler")
+                    name="bidaw.v1.Scheduler", token="")
     return server, fake

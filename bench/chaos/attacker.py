@@ -98,11 +98,11 @@ def snapshot(scheduler: str, store: str, session: str) -> dict:
     kv = kv_store_pb2_grpc.KVStoreStub(channel(store))
     look = kv.Lookup(kv_store_pb2.LookupRequest(session_id=session), timeout=10)
     digest = hashlib.sha256()
-    with channel(store) as ch:
-        read = ch.unary_stream("/bidaw.v1.KVStore/ReadKV", request_serializer=(
-            kv_store_pb2.ReadKVRequest.SerializeToString), response_deserializer=None)
-        for raw in read(kv_store_pb2.ReadKVRequest(session_id=session), timeout=30):
-            digest.update(raw)
+    # The KV bytes only: the header also says which tier served them, which eviction may
+    # change while the replay goes on.
+    for chunk in kv.ReadKV(kv_store_pb2.ReadKVRequest(session_id=session), timeout=30):
+        if chunk.WhichOneof("kind") == "data":
+            digest.update(chunk.data)
     return {"workers": stats.workers, "stores": stats.stores,
             "turns_finished": stats.turns_finished, "turns_failed": stats.turns_failed,
             "kv_tier": common_pb2.Tier.Name(look.tier), "kv_tokens": list(look.token_ids),
