@@ -13,26 +13,9 @@ import asyncio
 import json
 import random
 import time
-from dataclasses import dataclass, field
 
 from .fuzz_inputs import CLASSES, generate
-
-
-@dataclass
-class ClassTally:
-    inputs: int = 0
-    statuses: dict = field(default_factory=dict)
-    crashes: list = field(default_factory=list)  # first few, described
-    crash_count: int = 0
-    unclear: int = 0  # a 4xx without the {"error": {...}} body
-
-    def saw(self, status, crash: str = "") -> None:
-        self.inputs += 1
-        self.statuses[str(status)] = self.statuses.get(str(status), 0) + 1
-        if crash:
-            self.crash_count += 1
-            if len(self.crashes) < 5:
-                self.crashes.append(crash)
+from .fuzz_tally import ClassTally
 
 
 async def _send(host: str, port: int, raw: bytes, timeout: float) -> tuple[int, bytes]:

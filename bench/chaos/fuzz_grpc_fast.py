@@ -13,7 +13,7 @@ import grpc
 from google.protobuf.descriptor import FieldDescriptor as F
 
 from .fuzz import CRASH
-from .fuzz_fast import ClassTally
+from .fuzz_tally import ClassTally
 
 INT_VALUES = {F.TYPE_INT32: [-2**31, 2**31 - 1, -1, 0, 1], F.TYPE_SINT32: [-2**31, 2**31 - 1],
               F.TYPE_SFIXED32: [-2**31, 2**31 - 1], F.TYPE_UINT32: [0, 1, 2**32 - 1, 2**31],
