@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 SETUP_STAMP := $(VENV)/.bidaw-setup
-GEN_STAMP := services/gen/__init__.py
+GEN_STAMP := services/runtime/gen/__init__.py
 PROTO_FILES := $(wildcard protos/bidaw/v1/*.proto)
 
 .PHONY: setup protos test run up clean
@@ -37,8 +37,8 @@ $(SETUP_STAMP): pyproject.toml
 
 protos: $(GEN_STAMP)
 
-$(GEN_STAMP): $(PROTO_FILES) services/codegen.py $(SETUP_STAMP)
-	$(PY) -m services.codegen
+$(GEN_STAMP): $(PROTO_FILES) services/runtime/codegen.py $(SETUP_STAMP)
+	$(PY) -m services.runtime.codegen
 
 test: setup
 	$(PY) -m pytest -q tests
@@ -51,4 +51,4 @@ up: setup
 	$(VENV)/bin/bidaw up
 
 clean:
-	rm -rf $(VENV) services/gen
+	rm -rf $(VENV) services/runtime/gen

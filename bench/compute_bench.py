@@ -24,7 +24,7 @@ from compute_worker.kv_client import KVClient
 from compute_worker.kv_io import KVSessionIO
 from compute_worker.models import ModelConfig, build_model
 from kv_store.config import StoreConfig
-from services.gen import common_pb2
+from services.runtime.gen import common_pb2
 
 KV, T6 = common_pb2.KV_FORMAT_KV, common_pb2.KV_FORMAT_TENSOR6
 OPT_125M_SHAPE = dict(arch="opt", vocab_size=50272, hidden_size=768, intermediate_size=3072,
@@ -133,7 +133,7 @@ SAMPLE_TRACE = pathlib.Path(__file__).resolve().parents[2] / "shared" / "traces"
 def scheduler_replay(trace: str | pathlib.Path = SAMPLE_TRACE, users: int = 10) -> dict:
     """Mean queueing time and TTFT, bidaw vs fcfs (both with LRU eviction, so only the
     scheduler differs), replaying the same sampled users of `trace` live."""
-    cmd = [sys.executable, "-m", "services.cli", "bench", "live", "--trace", str(trace),
+    cmd = [sys.executable, "-m", "services.cli.main", "bench", "live", "--trace", str(trace),
            "--systems", "fcfs-lru,bidaw-sched-only", "--users", str(users), "--window-s", "300",
            "--time-scale", "0.2", "--max-rounds", "4", "--json"]
     out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)

@@ -6,7 +6,7 @@
 - eviction decision: with `sessions` entries in the policy, after a warm-up that feeds it
   realistic turns (sizes, answers, think times), one decision = `victim` + `remove` of it + `admit`
   of a returning session;
-- cache-only speed: turns per second of bench.cache_sim.replay over a trace, per policy.
+- cache-only speed: turns per second of bench.sim.cache.replay over a trace, per policy.
 Medians of per-decision wall times; the machine is noisy, so compare ratios run side by side.
 """
 from __future__ import annotations
@@ -69,10 +69,7 @@ def evict_decision_ms(policy_name: str = "bidaw", sessions: int = 100_000, decis
     from kv_store.eviction.registry import make_policy
 
     rng = random.Random(seed)
-    policy = make_policy(policy_name)
-    hook = getattr(policy, "set_capacity", None)
-    if hook is not None:
-        hook(200 * GIB)
+    policy = make_policy(policy_name, 200 * GIB)
     now = 0.0
     sizes: dict[int, int] = {}
     # Warm-up: every session arrives, answers, and some come back a few times.
@@ -108,7 +105,7 @@ def cache_only_turns_per_s(turns: list, policies: tuple[str, ...], dram_gib: flo
                            sample_users: float | None = 0.3,
                            on_policy: Callable[[str], None] | None = None) -> dict[str, float]:
     """Turns per second of the cache-only replay (trace preparation excluded), per policy."""
-    from bench.cache_sim import prepare_accesses, replay
+    from bench.sim.cache import prepare_accesses, replay
     from kv_store.eviction.registry import make_policy
 
     log = prepare_accesses(turns, sample_users=sample_users)
@@ -117,10 +114,7 @@ def cache_only_turns_per_s(turns: list, policies: tuple[str, ...], dram_gib: flo
     for name in policies:
         if on_policy is not None:
             on_policy(name)
-        policy = make_policy(name)
-        hook = getattr(policy, "set_capacity", None)
-        if hook is not None:
-            hook(int(dram_gib * GIB))
+        policy = make_policy(name, int(dram_gib * GIB))
         t0 = time.perf_counter()
         replay(log, policy, int(dram_gib * GIB))
         dt = time.perf_counter() - t0

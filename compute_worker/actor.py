@@ -10,8 +10,8 @@ import logging
 
 import ray
 
-import services.tracing as tracing
-from services.gen import common_pb2, compute_worker_pb2
+import services.runtime.tracing as tracing
+from services.runtime.gen import common_pb2, compute_worker_pb2
 
 log = logging.getLogger("bidaw.compute_worker")
 
@@ -24,7 +24,7 @@ def resolve_format(name: str, config) -> int:
         return common_pb2.KV_FORMAT_TENSOR6
     if name != "auto":
         raise ValueError(f"--kv-format must be auto, kv or tensor6, not {name!r}")
-    from .tensor_choice import choose_tensor
+    from compute_worker.tensor_choice import choose_tensor
 
     return (common_pb2.KV_FORMAT_TENSOR6 if choose_tensor(config) == "tensor6"
             else common_pb2.KV_FORMAT_KV)
@@ -45,23 +45,23 @@ class EngineHost:
 
         import torch
 
-        from services.malloc import tune as tune_malloc
+        from services.runtime.malloc import tune as tune_malloc
 
-        tune_malloc()  # before the model and KV buffers are allocated (see services/malloc.py)
+        tune_malloc()  # before the model and KV buffers are allocated (see services/runtime/malloc.py)
         tracing.init_tracing("compute-worker")  # the actor is its own process; before any channel
         if tls is not None:
-            from services.grpc_util import configure_tls
+            from services.runtime.grpc_util import configure_tls
 
             configure_tls(tls)
         if cluster_token:
-            from services.grpc_util import configure_token
+            from services.runtime.grpc_util import configure_token
 
             configure_token(cluster_token)
 
-        from .engine import Engine
-        from .kv_io import KVSessionIO
-        from .kv_shards import KVShards
-        from .loaders.registry import load_model
+        from compute_worker.engine import Engine
+        from compute_worker.kv_io import KVSessionIO
+        from compute_worker.kv_shards import KVShards
+        from compute_worker.loaders.registry import load_model
 
         # Ray pins OMP threads to the actor's CPU count (1); the engine wants the cores it is given.
         torch.set_num_threads(threads or os.cpu_count() or 1)
@@ -75,7 +75,7 @@ class EngineHost:
         kv_io = KVSessionIO(store, model, self.model_name, fmt)
         self.engine = Engine(model, tokenizer, kv_io, default_max_tokens, max_batch,
                              min_step_s=min_step_ms / 1000.0, restore_in_step=restore_in_step)
-        from .prompt_bound import prompt_byte_bound
+        from compute_worker.prompt_bound import prompt_byte_bound
 
         self.max_prompt_bytes = prompt_byte_bound(tokenizer, self.engine.max_context)
 
@@ -94,7 +94,7 @@ class EngineHost:
         """Yields ("event", TurnEvent bytes) ... or ("error", message) for a bad request.
         `carrier` holds the caller's trace context (W3C headers), as Ray does not carry it.
         `key`: a unique name for cancel_turn."""
-        from .prompt import TurnError
+        from compute_worker.prompt import TurnError
 
         req = compute_worker_pb2.WorkerTurnRequest.FromString(request)
         with tracing.span("worker.turn", parent=tracing.extract(carrier),

@@ -19,15 +19,15 @@ from typing import Iterator
 
 import torch
 
-import services.tracing as tracing
-from services.gen import common_pb2
-from services.metrics import TIER_LABELS
+import services.runtime.tracing as tracing
+from services.runtime.gen import common_pb2
+from services.runtime.metrics import TIER_LABELS
 
-from .detokenizer import Detokenizer
-from .kv_io import KVSessionIO
-from .prompt import prompt_ids
-from .sampling import Sampler
-from .sequence import DONE, Sequence
+from compute_worker.detokenizer import Detokenizer
+from compute_worker.kv_io import KVSessionIO
+from compute_worker.prompt import prompt_ids
+from compute_worker.sampling import Sampler
+from compute_worker.sequence import DONE, Sequence
 
 log = logging.getLogger("bidaw.compute_worker")
 _CANCELLED = object()  # Engine._turns_by_key: the turn was cancelled before it started

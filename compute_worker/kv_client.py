@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import grpc
 
-from services.gen import kv_store_pb2, kv_store_pb2_grpc
-from services.grpc_util import CHUNK_BYTES, channel
+from services.runtime.gen import kv_store_pb2, kv_store_pb2_grpc
+from services.runtime.grpc_util import CHUNK_BYTES, channel
 
 SHM_MIN_BYTES = 64 << 10  # below this a gRPC stream is as quick as the extra round trip
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import torch
 
-from services.gen import common_pb2
+from services.runtime.gen import common_pb2
 
-from .models.config import ModelConfig
-from .models.kv_cache import kv_from_token_major
+from compute_worker.models.config import ModelConfig
+from compute_worker.models.kv_cache import kv_from_token_major
 
 KV, TENSOR6 = common_pb2.KV_FORMAT_KV, common_pb2.KV_FORMAT_TENSOR6
 

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 import grpc
 import torch
 
-import services.tracing as tracing
-from services.gen import common_pb2
+import services.runtime.tracing as tracing
+from services.runtime.gen import common_pb2
 
-from . import kv_codec
-from .kv_client import KVClient
-from .kv_shards import KVShards
+from compute_worker import kv_codec
+from compute_worker.kv_client import KVClient
+from compute_worker.kv_shards import KVShards
 
 log = logging.getLogger("bidaw.compute_worker")
 

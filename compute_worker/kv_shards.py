@@ -1,15 +1,15 @@
 """Which KV store shard holds a session: the worker's side of the consistent-hash ring.
 
 The scheduler sends the current shard list with every turn; the worker hashes the session onto
-it exactly as the scheduler does (services/hash_ring.py), with one client per shard, reused.
+it exactly as the scheduler does (services/runtime/hash_ring.py), with one client per shard, reused.
 """
 from __future__ import annotations
 
 import threading
 
-from services.hash_ring import HashRing
+from services.runtime.hash_ring import HashRing
 
-from .kv_client import KVClient
+from compute_worker.kv_client import KVClient
 
 
 class KVShards:

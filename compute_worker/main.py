@@ -8,12 +8,12 @@ import re
 import shutil
 import tempfile
 
-from services.gen import compute_worker_pb2_grpc
-from services.grpc_util import Server, cluster_token, tls_files
-from services.membership_auth import config_token, server_token
-from services.runtime import wait_for_signal
+from services.runtime.gen import compute_worker_pb2_grpc, scheduler_pb2
+from services.runtime.grpc_util import Server, cluster_token, tls_files
+from services.runtime.membership_auth import config_token, server_token
+from services.runtime.registrar import serve_registered
 
-from .config import WorkerConfig
+from compute_worker.config import WorkerConfig
 
 log = logging.getLogger("bidaw.compute_worker")
 # The local Ray's temporary directory, named for the worker that owns it: removed on stop, and
@@ -61,8 +61,8 @@ def sweep_ray_temp_dirs(base: str = "/tmp") -> None:
 def start(config: WorkerConfig):
     import ray
 
-    from .actor import EngineActor
-    from .service import ComputeWorkerService
+    from compute_worker.actor import EngineActor
+    from compute_worker.service import ComputeWorkerService
 
     init_ray(config)
     # Threaded actor: each running turn's generator waits in its own thread while the engine's
@@ -85,16 +85,6 @@ def start(config: WorkerConfig):
 
 
 def serve(config: WorkerConfig) -> None:
-    import ray
-
-    from services.gen import scheduler_pb2
-    from services.registrar import Registrar, advertised
-
     server, _ = start(config)
-    registrar = Registrar(config.scheduler, scheduler_pb2.MEMBER_KIND_WORKER,
-                          advertised(config.advertise, config.listen, server.port),
-                          config_token(config)).start()
-    wait_for_signal()
-    registrar.stop()  # first: the scheduler stops sending turns here
-    server.stop(grace=30.0)  # then running turns get time to finish
+    serve_registered(config, scheduler_pb2.MEMBER_KIND_WORKER, server, grace=30.0)  # turns end
     shutdown_ray()

@@ -12,7 +12,7 @@ tokenisation of megabytes it would refuse afterwards. For SmolLM2-135M: 8192 tok
 """
 from __future__ import annotations
 
-from .prompt import TurnError
+from compute_worker.prompt import TurnError
 
 
 def longest_token_bytes(tokenizer) -> int:

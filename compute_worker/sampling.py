@@ -10,7 +10,7 @@ from collections import Counter
 
 import torch
 
-from .prompt import TurnError
+from compute_worker.prompt import TurnError
 
 MAX_BIAS = 100.0  # OpenAI's logit_bias range
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .detokenizer import Detokenizer
-from .sampling import Sampler
+from compute_worker.detokenizer import Detokenizer
+from compute_worker.sampling import Sampler
 
 DONE = object()  # end-of-stream marker on Sequence.out
 

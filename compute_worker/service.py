@@ -9,13 +9,13 @@ import uuid
 import grpc
 import ray
 
-import services.tracing as tracing
-from services import metrics
-from services.gen import common_pb2, compute_worker_pb2, compute_worker_pb2_grpc
-from services.rpc_errors import BadRequest
+import services.runtime.tracing as tracing
+from services.runtime import metrics
+from services.runtime.gen import common_pb2, compute_worker_pb2, compute_worker_pb2_grpc
+from services.runtime.rpc_errors import BadRequest
 
-from .prompt import TurnError
-from .prompt_bound import check_turn_size
+from compute_worker.prompt import TurnError
+from compute_worker.prompt_bound import check_turn_size
 
 log = logging.getLogger("bidaw.compute_worker")
 MAX_SESSION_ID = 256  # bytes, as the scheduler and the store allow

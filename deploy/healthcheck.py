@@ -26,11 +26,11 @@ def command_line(pid: int = 1) -> list[str]:
 
 
 def bidaw_args(cmdline: list[str]) -> list[str] | None:
-    """The arguments given to `bidaw` (or `python -m services.cli`) in a command line."""
+    """The arguments given to `bidaw` (or `python -m services.cli.main`) in a command line."""
     for i, arg in enumerate(cmdline):
         if os.path.basename(arg) == "bidaw":
             return cmdline[i + 1:]
-        if arg == "services.cli" and i > 0 and cmdline[i - 1] == "-m":
+        if arg == "services.cli.main" and i > 0 and cmdline[i - 1] == "-m":
             return cmdline[i + 1:]
     return None
 
@@ -42,15 +42,15 @@ def _port(listen: str) -> str:
 def probe_target(args: list[str]) -> tuple[str, str, str] | None:
     """("grpc", "127.0.0.1:PORT", health service name) or ("http", "127.0.0.1:PORT", "/health"),
     or None when the command serves nothing."""
-    from services.cli import build_parser
+    from services.cli.main import build_parser
 
     ns = build_parser().parse_args(args)
     if ns.command == "up":  # the embedded deployment: healthy when its front door answers
         return "http", f"127.0.0.1:{ns.port}", "/health"
     if ns.command != "serve":
         return None
-    from services.commands.serve import SERVICES, _load
-    from services.config import load_config
+    from services.cli.serve import SERVICES, _load
+    from services.runtime.config import load_config
 
     config_ref, _, env_prefix, _ = SERVICES[ns.service]
     config = load_config(_load(config_ref), ns, env_prefix=env_prefix)
@@ -63,14 +63,14 @@ def probe_target(args: list[str]) -> tuple[str, str, str] | None:
 def tls_files(args: list[str]):
     """The TLS files of a `bidaw serve` gRPC service (its --tls-* / BIDAW_*_TLS_*), or None:
     with TLS on, the check must dial with them (and present the cert where mTLS is on)."""
-    from services.cli import build_parser
+    from services.cli.main import build_parser
 
     ns = build_parser().parse_args(args)
     if ns.command != "serve" or ns.service in HTTP_SERVICES:
         return None
-    from services.commands.serve import SERVICES, _load
-    from services.config import load_config
-    from services.tls import TLSFiles
+    from services.cli.serve import SERVICES, _load
+    from services.runtime.config import load_config
+    from services.runtime.tls import TLSFiles
 
     config_ref, _, env_prefix, _ = SERVICES[ns.service]
     return TLSFiles.from_config(load_config(_load(config_ref), ns, env_prefix=env_prefix))
@@ -88,7 +88,7 @@ def check(kind: str, target: str, what: str, timeout: float = 3.0, tls=None) -> 
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-    from services.grpc_util import channel as make_channel
+    from services.runtime.grpc_util import channel as make_channel
 
     with make_channel(target, tls) as channel:  # `tls` None: plaintext
         try:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import grpc
 
-from services.gen import kv_store_pb2_grpc
+from services.runtime.gen import kv_store_pb2_grpc
 
 _DATA_TAG, _OFFSET_TAG = b"\x12", b"\x18"  # KVChunk.data (2, bytes), KVChunk.offset (3, varint)
 

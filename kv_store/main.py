@@ -3,15 +3,16 @@ from __future__ import annotations
 
 import logging
 
-from services.grpc_util import Server
-from services.membership_auth import server_token
-from services.runtime import wait_for_signal
+from services.runtime.grpc_util import Server
+from services.runtime.membership_auth import server_token
+from services.runtime.gen import scheduler_pb2
+from services.runtime.registrar import serve_registered
 
-from .chunk_wire import add_store_servicer
-from .config import StoreConfig
-from .errors import StoreError
-from .service import KVStoreService
-from .store import KVStore
+from kv_store.chunk_wire import add_store_servicer
+from kv_store.config import StoreConfig
+from kv_store.errors import StoreError
+from kv_store.service import KVStoreService
+from kv_store.store import KVStore
 
 log = logging.getLogger("bidaw.kv_store")
 
@@ -26,18 +27,9 @@ def start(config: StoreConfig) -> tuple[Server, KVStore]:
 
 
 def serve(config: StoreConfig) -> None:
-    from services.gen import scheduler_pb2
-    from services.membership_auth import config_token
-    from services.registrar import Registrar, advertised
-
     try:
         server, store = start(config)
     except StoreError as exc:  # the index (Redis) is unreachable: one line, and a restart
         raise SystemExit(f"bidaw serve store: {exc.message}") from None
-    registrar = Registrar(config.scheduler, scheduler_pb2.MEMBER_KIND_STORE,
-                          advertised(config.advertise, config.listen, server.port),
-                          config_token(config)).start()
-    wait_for_signal()
-    registrar.stop()  # first: sessions stop being routed here
-    server.stop()
+    serve_registered(config, scheduler_pb2.MEMBER_KIND_STORE, server)
     store.close()

@@ -14,19 +14,21 @@ import logging
 import zlib
 from typing import TYPE_CHECKING
 
-from . import errors, ssd_record
-from .aligned_io import aligned_buffer
-from .buffers import Payload
-from .catalog import CatalogEntry
-from .session_meta import SessionMeta
-from .scatter import ScatterView
-from .shm_arena import Segment
-from .ssd_log import SessionLog
-from .ssd_record import CorruptRecord
-from .ssd_tier import ReadResult
+from kv_store import errors
+
+from kv_store.tiers import ssd_record
+from kv_store.tiers.aligned_io import aligned_buffer
+from kv_store.tiers.buffers import Payload
+from kv_store.catalog.base import CatalogEntry
+from kv_store.session_meta import SessionMeta
+from kv_store.tiers.scatter import ScatterView
+from kv_store.tiers.shm_arena import Segment
+from kv_store.tiers.ssd_log import SessionLog
+from kv_store.tiers.ssd_record import CorruptRecord
+from kv_store.tiers.ssd import ReadResult
 
 if TYPE_CHECKING:
-    from .store import KVStore
+    from kv_store.store import KVStore
 
 log = logging.getLogger("bidaw.kv_store")
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)

@@ -7,7 +7,7 @@ import threading
 from collections import OrderedDict
 from typing import Callable
 
-from .bandwidth import BandwidthMeter
+from kv_store.tiers.bandwidth import BandwidthMeter
 
 
 class Promoter:

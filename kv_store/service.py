@@ -8,18 +8,18 @@ import threading
 
 import grpc
 
-import services.tracing as tracing
-from services import metrics
-from services.gen import kv_store_pb2, kv_store_pb2_grpc
-from services.grpc_util import CHUNK_BYTES
-from services.rpc_errors import BadRequest
+import services.runtime.tracing as tracing
+from services.runtime import metrics
+from services.runtime.gen import kv_store_pb2, kv_store_pb2_grpc
+from services.runtime.grpc_util import CHUNK_BYTES
+from services.runtime.rpc_errors import BadRequest
 
-from .buffers import Payload, ReadHandle
-from .chunk_wire import encode_data
-from .errors import StoreError, invalid
-from .events import LoadDone, Location
-from .shm_arena import ARENA, PROBE
-from .store import KVStore
+from kv_store.tiers.buffers import Payload, ReadHandle
+from kv_store.chunk_wire import encode_data
+from kv_store.errors import StoreError, invalid
+from kv_store.events import LoadDone, Location
+from kv_store.tiers.shm_arena import ARENA, PROBE
+from kv_store.store import KVStore
 
 log = logging.getLogger("bidaw.kv_store")
 MAX_WRITE_BYTES = 16 << 30  # one turn's KV; anything larger is a client bug

@@ -18,34 +18,32 @@ the rest. Otherwise, and whenever DRAM cannot hold the KV, the reply waits for t
 """
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 import time
 from collections import OrderedDict
 
-from services import metrics
+from services.runtime import metrics
 
-from . import errors
-from .bandwidth import BandwidthCap, BandwidthMeter
-from .buffers import Payload, ReadHandle
-from .catalog import make_catalog
-from .config import StoreConfig
-from .dram_tier import DramTier
-from .events import EventHub, LoadDone, Location
-from .eviction.registry import NEEDS_FUTURE, policy_class
-from .eviction.time_scaled import TimeScaled
-from .leases import Leases
-from .persist import Persister
-from .promoter import Promoter
-from .session_meta import SessionMeta
-from .shm_arena import ShmArena
-from .ssd_tier import SsdTier
-from .ssd_writer import OrderedWriter
-from .store_reads import ReadPath
-from .store_state import (TIER_DRAM, TIER_LOADING, TIER_NONE, TIER_SSD, StoreCounters,
+from kv_store import errors
+from kv_store.tiers.bandwidth import BandwidthCap, BandwidthMeter
+from kv_store.tiers.buffers import Payload, ReadHandle
+from kv_store.catalog.base import make_catalog
+from kv_store.config import StoreConfig
+from kv_store.tiers.dram import DramTier
+from kv_store.events import EventHub, LoadDone, Location
+from kv_store.eviction.registry import NEEDS_FUTURE, make_policy
+from kv_store.leases import Leases
+from kv_store.persist import Persister
+from kv_store.promoter import Promoter
+from kv_store.session_meta import SessionMeta
+from kv_store.tiers.shm_arena import ShmArena
+from kv_store.tiers.ssd import SsdTier
+from kv_store.tiers.ssd_writer import OrderedWriter
+from kv_store.store_reads import ReadPath
+from kv_store.store_state import (TIER_DRAM, TIER_LOADING, TIER_NONE, TIER_SSD, StoreCounters,
                           check_session_id)
-from .store_writes import WritePath
+from kv_store.store_writes import WritePath
 
 log = logging.getLogger("bidaw.kv_store")
 
@@ -54,19 +52,11 @@ MAX_QUEUED = 100_000  # arrivals remembered for the look-ahead; a lost completio
 
 
 def make_store_policy(config: StoreConfig):
-    """The eviction policy by name, told the DRAM capacity when it wants to know it."""
+    """The DRAM tier's eviction policy by name, told the tier's capacity (1% kept free)."""
     if config.eviction in NEEDS_FUTURE:
         raise ValueError(f"--eviction {config.eviction} needs the future: simulator only")
-    cls = policy_class(config.eviction)
-    params = inspect.signature(cls).parameters
-    kwargs = {}
-    if "capacity_bytes" in params:
-        kwargs["capacity_bytes"] = max(config.dram_bytes, 1)
-    if "watermark_bytes" in params:
-        kwargs["watermark_bytes"] = max(config.dram_bytes // 100, 1)
-    policy = cls(**kwargs)
-    return policy if config.policy_time_scale == 1.0 else TimeScaled(policy,
-                                                                   config.policy_time_scale)
+    return make_policy(config.eviction, max(config.dram_bytes, 1),
+                       max(config.dram_bytes // 100, 1), config.policy_time_scale)
 
 
 class KVStore(ReadPath, WritePath):

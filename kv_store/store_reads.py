@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import time
 
-from . import errors
-from .buffers import ReadHandle
-from .dram_tier import ShmPiece
-from .scatter import Layout
-from .session_meta import SessionMeta
-from .shm_arena import Segment
-from .store_state import TIER_DRAM, TIER_SSD, check_session_id
+from kv_store import errors
+from kv_store.tiers.buffers import ReadHandle
+from kv_store.tiers.dram import ShmPiece
+from kv_store.tiers.scatter import Layout
+from kv_store.session_meta import SessionMeta
+from kv_store.tiers.shm_arena import Segment
+from kv_store.store_state import TIER_DRAM, TIER_SSD, check_session_id
 
 
 class ReadPath:

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.gen import common_pb2
+from services.runtime.gen import common_pb2
 
-from . import errors
+from kv_store import errors
 
 TIER_NONE, TIER_DRAM, TIER_SSD, TIER_LOADING = (common_pb2.TIER_NONE, common_pb2.TIER_DRAM,
                                                 common_pb2.TIER_SSD, common_pb2.TIER_LOADING)

@@ -6,15 +6,15 @@ from __future__ import annotations
 import time
 from concurrent.futures import CancelledError, Future
 
-from services.gen import common_pb2
+from services.runtime.gen import common_pb2
 
-from . import errors
-from .buffers import Payload
-from .dram_tier import ShmPiece
-from .events import Location
-from .session_meta import SessionMeta
-from .shm_arena import Segment
-from .store_state import check_session_id
+from kv_store import errors
+from kv_store.tiers.buffers import Payload
+from kv_store.tiers.dram import ShmPiece
+from kv_store.events import Location
+from kv_store.session_meta import SessionMeta
+from kv_store.tiers.shm_arena import Segment
+from kv_store.store_state import check_session_id
 
 
 class WritePath:

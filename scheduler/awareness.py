@@ -14,8 +14,8 @@ from typing import Callable
 
 import grpc
 
-from services.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc
-from services.grpc_util import channel
+from services.runtime.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc
+from services.runtime.grpc_util import channel
 
 log = logging.getLogger("bidaw.scheduler")
 
@@ -46,13 +46,13 @@ class AwarenessClient:
 
     # -- what the scheduler sends -----------------------------------------------------------
 
-    def arrival(self, session_id: str, sequence: int) -> None:
+    def arrival(self, session_id: str) -> None:
         self._outbox.put(kv_store_pb2.ComputeEvent(
-            arrival=kv_store_pb2.Arrival(session_id=session_id, sequence=sequence)))
+            arrival=kv_store_pb2.Arrival(session_id=session_id)))
 
-    def turn_complete(self, session_id: str, answer_tokens: int, total_tokens: int) -> None:
+    def turn_complete(self, session_id: str, answer_tokens: int) -> None:
         self._outbox.put(kv_store_pb2.ComputeEvent(turn_complete=kv_store_pb2.TurnComplete(
-            session_id=session_id, answer_tokens=answer_tokens, total_tokens=total_tokens)))
+            session_id=session_id, answer_tokens=answer_tokens)))
 
     def tier(self, session_id: str) -> int:
         with self._lock:
@@ -92,9 +92,8 @@ class AwarenessClient:
             if event is not None and event.WhichOneof("kind") != "arrival":
                 backlog.append(event)
         yield kv_store_pb2.ComputeEvent(hello=kv_store_pb2.Hello(client_id=self.client_id))
-        for seq, session_id in enumerate(self.queued_sessions()):
-            yield kv_store_pb2.ComputeEvent(arrival=kv_store_pb2.Arrival(session_id=session_id,
-                                                                         sequence=seq))
+        for session_id in self.queued_sessions():  # soonest first
+            yield kv_store_pb2.ComputeEvent(arrival=kv_store_pb2.Arrival(session_id=session_id))
         yield from backlog
         while True:
             event = self._outbox.get()

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.security_config import SecurityConfig
+from services.runtime.security_config import SecurityConfig
 
 
 @dataclass

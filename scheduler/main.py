@@ -3,14 +3,14 @@ from __future__ import annotations
 
 import logging
 
-from services.gen import scheduler_pb2_grpc
-from services.grpc_util import Server
-from services.membership_auth import server_token
-from services.runtime import wait_for_signal
+from services.runtime.gen import scheduler_pb2_grpc
+from services.runtime.grpc_util import Server
+from services.runtime.membership_auth import server_token
+from services.runtime.process import wait_for_signal
 
-from .config import SchedulerConfig
-from .service import SchedulerService
-from .workers import WorkerPool
+from scheduler.config import SchedulerConfig
+from scheduler.service import SchedulerService
+from scheduler.workers import WorkerPool
 
 log = logging.getLogger("bidaw.scheduler")
 

@@ -13,11 +13,11 @@ import time
 import uuid
 from typing import Callable, Iterator
 
-from services import metrics
-from services.gen import common_pb2
+from services.runtime import metrics
+from services.runtime.gen import common_pb2
 
-from .conversation_keys import ChunkedHistory, MessageHistory
-from .conversations import NEW, ConversationIndex
+from scheduler.conversation_keys import ChunkedHistory, MessageHistory
+from scheduler.conversations import NEW, ConversationIndex
 
 ID = "id"
 

@@ -17,20 +17,20 @@ from dataclasses import dataclass, field
 
 import grpc
 
-import services.tracing as tracing
-from services import metrics
-from services.gen import (common_pb2, compute_worker_pb2, kv_store_pb2, scheduler_pb2,
+import services.runtime.tracing as tracing
+from services.runtime import metrics
+from services.runtime.gen import (common_pb2, compute_worker_pb2, kv_store_pb2, scheduler_pb2,
                           scheduler_pb2_grpc)
 
-from .config import SchedulerConfig
-from .conversations import ConversationIndex
-from .member_address import address_problem
-from .membership import Membership
-from .policy import make_queue
-from .recognition import Recognition
-from .session_locks import SessionLocks
-from .store_shards import StoreShards
-from .workers import Worker, WorkerPool
+from scheduler.config import SchedulerConfig
+from scheduler.conversations import ConversationIndex
+from scheduler.member_address import address_problem
+from scheduler.membership import Membership
+from scheduler.policy import make_queue
+from scheduler.recognition import Recognition
+from scheduler.session_locks import SessionLocks
+from scheduler.store_shards import StoreShards
+from scheduler.workers import Worker, WorkerPool
 
 log = logging.getLogger("bidaw.scheduler")
 ROLES = ("system", "user", "assistant")
@@ -304,8 +304,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self.finished += 1
         metrics.observe_turn(summary)
         metrics.TURNS.labels("ok").inc()
-        self.stores.turn_complete(session_id, summary.completion_tokens,
-                                  summary.prompt_tokens + summary.completion_tokens)
+        self.stores.turn_complete(session_id, summary.completion_tokens)
 
     def _enqueue(self, session_id: str, arrival: float, context, first: bool = True,
                  parent: str = "") -> Pending | None:
@@ -325,7 +324,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             self._pending[pending.seq] = pending
             self._cond.notify_all()
         if first:  # a re-run is the same turn: the store already knows it is queued
-            self.stores.arrival(session_id, pending.seq)
+            self.stores.arrival(session_id)
         while not pending.dispatched.wait(0.25):
             if not context.is_active() or self._stop.is_set():
                 with self._cond:
@@ -352,7 +351,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     # -- membership -------------------------------------------------------------------------
 
     def Register(self, request, context):
-        # The cluster token was checked before this handler (services/cluster_auth.py).
+        # The cluster token was checked before this handler (services/runtime/cluster_auth.py).
         if request.kind not in (scheduler_pb2.MEMBER_KIND_WORKER, scheduler_pb2.MEMBER_KIND_STORE):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "kind must be WORKER or STORE")
         problem = address_problem(request.address)  # we will dial it: host:port and no more

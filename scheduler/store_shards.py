@@ -5,11 +5,11 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
-from services.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc
-from services.grpc_util import channel
-from services.hash_ring import HashRing
+from services.runtime.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc
+from services.runtime.grpc_util import channel
+from services.runtime.hash_ring import HashRing
 
-from .awareness import AwarenessClient
+from scheduler.awareness import AwarenessClient
 
 
 class StoreShards:
@@ -64,15 +64,15 @@ class StoreShards:
         owner = self._owner(session_id)
         return common_pb2.TIER_NONE if owner is None else owner[1].tier(session_id)
 
-    def arrival(self, session_id: str, sequence: int) -> None:
+    def arrival(self, session_id: str) -> None:
         owner = self._owner(session_id)
         if owner is not None:
-            owner[1].arrival(session_id, sequence)
+            owner[1].arrival(session_id)
 
-    def turn_complete(self, session_id: str, answer_tokens: int, total_tokens: int) -> None:
+    def turn_complete(self, session_id: str, answer_tokens: int) -> None:
         owner = self._owner(session_id)
         if owner is not None:
-            owner[1].turn_complete(session_id, answer_tokens, total_tokens)
+            owner[1].turn_complete(session_id, answer_tokens)
 
     def sessions_known(self) -> int:
         with self._lock:

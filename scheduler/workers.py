@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from services.gen import compute_worker_pb2, compute_worker_pb2_grpc
-from services.grpc_util import channel
+from services.runtime.gen import compute_worker_pb2, compute_worker_pb2_grpc
+from services.runtime.grpc_util import channel
 
 log = logging.getLogger("bidaw.scheduler")
 

@@ -1,6 +1,6 @@
 """Services as separate processes for multi-node tests on loopback (more than `bidaw up` runs).
 Each gets the test process's cluster token (made on first use) by file, as `bidaw up` does, so
-the test's own clients (services.grpc_util.channel) are authenticated with it."""
+the test's own clients (services.runtime.grpc_util.channel) are authenticated with it."""
 from __future__ import annotations
 
 import os
@@ -8,9 +8,9 @@ import signal
 import subprocess
 import sys
 
-from services.cluster_auth import write_token_file
-from services.grpc_util import ensure_token, wait_healthy
-from services.launcher import free_port
+from services.runtime.cluster_auth import write_token_file
+from services.runtime.grpc_util import ensure_token, wait_healthy
+from services.launch.launcher import free_port
 
 
 def token_file(directory) -> str:
@@ -28,7 +28,7 @@ class ServiceProcess:
         self.log_path = os.path.join(log_dir, f"{kind}-{self.port}.log")
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "serve", kind, "--listen", self.target,
+            [sys.executable, "-m", "services.cli.main", "serve", kind, "--listen", self.target,
              "--cluster-token-file", token_file(log_dir), *flags], stdout=log,
             stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, "RAY_AUTH_MODE": "disabled", **(env or {})})

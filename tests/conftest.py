@@ -12,7 +12,7 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 def deployment(tmp_path_factory):
     """The embedded deployment (store, worker, scheduler, gateway processes) with a DRAM tier
     of 4 MiB: a SmolLM2 conversation past ~91 tokens (46 KB of KV per token) lives on SSD."""
-    from services.launcher import LocalDeployment
+    from services.launch.launcher import LocalDeployment
 
     dep = LocalDeployment(data_dir=str(tmp_path_factory.mktemp("deployment")),
                           dram_bytes="4MiB", default_max_tokens=32,

@@ -7,8 +7,8 @@ import threading
 
 import grpc
 
-from services.gen import common_pb2, scheduler_pb2, scheduler_pb2_grpc
-from services.grpc_util import Server
+from services.runtime.gen import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from services.runtime.grpc_util import Server
 
 
 class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):

@@ -6,7 +6,7 @@ import struct
 
 import grpc
 
-from services.grpc_util import channel
+from services.runtime.grpc_util import channel
 
 BAD_UTF8 = b"sess\xff\xfe\xc3("  # not UTF-8: a proto3 string field must be
 MASK64 = (1 << 64) - 1

@@ -8,7 +8,7 @@ import time
 
 import grpc
 
-from services.gen import kv_store_pb2
+from services.runtime.gen import kv_store_pb2
 
 BPT = 4096
 

@@ -9,7 +9,7 @@ from bench.replay.cache_replay import (DISPATCH, END, PAGE, SEND, cache_events, 
                                        replay_cache)
 from bench.replay.records import ANSWERED, TurnRecord, write_jsonl
 from kv_store.eviction.registry import make_policy
-from services.cli import main
+from services.cli.main import main
 
 
 def rec(session, index, sent, end, history, stored, answer=1, tier="", queue=0.0):

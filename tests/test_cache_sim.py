@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.cache_sim import GIB, AccessLog, prepare_accesses, replay
+from bench.sim.cache import GIB, AccessLog, prepare_accesses, replay
 from bench.traces import Turn, load_trace
 from kv_store.eviction.registry import POLICY_NAMES, make_policy
 
@@ -219,7 +219,7 @@ def test_bidaw_size_without_the_end_oracle(part1_sampled, cap, factor):
 
 
 def test_simulate_cli_contract(capsys):
-    from services.cli import main
+    from services.cli.main import main
 
     argv = ["simulate", "--cache-only", "--trace", str(SAMPLE), "--format", "bidaw",
             "--policies", "fifo,lru,queue-aware,bidaw,belady,bidaw-size", "--dram-gib", "20",
@@ -237,7 +237,7 @@ def test_simulate_cli_contract(capsys):
 
 
 def test_simulate_cli_capacity_sweep_and_plots(tmp_path, capsys):
-    from services.cli import main
+    from services.cli.main import main
 
     assert main(["simulate", "--cache-only", "--trace", str(SAMPLE), "--policies", "lru,bidaw-size",
                  "--dram-gib", "10,20", "--plot", str(tmp_path), "--json"]) == 0
@@ -248,7 +248,7 @@ def test_simulate_cli_capacity_sweep_and_plots(tmp_path, capsys):
 
 
 def test_simulate_policies_api_matches_replay():
-    from bench.cache_sim import CacheSimConfig, simulate_policies
+    from bench.sim.cache import CacheSimConfig, simulate_policies
 
     turns = load_trace(SAMPLE)
     cfg = CacheSimConfig(dram_gib=20, window=(0, 200), end_oracle=False,

@@ -24,7 +24,7 @@ def test_without_redis_server_the_fault_is_not_run(tmp_path):
     bindir.mkdir()
     (bindir / "python").symlink_to(sys.executable)
     env = {**os.environ, "PATH": str(bindir)}
-    out = subprocess.run([sys.executable, "-m", "services.cli", "chaos", "--faults",
+    out = subprocess.run([sys.executable, "-m", "services.cli.main", "chaos", "--faults",
                           "redis-restart", "--fuzz-examples", "0", "--turns", "2"],
                          capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr

@@ -9,7 +9,7 @@ import pytest
 from bench.chaos.faults.long_wait import WAIT_ENV
 from bench.chaos.reference import Reference
 from bench.chaos.runner import run_fault
-from services.grpc_util import KEEPALIVE_ENV
+from services.runtime.grpc_util import KEEPALIVE_ENV
 
 
 @pytest.fixture(scope="module")

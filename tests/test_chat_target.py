@@ -29,7 +29,7 @@ def stack():
 
 
 def chat(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "services.cli", "chat", "--json", *args],
+    return subprocess.run([sys.executable, "-m", "services.cli.main", "chat", "--json", *args],
                           capture_output=True, text=True, timeout=120,
                           env={**os.environ, **(env or {})})
 
@@ -90,7 +90,7 @@ def test_other_targets_say_what_is_expected(target):
 
 
 def test_a_gateway_url_where_nothing_listens_is_reported_plainly():
-    from services.launcher import free_port
+    from services.launch.launcher import free_port
 
     done = chat("--target", f"http://127.0.0.1:{free_port()}", "-m", "hi")
     assert done.returncode == 1 and "Connection refused" in done.stderr

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from services.cli import build_parser
+from services.cli.main import build_parser
 
 
 def parsers(parser: argparse.ArgumentParser, path=("bidaw",)):

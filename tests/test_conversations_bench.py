@@ -9,7 +9,7 @@ import sys
 
 def test_bench_sessions_prints_reuse_side_by_side_and_the_overhead():
     out = subprocess.run(
-        [sys.executable, "-m", "services.cli", "bench", "sessions", "--conversations", "2",
+        [sys.executable, "-m", "services.cli.main", "bench", "sessions", "--conversations", "2",
          "--turns", "2", "--max-tokens", "4", "--index-size", "2000", "--json"],
         capture_output=True, text=True, timeout=600,
         env={**os.environ, "RAY_AUTH_MODE": "disabled"})
@@ -34,7 +34,7 @@ def test_bench_sessions_prints_reuse_side_by_side_and_the_overhead():
 
 
 def test_bench_sessions_refuses_bad_turn_counts():
-    out = subprocess.run([sys.executable, "-m", "services.cli", "bench", "sessions", "--turns",
+    out = subprocess.run([sys.executable, "-m", "services.cli.main", "bench", "sessions", "--turns",
                           "99"], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "RAY_AUTH_MODE": "disabled"})
     assert out.returncode == 2 and "--turns" in out.stderr

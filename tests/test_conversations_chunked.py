@@ -7,7 +7,7 @@ import time
 from scheduler.conversation_keys import IDS_CHUNK, TEXT_CHUNK, ChunkedHistory, MessageHistory
 from scheduler.conversations import ConversationIndex
 from scheduler.recognition import Recognition
-from services.gen import common_pb2
+from services.runtime.gen import common_pb2
 
 FIRST = "".join(f"Line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(12))
 

@@ -15,7 +15,7 @@ import pytest
 
 from services.gateway.background import BackgroundGateway
 from services.gateway.config import GatewayConfig
-from services.launcher import free_port, wait_http
+from services.launch.launcher import free_port, wait_http
 
 MODEL = "smollm2-135m"
 QUESTIONS = ["Name a fruit.", "What colour is it?", "Where does it grow?", "Thank you."]
@@ -150,7 +150,7 @@ def test_identical_histories_of_two_tenants_share_nothing(two_tenants):
 def gateway_process(deployment, log_dir) -> tuple[subprocess.Popen, str]:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "serve", "gateway", "--listen",
+        [sys.executable, "-m", "services.cli.main", "serve", "gateway", "--listen",
          f"127.0.0.1:{port}", "--scheduler", deployment.scheduler_target, "--served-model-name",
          MODEL, "--cluster-token-file", deployment.token_file], stdout=open(os.path.join(log_dir, f"gateway-{port}.log"), "ab"),
         stderr=subprocess.STDOUT, start_new_session=True)

@@ -7,7 +7,7 @@ import torch
 
 from compute_worker.engine import Engine
 from compute_worker.kv_io import KVSessionIO
-from services.gen import common_pb2
+from services.runtime.gen import common_pb2
 from tests.test_engine_batching import answer, opt_model, store, turn  # noqa: F401 (fixtures)
 
 KV, T6 = common_pb2.KV_FORMAT_KV, common_pb2.KV_FORMAT_TENSOR6

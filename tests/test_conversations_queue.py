@@ -11,7 +11,7 @@ from kv_store.main import start
 from scheduler.config import SchedulerConfig
 from scheduler.service import SchedulerService
 from scheduler.workers import WorkerPool
-from services.gen import common_pb2
+from services.runtime.gen import common_pb2
 from tests.store_helpers import BPT, eventually, token_bytes
 
 

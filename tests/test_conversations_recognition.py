@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from scheduler.conversations import ConversationIndex
 from scheduler.recognition import Recognition
-from services.gen import common_pb2
+from services.runtime.gen import common_pb2
 
 
 def request(messages, session="", tenant="acme", **fields):

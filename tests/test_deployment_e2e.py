@@ -7,9 +7,9 @@ import grpc
 import pytest
 
 from compute_worker.kv_client import KVClient
-from services.chat_client import ChatClient, Conversation
-from services.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc, scheduler_pb2
-from services.grpc_util import channel
+from services.client.chat_client import ChatClient, Conversation
+from services.runtime.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc, scheduler_pb2
+from services.runtime.grpc_util import channel
 
 LONG_SECOND_QUESTION = ("That is helpful. Now please describe, in a few sentences, what the "
                         "weather is usually like there in spring and in autumn, for a visitor.")
@@ -19,7 +19,7 @@ LONG_SECOND_QUESTION = ("That is helpful. Now please describe, in a few sentence
 def fresh_deployment(tmp_path_factory):
     """A deployment of its own: on the shared one, what other tests stored and taught the
     eviction policy (many one-turn sessions that never came back) decides where turn 1 lands."""
-    from services.launcher import LocalDeployment
+    from services.launch.launcher import LocalDeployment
 
     with LocalDeployment(data_dir=str(tmp_path_factory.mktemp("fresh")), dram_bytes="4MiB",
                          default_max_tokens=32, supervise=False) as dep:
@@ -49,7 +49,7 @@ def test_three_turns_served_from_none_dram_then_ssd(fresh_deployment):
 def test_awareness_connects_scheduler_and_store(deployment):
     Conversation(ChatClient(deployment.scheduler_target), "aware").say("Hi!", max_tokens=4)
     with channel(deployment.scheduler_target) as ch:
-        from services.gen import scheduler_pb2_grpc
+        from services.runtime.gen import scheduler_pb2_grpc
 
         stats = scheduler_pb2_grpc.SchedulerStub(ch).Stats(scheduler_pb2.SchedulerStatsRequest())
     assert stats.awareness_connected and stats.turns_finished >= 1

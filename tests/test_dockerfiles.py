@@ -130,7 +130,7 @@ def test_no_build_tools_in_final_stages(dockerfile):
 
 
 def test_entry_point_is_the_bidaw_command(dockerfile):
-    from services.cli import build_parser
+    from services.cli.main import build_parser
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     module, func = project["project"]["scripts"]["bidaw"].split(":")
@@ -179,7 +179,7 @@ def test_build_copies_every_package_and_the_context_sends_them(dockerfile):
         for source in copied:
             assert (ROOT / source).exists(), source
             assert sent(source), f"{source} is excluded from the build context"
-    for private in (".venv", "data", "services/gen"):
+    for private in (".venv", "data", "services/runtime/gen"):
         assert not sent(private), f"{private} would be sent to the builder"
 
 
@@ -233,7 +233,7 @@ def test_health_check_finds_the_service_in_the_command_line(healthcheck, monkeyp
     monkeypatch.delenv("BIDAW_STORE_LISTEN", raising=False)
     assert healthcheck.bidaw_args(["/usr/bin/tini", "--", "/opt/bidaw/bin/bidaw", "serve", "store"]) \
         == ["serve", "store"]
-    assert healthcheck.bidaw_args(["python3", "-m", "services.cli", "up"]) == ["up"]
+    assert healthcheck.bidaw_args(["python3", "-m", "services.cli.main", "up"]) == ["up"]
     assert healthcheck.bidaw_args(["/bin/sh", "-c", "sleep 1"]) is None
     assert healthcheck.probe_target(["serve", "store"]) == ("grpc", "127.0.0.1:50051", "bidaw.v1.KVStore")
     monkeypatch.setenv("BIDAW_STORE_LISTEN", "0.0.0.0:6000")  # as the k8s ConfigMaps set it
@@ -247,7 +247,7 @@ def test_health_check_finds_the_service_in_the_command_line(healthcheck, monkeyp
 
 
 def test_health_check_asks_a_real_grpc_health_service(healthcheck):
-    from services.grpc_util import Server
+    from services.runtime.grpc_util import Server
 
     server = Server("127.0.0.1:0", [], name="bidaw.v1.KVStore")
     try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from kv_store.dram_tier import DramTier, ShmPiece
-from kv_store.shm_arena import ShmArena
+from kv_store.tiers.dram import DramTier, ShmPiece
+from kv_store.tiers.shm_arena import ShmArena
 
 PAGE = 4096
 

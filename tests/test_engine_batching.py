@@ -17,7 +17,7 @@ from compute_worker.models.weights import HF_TABLES, load_weights
 from compute_worker.tensor_choice import choose_tensor
 from kv_store.config import StoreConfig
 from kv_store.main import start
-from services.gen import common_pb2
+from services.runtime.gen import common_pb2
 
 KV, T6 = common_pb2.KV_FORMAT_KV, common_pb2.KV_FORMAT_TENSOR6
 

@@ -5,8 +5,8 @@ import os
 import signal
 import time
 
-from services.chat_client import ChatClient
-from services.gen import common_pb2, scheduler_pb2
+from services.client.chat_client import ChatClient
+from services.runtime.gen import common_pb2, scheduler_pb2
 from bench.chaos.procs import find_descendant
 
 PROMPT = [{"role": "user", "content": "Count slowly from one to forty, in words."}]

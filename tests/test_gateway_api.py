@@ -12,7 +12,7 @@ import pytest
 
 from services.gateway.background import BackgroundGateway
 from services.gateway.config import GatewayConfig
-from services.launcher import free_port
+from services.launch.launcher import free_port
 from tests.fake_scheduler import start_fake_scheduler
 
 MODEL = "smollm2-135m"

@@ -13,7 +13,7 @@ def test_keys_from_flag_env_and_file(tmp_path, monkeypatch):
     keys = tmp_path / "keys"
     keys.write_text("# tenant key\nacme sk-acme-1\nglobex:sk-globex-2\n\n")
     monkeypatch.setenv("BIDAW_GATEWAY_API_KEYS", "initech:sk-ini-3")
-    from services.config import load_config
+    from services.runtime.config import load_config
 
     config = load_config(GatewayConfig, env_prefix="BIDAW_GATEWAY_", api_keys_file=str(keys))
     tenants = Tenants.from_config(config)

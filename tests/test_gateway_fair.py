@@ -13,8 +13,8 @@ import pytest
 
 from services.gateway.background import BackgroundGateway
 from services.gateway.config import GatewayConfig
-from services.grpc_util import Server
-from services.gen import scheduler_pb2_grpc
+from services.runtime.grpc_util import Server
+from services.runtime.gen import scheduler_pb2_grpc
 from tests.fake_scheduler import FakeScheduler
 from tests.test_gateway_api import assert_error, chat_body, post
 

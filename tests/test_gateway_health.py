@@ -9,7 +9,7 @@ import pytest
 
 from services.gateway.background import BackgroundGateway
 from services.gateway.config import GatewayConfig
-from services.gen import scheduler_pb2
+from services.runtime.gen import scheduler_pb2
 from tests.fake_scheduler import start_fake_scheduler
 
 

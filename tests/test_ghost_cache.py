@@ -1,7 +1,7 @@
 """The ghost cache replays the recent past under Belady and learns per-bucket hit rates."""
 from __future__ import annotations
 
-from kv_store.ghost_cache import GhostCache
+from kv_store.eviction.ghost_cache import GhostCache
 
 
 def _ghost(cap: int = 2, lag: float = 100.0, window: float = 1e12) -> GhostCache:

@@ -17,7 +17,7 @@ from kv_store.config import StoreConfig
 from kv_store.main import start as start_store
 from scheduler.config import SchedulerConfig
 from scheduler.main import start as start_scheduler
-from services.gen import kv_store_pb2
+from services.runtime.gen import kv_store_pb2
 from tests.raw_wire import BAD_UTF8, TRUNCATED, blob, f32, f64, status_of, uint
 
 OK, INVALID = grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from services.hash_ring import HashRing
+from services.runtime.hash_ring import HashRing
 
 KEYS = [f"session-{i}" for i in range(5000)]
 

@@ -11,9 +11,9 @@ import time
 import grpc
 
 from bench.chaos.attacker import SERVICES, attack, refused, snapshot
-from services.chat_client import ChatClient
-from services.gen import scheduler_pb2, scheduler_pb2_grpc
-from services.grpc_util import channel
+from services.client.chat_client import ChatClient
+from services.runtime.gen import scheduler_pb2, scheduler_pb2_grpc
+from services.runtime.grpc_util import channel
 
 WORKER = scheduler_pb2.MEMBER_KIND_WORKER
 STORE = scheduler_pb2.MEMBER_KIND_STORE
@@ -89,7 +89,7 @@ def _modes(root: str) -> dict[str, int]:
 
 
 def test_kv_files_and_shared_memory_are_private(deployment):
-    from services.gen import kv_store_pb2, kv_store_pb2_grpc
+    from services.runtime.gen import kv_store_pb2, kv_store_pb2_grpc
 
     ChatClient(deployment.scheduler_target).turn(  # past the 4 MiB DRAM tier: onto SSD
         "auth-files", [{"role": "user", "content": "Tell me about the sea. " * 20}],
@@ -121,7 +121,7 @@ def test_the_run_directory_and_token_file_are_private(deployment):
 def test_a_service_without_a_token_refuses_to_start(tmp_path):
     env = {k: v for k, v in os.environ.items() if "CLUSTER_TOKEN" not in k}
     for service in ("scheduler", "store", "gateway"):
-        out = subprocess.run([sys.executable, "-m", "services.cli", "serve", service,
+        out = subprocess.run([sys.executable, "-m", "services.cli.main", "serve", service,
                               "--listen", "127.0.0.1:0"], capture_output=True, text=True,
                              timeout=120, env=env, cwd=tmp_path)
         assert out.returncode != 0, service
@@ -130,7 +130,7 @@ def test_a_service_without_a_token_refuses_to_start(tmp_path):
 
 
 def test_token_command_writes_a_private_file_and_keeps_an_existing_one(tmp_path, capsys):
-    from services.cli import main as bidaw
+    from services.cli.main import main as bidaw
 
     out = tmp_path / "token"
     assert bidaw(["token", "--out", str(out)]) == 0

@@ -46,7 +46,7 @@ def test_components_render_validate_and_resolve(overlay, tmp_path):
 @needs_kubectl
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_every_grpc_hop_gets_tls_and_probes_speak_it(overlay, tmp_path):
-    from services.cli import build_parser
+    from services.cli.main import build_parser
 
     services = _services()
     docs = render_with(tmp_path, overlay)

@@ -414,7 +414,7 @@ def test_reference_checker_catches(breakage, expected):
 # -- configuration reaches real config fields -------------------------------------------------------
 
 def _services():
-    from services.commands.serve import SERVICES, _load
+    from services.cli.serve import SERVICES, _load
 
     return {prefix: (name, _load(ref)) for name, (ref, _, prefix, _) in SERVICES.items()}
 
@@ -435,8 +435,8 @@ def test_every_setting_is_a_config_field(overlay, monkeypatch):
     """Every BIDAW_<SERVICE>_<FIELD> a container gets, and every --flag it is given, exists in
     that service's config dataclass, belongs to the service the container runs, and converts
     (sizes, numbers) the way the service will convert it."""
-    from services.cli import build_parser
-    from services.config import load_config
+    from services.cli.main import build_parser
+    from services.runtime.config import load_config
 
     services = _services()
     docs = render(overlay)
@@ -503,7 +503,7 @@ def _quantity(text: str) -> int:
 @needs_kubectl
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_capacities_fit_their_volumes_and_limits(overlay):
-    from services.config import parse_size
+    from services.runtime.config import parse_size
 
     docs = render(overlay)
     store = _config(docs, "BIDAW_STORE_")
@@ -717,9 +717,9 @@ def test_membership_checker_catches(breakage, expected):
 def test_scheduler_starts_with_no_static_members(overlay, monkeypatch, tmp_path):
     """Every member registers, so the scheduler's own lists are empty, and it starts and serves
     that way (gRPC health SERVING, no workers, no shards) until the first member registers."""
-    from services.config import load_config
-    from services.gen import scheduler_pb2, scheduler_pb2_grpc
-    from services.grpc_util import channel, wait_healthy
+    from services.runtime.config import load_config
+    from services.runtime.gen import scheduler_pb2, scheduler_pb2_grpc
+    from services.runtime.grpc_util import channel, wait_healthy
     from scheduler.config import SchedulerConfig
     from scheduler.main import start
 
@@ -907,7 +907,7 @@ def test_gpu_overlay_puts_workers_on_gpus_and_stores_beside_them():
 def test_grafana_dashboard_uses_real_metrics():
     from prometheus_client.metrics import MetricWrapperBase
 
-    import services.metrics as m
+    import services.runtime.metrics as m
 
     exposed = set()
     for obj in vars(m).values():
@@ -918,7 +918,7 @@ def test_grafana_dashboard_uses_real_metrics():
     dashboard = json.loads((K8S / "base" / "grafana" / "bidaw.json").read_text())
     used = {name for panel in dashboard["panels"] for t in panel.get("targets", [])
             for name in re.findall(r"\b(bidaw_[a-z0-9_]+)", t["expr"])}
-    assert used and used <= exposed, f"not in services/metrics.py: {sorted(used - exposed)}"
+    assert used and used <= exposed, f"not in services/runtime/metrics.py: {sorted(used - exposed)}"
     for topic in ("bidaw_scheduler_queue_length", "bidaw_kv_tier_bytes", "bidaw_kv_lookups_total",
                   "bidaw_kv_promotion_bytes_total", "bidaw_ttft_seconds_bucket", "bidaw_tokens_total"):
         assert topic in used, topic

@@ -42,7 +42,7 @@ def test_only_refusals_with_retry_after_and_a_json_error_are_shedding():
 
 def test_bidaw_load_against_a_live_deployment(deployment, tmp_path, capsys):
     from scheduler.config import SchedulerConfig
-    from services.cli import main
+    from services.cli.main import main
 
     records = tmp_path / "attempts.jsonl"
     pids = [f"--pid={name}={proc.pid}" for name, proc in deployment.procs]
@@ -94,7 +94,7 @@ def test_think_time_flag(text):
 
 def test_sessions_against_a_dead_gateway_report_errors_without_spinning():
     from bench.load.driver import Driver, LoadPlan
-    from services.launcher import free_port
+    from services.launch.launcher import free_port
 
     plan = LoadPlan(url=f"http://127.0.0.1:{free_port()}/v1", sessions=3, duration_s=2.0,
                     think_s=(0.2, 0.4), turn_timeout_s=5)

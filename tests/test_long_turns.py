@@ -9,9 +9,9 @@ import time
 import grpc
 import pytest
 
-from services.gen import common_pb2, compute_worker_pb2, compute_worker_pb2_grpc
-from services.gen import scheduler_pb2, scheduler_pb2_grpc
-from services.grpc_util import KEEPALIVE_ENV, channel
+from services.runtime.gen import common_pb2, compute_worker_pb2, compute_worker_pb2_grpc
+from services.runtime.gen import scheduler_pb2, scheduler_pb2_grpc
+from services.runtime.grpc_util import KEEPALIVE_ENV, channel
 from tests.cluster import ServiceProcess
 
 PING_S = "1"  # 1-s pings: the old servers sent GOAWAY after about 3 of them

@@ -1,9 +1,9 @@
-"""The glibc malloc settings services apply at start (services/malloc.py)."""
+"""The glibc malloc settings services apply at start (services/runtime/malloc.py)."""
 from __future__ import annotations
 
 import ctypes
 
-from services import malloc
+from services.runtime import malloc
 
 
 def test_tune_applies_both_settings_on_glibc(monkeypatch):

@@ -10,8 +10,8 @@ import pytest
 
 from compute_worker.engine import Engine
 from compute_worker.kv_io import KVSessionIO
-from services.chat_client import ChatClient
-from services.gen import scheduler_pb2
+from services.client.chat_client import ChatClient
+from services.runtime.gen import scheduler_pb2
 from tests.cluster import ServiceProcess
 
 SESSIONS, TURNS, ANSWER = 6, 4, 6
@@ -86,7 +86,7 @@ def test_workers_and_store_shards_join_and_leave_during_a_replay(cluster, tmp_pa
     # Every answer equals the one computed from scratch; KV was reused along the way.
     model, tok = smollm
     reference = Engine(model, tok, KVSessionIO(None, model, "ref", 1))
-    from services.gen import common_pb2
+    from services.runtime.gen import common_pb2
 
     for (s, t), (prompt, answer, _) in sorted(records.items()):
         expected = [i for ids, _, _ in reference.run(common_pb2.TurnRequest(

@@ -11,10 +11,10 @@ import pytest
 from scheduler.config import SchedulerConfig
 from scheduler.main import start
 from scheduler.member_address import address_problem
-from services.gen import scheduler_pb2, scheduler_pb2_grpc
-from services.grpc_util import channel
-from services.membership_auth import METADATA_KEY, resolve_token
-from services.registrar import Registrar
+from services.runtime.gen import scheduler_pb2, scheduler_pb2_grpc
+from services.runtime.grpc_util import channel
+from services.runtime.membership_auth import METADATA_KEY, resolve_token
+from services.runtime.registrar import Registrar
 
 STORE = scheduler_pb2.MEMBER_KIND_STORE
 TOKEN = "t0ken-with-enough-entropy"
@@ -163,7 +163,7 @@ def test_serve_refuses_an_unreadable_token_file_at_start(tmp_path):
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "services.cli", "serve", "scheduler",
+    out = subprocess.run([sys.executable, "-m", "services.cli.main", "serve", "scheduler",
                           "--listen", "127.0.0.1:0", "--cluster-token-file",
                           str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
     assert out.returncode != 0

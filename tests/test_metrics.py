@@ -5,8 +5,8 @@ import urllib.request
 
 from prometheus_client import REGISTRY
 
-from services import metrics
-from services.gen import common_pb2
+from services.runtime import metrics
+from services.runtime.gen import common_pb2
 
 
 def sample(name: str, **labels) -> float:

@@ -7,7 +7,7 @@ import http.client
 import pytest
 from prometheus_client import generate_latest
 
-from services import metrics
+from services.runtime import metrics
 from services.gateway.background import BackgroundGateway
 from services.gateway.config import GatewayConfig
 from tests.fake_scheduler import start_fake_scheduler

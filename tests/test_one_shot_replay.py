@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.cache_sim import GIB, prepare_accesses, replay
+from bench.sim.cache import GIB, prepare_accesses, replay
 from bench.traces import Turn, load_trace
 from bench.traces.one_shot import add_one_shot
 from kv_store.eviction.registry import make_policy

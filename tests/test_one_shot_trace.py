@@ -71,7 +71,7 @@ def test_fractional_timestamps_are_kept_fractional():
 
 
 def test_trace_transform_cli(tmp_path, capsys):
-    from services.cli import main
+    from services.cli.main import main
 
     out = tmp_path / "mixed.txt"
     assert main(["trace", "transform", str(SAMPLE), "--format", "bidaw", "--add-one-shot", "0.25",

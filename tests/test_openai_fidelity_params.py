@@ -7,7 +7,7 @@ import importlib.metadata
 import openai
 import pytest
 
-from services.config import load_config
+from services.runtime.config import load_config
 from services.gateway.background import BackgroundGateway
 from services.gateway.config import GatewayConfig, model_flags
 from tests.fake_scheduler import start_fake_scheduler
@@ -192,7 +192,7 @@ def test_launcher_flags_for_the_stock_and_other_models():
 
 
 def test_bidaw_up_passes_served_model_names_through():
-    from services.cli import build_parser
+    from services.cli.main import build_parser
 
     names = build_parser().parse_args(["up", "--served-model-name", "a", "b"]).served_model_name
     assert names == ["a", "b"]

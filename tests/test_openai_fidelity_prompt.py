@@ -8,7 +8,7 @@ import pytest
 from compute_worker.loaders.gguf_loader import default_model_path
 from compute_worker.prompt import TurnError, prompt_ids
 from compute_worker.tokenizer import ChatTokenizer
-from services.gen import common_pb2
+from services.runtime.gen import common_pb2
 
 IM_END = "<|im_end|>"
 QUESTION = [("user", "What is the capital of France?")]

@@ -19,8 +19,8 @@ from compute_worker.prompt import TurnError
 from compute_worker.prompt_bound import check_turn_size, longest_token_bytes, prompt_byte_bound
 from services.gateway.background import BackgroundGateway
 from services.gateway.config import GatewayConfig
-from services.gen import common_pb2, compute_worker_pb2, compute_worker_pb2_grpc
-from services.grpc_util import channel
+from services.runtime.gen import common_pb2, compute_worker_pb2, compute_worker_pb2_grpc
+from services.runtime.grpc_util import channel
 from tests.fake_scheduler import start_fake_scheduler
 
 BOUND = GatewayConfig().max_prompt_bytes

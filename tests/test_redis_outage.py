@@ -12,8 +12,8 @@ import redis
 from compute_worker.kv_client import KVClient
 from kv_store.config import StoreConfig
 from kv_store.main import start
-from kv_store.ssd_tier import SsdTier
-from services.gen import common_pb2
+from kv_store.tiers.ssd import SsdTier
+from services.runtime.gen import common_pb2
 from tests.redis_server import redis_url  # noqa: F401 (a fixture)
 
 KV = common_pb2.KV_FORMAT_KV
@@ -83,7 +83,7 @@ def test_store_without_its_redis_exits_with_one_line(tmp_path):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    out = subprocess.run([sys.executable, "-m", "services.cli", "serve", "store", "--listen",
+    out = subprocess.run([sys.executable, "-m", "services.cli.main", "serve", "store", "--listen",
                           "127.0.0.1:0", "--data-dir", str(tmp_path / "ssd"), "--shm-dir",
                           str(tmp_path), "--index", f"redis://127.0.0.1:{port}/0",
                           "--insecure-no-auth", "true"],

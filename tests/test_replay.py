@@ -103,7 +103,7 @@ def test_report_agrees_with_the_raw_records(live_replay, tmp_path):
 
 
 def test_replay_command_writes_json_records_and_plots(deployment, tmp_path, capsys):
-    from services.cli import main
+    from services.cli.main import main
 
     trace = tmp_path / "trace.txt"
     write_bidaw([t for t in LIVE_TRACE if t.user == 12], trace)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.cache_sim import prepare_accesses, replay
+from bench.sim.cache import prepare_accesses, replay
 from bench.traces import Turn
 from kv_store.eviction.registry import make_policy
 from kv_store.eviction.return_model import ReturnModel
@@ -58,7 +58,7 @@ def test_forget_counts_nothing():
 
 
 def test_gap_at_survival_of_a_learned_think_time():
-    from kv_store.think_time_model import GAP_EDGES, ThinkTimeModel
+    from kv_store.eviction.think_time_model import GAP_EDGES, ThinkTimeModel
 
     m = ThinkTimeModel(decay_window=1e9, refresh=1)
     for i in range(2000):  # gaps 10 s .. 200 s, uniform in rank

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import random
 
-from kv_store.reuse_distance import ReuseDistanceMeter
-from kv_store.reuse_regions import ReuseRegions
+from kv_store.eviction.reuse_distance import ReuseDistanceMeter
+from kv_store.eviction.reuse_regions import ReuseRegions
 
 
 def _brute(history: list[tuple[int, int]], key: int) -> int | None:

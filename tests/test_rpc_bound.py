@@ -9,8 +9,8 @@ import grpc
 
 from scheduler.config import SchedulerConfig
 from scheduler.main import start as start_scheduler
-from services.gen import common_pb2, scheduler_pb2, scheduler_pb2_grpc
-from services.grpc_util import Server, channel
+from services.runtime.gen import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from services.runtime.grpc_util import Server, channel
 from tests.fake_scheduler import FakeScheduler
 
 

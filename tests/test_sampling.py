@@ -8,7 +8,7 @@ import torch
 
 from compute_worker.prompt import TurnError
 from compute_worker.sampling import Sampler, biased, nucleus, penalized
-from services.gen import common_pb2
+from services.runtime.gen import common_pb2
 
 
 def test_penalties_follow_openai_formula():

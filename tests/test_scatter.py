@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from kv_store.scatter import Layout, ScatterView
+from kv_store.tiers.scatter import Layout, ScatterView
 
 
 def test_spans_cover_a_range_across_buffers_in_order():

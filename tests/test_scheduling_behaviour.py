@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from compute_worker.kv_client import KVClient
-from services.chat_client import ChatClient
-from services.gen import common_pb2
-from services.launcher import LocalDeployment
+from services.client.chat_client import ChatClient
+from services.runtime.gen import common_pb2
+from services.launch.launcher import LocalDeployment
 
 SIZES = {"medium": 500, "small": 120, "big": 800, "filler": 120, "hot": 40}  # history tokens
 SUBMIT_ORDER = ["medium", "big", "small", "hot"]  # turn 2 of each, 0.15 s apart

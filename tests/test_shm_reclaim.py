@@ -8,10 +8,10 @@ import subprocess
 import sys
 import time
 
-from kv_store.shm_arena import ShmArena
+from kv_store.tiers.shm_arena import ShmArena
 
 PAGE = 4096
-HOLDER = ("import sys, time; from kv_store.shm_arena import ShmArena; "
+HOLDER = ("import sys, time; from kv_store.tiers.shm_arena import ShmArena; "
           "a = ShmArena(sys.argv[1], 4 * 4096); print(a.dir.name, flush=True); time.sleep(60)")
 
 

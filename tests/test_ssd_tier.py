@@ -9,10 +9,12 @@ import zlib
 
 import pytest
 
-from kv_store import aligned_io, ssd_record
-from kv_store.aligned_io import ALIGN, aligned_buffer
-from kv_store.bandwidth import BandwidthCap
-from kv_store.ssd_tier import SsdTier
+from kv_store.tiers import aligned_io
+
+from kv_store.tiers import ssd_record
+from kv_store.tiers.aligned_io import ALIGN, aligned_buffer
+from kv_store.tiers.bandwidth import BandwidthCap
+from kv_store.tiers.ssd import SsdTier
 
 
 def append(tier: SsdTier, sid: str, offset: int, start: int, tokens: list[int], payload: bytes,

@@ -12,7 +12,7 @@ import grpc
 from compute_worker.kv_client import KVClient
 from kv_store.config import StoreConfig
 from kv_store.main import start
-from services.gen import common_pb2, kv_store_pb2
+from services.runtime.gen import common_pb2, kv_store_pb2
 from tests.store_helpers import BPT, token_bytes
 
 KV = common_pb2.KV_FORMAT_KV

@@ -15,12 +15,12 @@ import grpc
 import pytest
 
 from compute_worker.kv_client import KVClient
-from kv_store.aligned_io import ALIGN
+from kv_store.tiers.aligned_io import ALIGN
 from kv_store.config import StoreConfig
 from kv_store.main import start
-from services.gen import common_pb2
-from services.grpc_util import wait_healthy
-from services.launcher import free_port
+from services.runtime.gen import common_pb2
+from services.runtime.grpc_util import wait_healthy
+from services.launch.launcher import free_port
 from tests.cluster import token_file
 from tests.store_helpers import BPT, token_bytes
 
@@ -37,7 +37,7 @@ class StoreProcess:
         port = free_port()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "services.cli", "serve", "store", "--listen",
+                [sys.executable, "-m", "services.cli.main", "serve", "store", "--listen",
                  f"127.0.0.1:{port}", "--data-dir", str(self.data_dir), "--dram-bytes", "2MiB",
                  "--eviction", "lru", "--shm-dir", str(self.data_dir.parent / "shm"),
                  "--cluster-token-file", token_file(self.data_dir.parent)],
@@ -150,7 +150,7 @@ def flip(path, offset: int) -> None:
 
 def record_offsets(path) -> list[int]:
     """Start of each record of a session file (header, then payload, each ALIGN-padded)."""
-    from kv_store.ssd_tier import SsdTier
+    from kv_store.tiers.ssd import SsdTier
 
     size, starts, offset = path.stat().st_size, [], 0
     while offset < size:

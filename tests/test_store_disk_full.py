@@ -11,10 +11,10 @@ import grpc
 import pytest
 
 from compute_worker.kv_client import KVClient
-from kv_store import aligned_io
+from kv_store.tiers import aligned_io
 from kv_store.config import StoreConfig
 from kv_store.main import start
-from services.gen import common_pb2
+from services.runtime.gen import common_pb2
 
 KV = common_pb2.KV_FORMAT_KV
 LIMIT = 2 << 20

@@ -9,7 +9,7 @@ import pytest
 from compute_worker.kv_client import KVClient
 from kv_store.config import StoreConfig
 from kv_store.main import start
-from services.gen import common_pb2, kv_store_pb2
+from services.runtime.gen import common_pb2, kv_store_pb2
 from tests.store_helpers import AwarenessStream, eventually
 
 KV = common_pb2.KV_FORMAT_KV
@@ -59,7 +59,7 @@ def test_answer_lengths_from_the_awareness_stream_drive_bidaw_size(store):
     stream.next("snapshot")
     stream.send(turn_complete=kv_store_pb2.TurnComplete(session_id="short", answer_tokens=5))
     stream.send(turn_complete=kv_store_pb2.TurnComplete(session_id="long", answer_tokens=2000))
-    stream.send(arrival=kv_store_pb2.Arrival(session_id="new", sequence=1))
+    stream.send(arrival=kv_store_pb2.Arrival(session_id="new"))
     assert eventually(lambda: core.stats()["answers_observed"] == 2
                       and core.stats()["arrivals_observed"] == 1)
     put(client, "new")

@@ -10,7 +10,7 @@ import pytest
 from compute_worker.kv_client import KVClient
 from kv_store.config import StoreConfig
 from kv_store.main import start
-from services.gen import common_pb2, kv_store_pb2
+from services.runtime.gen import common_pb2, kv_store_pb2
 from tests.store_helpers import AwarenessStream
 
 KV = common_pb2.KV_FORMAT_KV

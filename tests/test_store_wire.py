@@ -6,7 +6,7 @@ import pytest
 
 from compute_worker.kv_client import _data_chunk
 from kv_store.chunk_wire import encode_data
-from services.gen import kv_store_pb2
+from services.runtime.gen import kv_store_pb2
 
 
 @pytest.mark.parametrize("size", [1, 127, 128, 300, 2 << 20])

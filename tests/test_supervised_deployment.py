@@ -13,10 +13,10 @@ import urllib.request
 
 import pytest
 
-from services.chat_client import ChatClient, Conversation
-from services.grpc_util import wait_healthy
-from services.launcher import LocalDeployment
-from services.supervisor import RestartPolicy
+from services.client.chat_client import ChatClient, Conversation
+from services.runtime.grpc_util import wait_healthy
+from services.launch.launcher import LocalDeployment
+from services.launch.supervisor import RestartPolicy
 
 QUESTION = ("Please describe, in a few sentences, what the weather is usually like in Paris in "
             "spring and in autumn, for a visitor who has never been there.")

@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from services.supervisor import Backoff, RestartPolicy, Supervisor
+from services.launch.supervisor import Backoff, RestartPolicy, Supervisor
 
 POLICY = RestartPolicy(first_delay_s=0.1, max_delay_s=0.4, healthy_s=10.0, max_failures=3)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import random
 
-from kv_store.think_time_model import ThinkTimeModel, answer_bucket
+from kv_store.eviction.think_time_model import ThinkTimeModel, answer_bucket
 
 
 def test_learns_each_answer_buckets_distribution():

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from bench.cost_profile import load_profile
-from bench.sim_ssd import SharedBandwidth
-from bench.sim_systems import DEFAULT_SYSTEMS, system_spec
-from bench.sim_workload import build_workload
-from bench.timed_sim import add_arguments, run, simulate, simulate_system
+from bench.sim.cost_profile import load_profile
+from bench.sim.ssd import SharedBandwidth
+from bench.sim.systems import DEFAULT_SYSTEMS, system_spec
+from bench.sim.workload import build_workload
+from bench.sim.timed import add_arguments, run, simulate, simulate_system
 from bench.traces import SynthConfig, Turn, synthesize
 
 CONTRACT_KEYS = {"ttft_mean", "ttft_p99", "latency_mean", "latency_p50", "latency_p90",
@@ -155,7 +155,7 @@ def test_command_contract(tmp_path, small_trace):
 
 
 def test_sweep_finds_more_sustainable_load_for_the_ideal(small_trace):
-    from bench.sim_sweep import sweep
+    from bench.sim.sweep import sweep
 
     cost = load_profile("opt13b-a800")
     res = sweep(small_trace, ["recompute", "ideal"], cost, target_s=3.0, metric="latency_mean",

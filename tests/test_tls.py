@@ -13,12 +13,12 @@ import urllib.request
 import grpc
 import pytest
 
-from services.cli import main as bidaw
-from services.commands.certs import make_certs
-from services.gen import kv_store_pb2, kv_store_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
-from services.grpc_util import Server, channel, wait_healthy
-from services.launcher import free_port
-from services.tls import TLSConfigError, TLSFiles, load
+from services.cli.main import main as bidaw
+from services.cli.certs import make_certs
+from services.runtime.gen import kv_store_pb2, kv_store_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
+from services.runtime.grpc_util import Server, channel, wait_healthy
+from services.launch.launcher import free_port
+from services.runtime.tls import TLSConfigError, TLSFiles, load
 from tests.cluster import token_file
 
 REFUSED = grpc.StatusCode.UNAVAILABLE  # a failed handshake never reaches the service
@@ -50,7 +50,7 @@ def mtls_store(pki, tmp_path_factory):
     target = f"127.0.0.1:{free_port()}"
     log = open(data / "store.log", "ab")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "serve", "store", "--listen", target,
+        [sys.executable, "-m", "services.cli.main", "serve", "store", "--listen", target,
          "--data-dir", str(data / "kv"), "--dram-bytes", "8MiB", "--ssd-bytes", "64MiB",
          "--tls-cert", a.cert, "--tls-key", a.key, "--tls-ca", a.ca,
          "--cluster-token-file", token_file(data)],
@@ -129,14 +129,14 @@ def test_a_client_needs_only_the_ca(pki):
 
 def test_serve_refuses_bad_tls_flags_at_start(pki, tmp_path):
     a, _ = pki
-    out = subprocess.run([sys.executable, "-m", "services.cli", "serve", "store", "--listen",
+    out = subprocess.run([sys.executable, "-m", "services.cli.main", "serve", "store", "--listen",
                           "127.0.0.1:0", "--data-dir", str(tmp_path), "--tls-key", a.key],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode != 0
     assert "bidaw serve store: --tls-key is set but --tls-cert is not" in out.stderr
     env = {**os.environ, "BIDAW_SCHEDULER_TLS_CERT": a.cert, "BIDAW_SCHEDULER_TLS_KEY": a.key,
            "BIDAW_SCHEDULER_TLS_CA": str(tmp_path / "nope.crt")}
-    out = subprocess.run([sys.executable, "-m", "services.cli", "serve", "scheduler",
+    out = subprocess.run([sys.executable, "-m", "services.cli.main", "serve", "scheduler",
                           "--listen", "127.0.0.1:0"], capture_output=True, text=True,
                          timeout=120, env=env)
     assert out.returncode != 0 and "--tls-ca" in out.stderr and "nope.crt" in out.stderr
@@ -163,7 +163,7 @@ def test_certs_command_writes_a_private_key_and_keeps_existing_files(tmp_path, c
 def test_deployment_with_mtls_answers_a_turn_through_the_gateway(tmp_path):
     """Every hop of `LocalDeployment(tls_dir=...)` on mTLS (gateway -> scheduler -> worker, ->
     store; the worker's Ray actor -> store), the real model answering one short turn."""
-    from services.launcher import LocalDeployment
+    from services.launch.launcher import LocalDeployment
 
     make_certs(str(tmp_path / "certs"), [])
     dep = LocalDeployment(data_dir=str(tmp_path / "dep"), tls_dir=str(tmp_path / "certs"),

@@ -105,7 +105,7 @@ def test_stats_of_the_sample():
 
 
 def test_trace_cli_stats_and_synth(tmp_path, capsys):
-    from services.cli import main
+    from services.cli.main import main
 
     assert main(["trace", "stats", str(SAMPLE), "--format", "bidaw", "--json"]) == 0
     st = json.loads(capsys.readouterr().out)

@@ -12,7 +12,7 @@ import urllib.request
 
 import grpc
 
-from services import tracing
+from services.runtime import tracing
 from tests.otlp_collector import Collector
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,11 +45,11 @@ def test_off_installs_nothing():
 
 SCRIPT = textwrap.dedent("""
     import io, json, logging, sys, urllib.request
-    from services import tracing
+    from services.runtime import tracing
     assert tracing.init_tracing("gateway")
-    from services.gen import common_pb2, scheduler_pb2_grpc
-    from services.grpc_util import channel
-    from services.logs import setup_logging
+    from services.runtime.gen import common_pb2, scheduler_pb2_grpc
+    from services.runtime.grpc_util import channel
+    from services.runtime.logs import setup_logging
     from services.gateway.background import BackgroundGateway
     from services.gateway.config import GatewayConfig
     from tests.fake_scheduler import start_fake_scheduler
@@ -165,7 +165,7 @@ def _settled(collector: Collector, trace_id: str, quiet_s: float = 1.5, timeout:
 
 
 def test_one_chat_turn_is_one_trace_through_four_services(tmp_path):
-    from services.launcher import LocalDeployment
+    from services.launch.launcher import LocalDeployment
 
     with Collector() as collector:
         dep = LocalDeployment(data_dir=str(tmp_path), dram_bytes="64MiB", default_max_tokens=8,

@@ -9,7 +9,7 @@ from compute_worker.engine import Engine
 from compute_worker.kv_io import KVSessionIO
 from kv_store.config import StoreConfig
 from kv_store.main import start
-from services.gen import common_pb2
+from services.runtime.gen import common_pb2
 
 KV = common_pb2.KV_FORMAT_KV
 

@@ -2,8 +2,8 @@
 N+1, N+2 (free ports without it), and passes them to the services it starts."""
 from __future__ import annotations
 
-from services.cli import build_parser
-from services.launcher import LocalDeployment, free_port
+from services.cli.main import build_parser
+from services.launch.launcher import LocalDeployment, free_port
 
 
 def test_metrics_port_base_sets_the_three_ports(tmp_path):

@@ -12,7 +12,7 @@ import threading
 import time
 
 from bench.chaos.procs import descendants, find_descendant
-from services.launcher import free_port
+from services.launch.launcher import free_port
 
 
 def _lines(proc) -> queue.Queue:
@@ -42,7 +42,7 @@ def _running(pid: int) -> bool:
 def test_up_restarts_a_killed_service_and_sigterm_stops_everything(tmp_path):
     ports = [str(free_port()) for _ in range(4)]
     up = subprocess.Popen(
-        [sys.executable, "-m", "services.cli", "up", "--data-dir", str(tmp_path), "--port",
+        [sys.executable, "-m", "services.cli.main", "up", "--data-dir", str(tmp_path), "--port",
          ports[0], "--store-port", ports[1], "--scheduler-port", ports[2], "--worker-port",
          ports[3], "--dram-bytes", "64MiB"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         text=True, env={**os.environ, "RAY_AUTH_MODE": "disabled"})

@@ -9,10 +9,10 @@ import hashlib
 
 import grpc
 
-from services.cluster_auth import METADATA_KEY
-from services.gen import (common_pb2, compute_worker_pb2, kv_store_pb2, kv_store_pb2_grpc,
+from services.runtime.cluster_auth import METADATA_KEY
+from services.runtime.gen import (common_pb2, compute_worker_pb2, kv_store_pb2, kv_store_pb2_grpc,
                           scheduler_pb2, scheduler_pb2_grpc)
-from services.grpc_util import channel
+from services.runtime.grpc_util import channel
 
 try:
     from google.protobuf.message_factory import GetMessageClass

@@ -16,7 +16,7 @@ import grpc
 from bench.replay.plan import Plan, PlanConfig, make_plan
 from bench.replay.tokens import query_tokens
 from bench.traces import load_trace
-from services.chat_client import ChatClient
+from services.client.chat_client import ChatClient
 
 TRACE = (pathlib.Path(__file__).resolve().parents[3] / "shared" / "traces"
          / "bidaw_sample.txt")

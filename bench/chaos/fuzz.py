@@ -16,9 +16,9 @@ import grpc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.gen import (common_pb2, compute_worker_pb2, compute_worker_pb2_grpc, kv_store_pb2,
+from services.runtime.gen import (common_pb2, compute_worker_pb2, compute_worker_pb2_grpc, kv_store_pb2,
                           kv_store_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc)
-from services.grpc_util import channel
+from services.runtime.grpc_util import channel
 
 # A crash: the servicer raised (UNKNOWN/INTERNAL), or the call hung (DEADLINE_EXCEEDED).
 CRASH = {grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL, grpc.StatusCode.DEADLINE_EXCEEDED,
@@ -169,11 +169,11 @@ def fuzz_store(target: str, examples: int = 100) -> Tally:
     @given(events=st.lists(st.one_of(
         st.builds(lambda c: kv_store_pb2.ComputeEvent(hello=kv_store_pb2.Hello(client_id=c)),
                   st.text(max_size=30)),
-        st.builds(lambda s, q: kv_store_pb2.ComputeEvent(arrival=kv_store_pb2.Arrival(
-            session_id=s, sequence=q)), session_ids, u64s),
-        st.builds(lambda s, a, t: kv_store_pb2.ComputeEvent(
-            turn_complete=kv_store_pb2.TurnComplete(session_id=s, answer_tokens=a,
-                                                    total_tokens=t)), session_ids, u32s, u32s),
+        st.builds(lambda s: kv_store_pb2.ComputeEvent(arrival=kv_store_pb2.Arrival(
+            session_id=s)), session_ids),
+        st.builds(lambda s, a: kv_store_pb2.ComputeEvent(
+            turn_complete=kv_store_pb2.TurnComplete(session_id=s, answer_tokens=a)),
+            session_ids, u32s),
         st.just(kv_store_pb2.ComputeEvent())), max_size=8))
     def awareness(events):
         def call():
@@ -381,7 +381,7 @@ def fuzz_live(examples: int = 100, verbose: bool = False) -> tuple[int, int, lis
 
     from scheduler.config import SchedulerConfig
     from scheduler.main import start as start_scheduler
-    from services.launcher import LocalDeployment
+    from services.launch.launcher import LocalDeployment
 
     tally = Tally()
     with tempfile.TemporaryDirectory(prefix="chaos-fuzz-") as d:

@@ -14,8 +14,8 @@ import json
 import random
 import time
 
-from .fuzz_inputs import CLASSES, generate
-from .fuzz_tally import ClassTally
+from bench.chaos.fuzz_inputs import CLASSES, generate
+from bench.chaos.fuzz_tally import ClassTally
 
 
 async def _send(host: str, port: int, raw: bytes, timeout: float) -> tuple[int, bytes]:
@@ -102,9 +102,9 @@ def fuzz_fast_live(http_per_class: int, grpc_per_method: int, turn_methods: int,
 
     from scheduler.config import SchedulerConfig
     from scheduler.main import start as start_scheduler
-    from services.launcher import LocalDeployment
+    from services.launch.launcher import LocalDeployment
 
-    from .fuzz_grpc_fast import fuzz_grpc_fast
+    from bench.chaos.fuzz_grpc_fast import fuzz_grpc_fast
 
     with tempfile.TemporaryDirectory(prefix="chaos-fuzz-fast-") as d:
         with LocalDeployment(data_dir=d, dram_bytes="4MiB", default_max_tokens=2) as dep:

@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 from google.protobuf.descriptor import FieldDescriptor as F
 
-from .fuzz import CRASH
-from .fuzz_tally import ClassTally
+from bench.chaos.fuzz import CRASH
+from bench.chaos.fuzz_tally import ClassTally
 
 INT_VALUES = {F.TYPE_INT32: [-2**31, 2**31 - 1, -1, 0, 1], F.TYPE_SINT32: [-2**31, 2**31 - 1],
               F.TYPE_SFIXED32: [-2**31, 2**31 - 1], F.TYPE_UINT32: [0, 1, 2**32 - 1, 2**31],
@@ -71,7 +71,7 @@ def _cheap_turn(turn, rng: random.Random) -> None:
 def _services():
     from grpc_health.v1 import health_pb2
 
-    from services.gen import compute_worker_pb2, kv_store_pb2, scheduler_pb2
+    from services.runtime.gen import compute_worker_pb2, kv_store_pb2, scheduler_pb2
 
     return {"store": kv_store_pb2.DESCRIPTOR.services_by_name["KVStore"],
             "worker": compute_worker_pb2.DESCRIPTOR.services_by_name["ComputeWorker"],
@@ -120,7 +120,7 @@ def fuzz_grpc_fast(targets: dict[str, str], own_scheduler: str, per_method: int,
                    timeout: float = 60.0) -> dict[str, ClassTally]:
     """targets: service -> address (store, worker, scheduler); health is asked of each.
     `turn_methods`: inputs for the methods that can run the model (RunTurn, SubmitTurn)."""
-    from services.grpc_util import channel
+    from services.runtime.grpc_util import channel
 
     tallies: dict[str, ClassTally] = {}
     chans = {name: channel(addr) for name, addr in {**targets, "own": own_scheduler}.items()}

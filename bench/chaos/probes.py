@@ -14,7 +14,7 @@ import time
 import grpc
 
 from compute_worker.kv_client import KVClient
-from services.gen import common_pb2
+from services.runtime.gen import common_pb2
 
 KV = common_pb2.KV_FORMAT_KV
 BPT = 1024
@@ -96,8 +96,8 @@ class ProbeWriter:
 
 def stored_tokens(store_target: str, sessions) -> dict[str, tuple[int, list[int]]]:
     """session -> (tier, token ids) the store holds now (sessions it holds nothing for omitted)."""
-    from services.gen import kv_store_pb2, kv_store_pb2_grpc
-    from services.grpc_util import channel
+    from services.runtime.gen import kv_store_pb2, kv_store_pb2_grpc
+    from services.runtime.grpc_util import channel
 
     stub = kv_store_pb2_grpc.KVStoreStub(channel(store_target))
     out = {}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 
-from services.launcher import free_port
+from services.launch.launcher import free_port
 
 
 class CuttableProxy:

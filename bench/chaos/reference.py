@@ -2,7 +2,7 @@
 store), with the same model and greedy decoding. Served answers must equal it token for token."""
 from __future__ import annotations
 
-from services.gen import common_pb2
+from services.runtime.gen import common_pb2
 
 
 class Reference:

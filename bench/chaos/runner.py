@@ -12,7 +12,7 @@ from bench.chaos.conversations import Replay, plan_for
 from bench.chaos.probes import ProbeWriter, lost_ssd_kv, stored_tokens, wrong_live_kv
 from bench.chaos.reference import Reference
 from bench.chaos.topology import Topology
-from services.gen import common_pb2
+from services.runtime.gen import common_pb2
 
 
 @dataclass

@@ -2,7 +2,7 @@
 each its own process on loopback, each restartable on the same port (and the store on the same
 data directory), so clients that retry find the service again where it was.
 
-`supervised=True` runs `bidaw up`'s deployment instead (services.launcher.LocalDeployment, one
+`supervised=True` runs `bidaw up`'s deployment instead (services.launch.launcher.LocalDeployment, one
 worker, plus the gateway), whose supervisor restarts what dies: nobody here restarts anything."""
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 
-from services.cluster_auth import write_token_file
-from services.grpc_util import ensure_token, wait_healthy
-from services.launcher import LocalDeployment, free_port, private_dir
-from services.supervisor import RestartPolicy
+from services.runtime.cluster_auth import write_token_file
+from services.runtime.grpc_util import ensure_token, wait_healthy
+from services.launch.launcher import LocalDeployment, free_port, private_dir
+from services.launch.supervisor import RestartPolicy
 
 
 @dataclass
@@ -121,7 +121,7 @@ class Topology:
         svc = self.services[name]
         with open(svc.log, "ab") as log:
             svc.proc = subprocess.Popen(
-                [sys.executable, "-m", "services.cli", *svc.args], stdout=log,
+                [sys.executable, "-m", "services.cli.main", *svc.args], stdout=log,
                 stderr=subprocess.STDOUT, start_new_session=True,
                 env={**os.environ, "RAY_AUTH_MODE": "disabled", **self.env})
 

@@ -35,7 +35,7 @@ def _run(args: argparse.Namespace) -> int:
     from kv_store.config import StoreConfig
     from kv_store.eviction.registry import NEEDS_FUTURE, POLICY_NAMES
     from kv_store.store import make_store_policy
-    from services.config import parse_size
+    from services.runtime.config import parse_size
 
     try:
         dram = parse_size(args.dram_bytes)

@@ -53,8 +53,8 @@ def _grpc_turn(client, session: str, max_tokens: int) -> None:
 
 
 def _echo_scheduler():
-    from services.gen import common_pb2, scheduler_pb2_grpc
-    from services.grpc_util import Server
+    from services.runtime.gen import common_pb2, scheduler_pb2_grpc
+    from services.runtime.grpc_util import Server
 
     class Echo(scheduler_pb2_grpc.SchedulerServicer):
         def SubmitTurn(self, request, context):
@@ -70,7 +70,7 @@ def _echo_scheduler():
 def _measure(scheduler: str, gateway_port: int, args) -> dict:
     import http.client
 
-    from services.chat_client import ChatClient
+    from services.client.chat_client import ChatClient
 
     client = ChatClient(scheduler)
     conn = http.client.HTTPConnection("127.0.0.1", gateway_port, timeout=600)
@@ -149,16 +149,16 @@ def _echo_gateway(env: dict[str, str] | None = None):
 
     import tempfile
 
-    from services.cluster_auth import write_token_file
-    from services.grpc_util import ensure_token
-    from services.launcher import free_port, wait_http
+    from services.runtime.cluster_auth import write_token_file
+    from services.runtime.grpc_util import ensure_token
+    from services.launch.launcher import free_port, wait_http
 
     token = ensure_token()  # before the echo scheduler: it checks the token, the gateway sends it
     server = _echo_scheduler()
     port = free_port()
     token_file = os.path.join(tempfile.mkdtemp(prefix="bidaw-token-"), "cluster-token")
     write_token_file(token_file, token)
-    proc = subprocess.Popen([sys.executable, "-m", "services.cli", "serve", "gateway",
+    proc = subprocess.Popen([sys.executable, "-m", "services.cli.main", "serve", "gateway",
                              "--listen", f"127.0.0.1:{port}", "--scheduler",
                              f"127.0.0.1:{server.port}", "--cluster-token-file", token_file],
                             stdout=subprocess.DEVNULL,
@@ -176,7 +176,7 @@ def _echo_gateway(env: dict[str, str] | None = None):
 def _live_gateway(args, env: dict[str, str] | None = None):
     import tempfile
 
-    from services.launcher import LocalDeployment
+    from services.launch.launcher import LocalDeployment
 
     with tempfile.TemporaryDirectory(prefix="bidaw-bench-gw-") as tmp:
         with LocalDeployment(data_dir=tmp, default_max_tokens=args.max_tokens,

@@ -81,7 +81,7 @@ def _run(args: argparse.Namespace) -> int:
     from bench.replay.sizing import tier_sizes, working_set
     from bench.replay.source import load_turns
     from bench.replay.table import render, render_ratios
-    from services.config import parse_size
+    from services.runtime.config import parse_size
 
     names = _systems(args.systems)
     if args.repeat < 1:

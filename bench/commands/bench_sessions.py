@@ -188,7 +188,7 @@ def _raw_overhead(stored: int = 200, turns: int = 200, size: int = 100_000) -> d
 def run(args: argparse.Namespace) -> int:
     import tempfile
 
-    from services.launcher import LocalDeployment
+    from services.launch.launcher import LocalDeployment
 
     if not 1 <= args.turns <= len(QUESTIONS) or args.conversations < 1:
         print(f"--turns must be 1..{len(QUESTIONS)} and --conversations at least 1",

@@ -87,7 +87,7 @@ def _raw_read(path: str, io_bytes: int, depth: int = 1) -> float:
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from kv_store.aligned_io import DirectFile, aligned_buffer
+    from kv_store.tiers.aligned_io import DirectFile, aligned_buffer
 
     size = os.path.getsize(path)
     local = threading.local()
@@ -152,7 +152,7 @@ def ssd_read_vs_raw(folder: str, sizes_mb: list[int], io_mb: int, reps: int,
 
 
 def _write_raw(path: str, length: int) -> None:
-    from kv_store.aligned_io import DirectFile, aligned_buffer
+    from kv_store.tiers.aligned_io import DirectFile, aligned_buffer
 
     chunk = aligned_buffer(64 * MIB)
     chunk[:] = os.urandom(len(chunk))

@@ -78,8 +78,8 @@ def run(args) -> int:
                      turn_timeout_s=args.turn_timeout, api_key=args.api_key)
     if args.target:
         if args.cluster_token_file:
-            from services.grpc_util import configure_token
-            from services.membership_auth import resolve_token
+            from services.runtime.grpc_util import configure_token
+            from services.runtime.membership_auth import resolve_token
 
             try:
                 configure_token(resolve_token("", args.cluster_token_file))

@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="DIR", help="write PNG figures here")
     p.add_argument("--records", metavar="FILE.jsonl", help="write the per-turn records here")
-    from services.tls import add_client_args
+    from services.runtime.tls import add_client_args
 
     add_client_args(p)
     p.set_defaults(func=_run)
@@ -42,7 +42,7 @@ def _run(args: argparse.Namespace) -> int:
     from bench.replay.report import summarize
     from bench.replay.source import load_turns
     from bench.replay.table import render
-    from services.tls import configure_client
+    from services.runtime.tls import configure_client
 
     configure_client(args, "replay")
     try:

@@ -1,4 +1,4 @@
-"""`bidaw simulate`: cache-only replay (--cache-only) or the timed simulation (bench.timed_sim)."""
+"""`bidaw simulate`: cache-only replay (--cache-only) or the timed simulation (bench.sim.timed)."""
 from __future__ import annotations
 
 import argparse
@@ -47,9 +47,9 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     g.add_argument("--policy-arg", action="append", default=[], metavar="POLICY.KEY=VALUE",
                    help="constructor argument, e.g. bidaw.stale_quantile=0.99 (repeatable)")
     try:
-        from bench import timed_sim
+        from bench.sim import timed as timed_sim
     except ModuleNotFoundError as exc:
-        if exc.name != "bench.timed_sim":
+        if exc.name != "bench.sim.timed":
             raise
         timed_sim = None
     if timed_sim is not None:
@@ -63,11 +63,11 @@ def _run(args: argparse.Namespace) -> int:
         result = run_cache_only(args)
     else:
         try:
-            from bench import timed_sim
+            from bench.sim import timed as timed_sim
         except ModuleNotFoundError as exc:
-            if exc.name != "bench.timed_sim":
+            if exc.name != "bench.sim.timed":
                 raise
-            print("bidaw simulate: the timed mode (bench/timed_sim.py) is not built yet; "
+            print("bidaw simulate: the timed mode (bench/sim/timed.py) is not built yet; "
                   "use --cache-only", file=sys.stderr)
             return 2
         result = timed_sim.run(args)
@@ -81,7 +81,7 @@ def _run(args: argparse.Namespace) -> int:
 def run_cache_only(args: argparse.Namespace) -> dict:
     import time
 
-    from bench.cache_sim import GIB, parse_window, prepare_accesses, replay
+    from bench.sim.cache import GIB, parse_window, prepare_accesses, replay
     from kv_store.eviction.registry import POLICY_NAMES, make_policy
 
     names = [n.strip() for n in args.policies.split(",") if n.strip()]
@@ -89,7 +89,7 @@ def run_cache_only(args: argparse.Namespace) -> dict:
     if unknown:
         raise SystemExit(f"unknown policies {unknown}; known: {', '.join(POLICY_NAMES)}")
     capacities = [float(x) for x in str(args.dram_gib).split(",") if x.strip()]
-    from bench.timed_sim import parse_policy_args
+    from bench.sim.timed import parse_policy_args
 
     try:
         kwargs = parse_policy_args(args.policy_arg or [])
@@ -106,10 +106,8 @@ def run_cache_only(args: argparse.Namespace) -> dict:
     for cap in capacities:
         policies: dict[str, dict] = {}
         for name in names:
-            policy = make_policy(name, **kwargs.get(name, {}))
-            hook = getattr(policy, "set_capacity", None)
-            if hook is not None:
-                hook(int(cap * GIB))
+            policy = make_policy(name, int(cap * GIB), int(args.watermark_gib * GIB),
+                                 **kwargs.get(name, {}))
             t0 = time.perf_counter()
             res = replay(log, policy, int(cap * GIB), int(args.watermark_gib * GIB), window,
                          end_oracle, args.lookahead)
@@ -129,7 +127,7 @@ def run_cache_only(args: argparse.Namespace) -> dict:
     else:
         result["runs"] = runs
     if args.plot:
-        from bench.plots_cache import plot_cache_only
+        from bench.sim.cache_plots import plot_cache_only
 
         result["plots"] = plot_cache_only(runs, log, window, args.plot, capacities)
     return result

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.launcher import LocalDeployment
+from services.launch.launcher import LocalDeployment
 
 
 @dataclass

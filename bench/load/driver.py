@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
-from .messages import user_message
-from .records import ERROR, MALFORMED, OK, SHED_429, SHED_503, UNANSWERED, Attempt
+from bench.load.messages import user_message
+from bench.load.records import ERROR, MALFORMED, OK, SHED_429, SHED_503, UNANSWERED, Attempt
 
 
 @dataclass

@@ -4,11 +4,11 @@ from __future__ import annotations
 import tempfile
 import time
 
-from . import deploy
-from .driver import Driver, LoadPlan
-from .records import Attempt
-from .sampler import Sampler
-from .verdict import report
+from bench.load import deploy
+from bench.load.driver import Driver, LoadPlan
+from bench.load.records import Attempt
+from bench.load.sampler import Sampler
+from bench.load.verdict import report
 
 
 def run_against(plan: LoadPlan, *, pids: dict[str, int], scheduler: str,

@@ -79,8 +79,8 @@ class Sampler:
     def _stats_stub(self):
         if not self.scheduler:
             return None
-        from services.gen import scheduler_pb2_grpc
-        from services.grpc_util import channel
+        from services.runtime.gen import scheduler_pb2_grpc
+        from services.runtime.grpc_util import channel
 
         return scheduler_pb2_grpc.SchedulerStub(channel(self.scheduler))
 
@@ -92,7 +92,7 @@ class Sampler:
         if stats is not None:
             import grpc
 
-            from services.gen import scheduler_pb2
+            from services.runtime.gen import scheduler_pb2
 
             try:
                 reply = stats.Stats(scheduler_pb2.SchedulerStatsRequest(), timeout=5.0)

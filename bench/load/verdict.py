@@ -14,8 +14,8 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 
-from .records import ERROR, MALFORMED, OK, SHED_429, SHED_503, UNANSWERED, Attempt
-from .sampler import Sample
+from bench.load.records import ERROR, MALFORMED, OK, SHED_429, SHED_503, UNANSWERED, Attempt
+from bench.load.sampler import Sample
 
 FLAT_FACTOR = 1.10
 FLAT_SLACK_MB = 32.0

@@ -15,8 +15,8 @@ import grpc
 from bench.replay.plan import Plan, ScriptedTurn, UserScript
 from bench.replay.records import ANSWERED, FAILED, QueueSample, TurnRecord
 from bench.replay.tokens import query_tokens
-from services.grpc_util import aio_channel
-from services.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc, scheduler_pb2, \
+from services.runtime.grpc_util import aio_channel
+from services.runtime.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc, scheduler_pb2, \
     scheduler_pb2_grpc
 
 TIERS = {common_pb2.TIER_NONE: "none", common_pb2.TIER_DRAM: "dram",

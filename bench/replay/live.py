@@ -42,7 +42,7 @@ class SystemRun:
 
 def _warm_up(target: str) -> None:
     """One tiny turn, so the first measured turn does not pay the model's first-call costs."""
-    from services.chat_client import ChatClient
+    from services.client.chat_client import ChatClient
 
     client = ChatClient(target, timeout=300)
     try:
@@ -53,8 +53,8 @@ def _warm_up(target: str) -> None:
 
 
 def _store_stats(target: str) -> dict:
-    from services.gen import kv_store_pb2, kv_store_pb2_grpc
-    from services.grpc_util import channel
+    from services.runtime.gen import kv_store_pb2, kv_store_pb2_grpc
+    from services.runtime.grpc_util import channel
 
     try:
         with channel(target) as ch:
@@ -68,7 +68,7 @@ def _store_stats(target: str) -> dict:
 
 def run_system(name: str, system: System, plan: Plan, sizes: TierSizes, opts: LiveOptions,
                on_record: Callable[[TurnRecord], None] | None = None) -> SystemRun:
-    from services.launcher import LocalDeployment
+    from services.launch.launcher import LocalDeployment
 
     with tempfile.TemporaryDirectory(prefix=f"bidaw-live-{name}-",
                                      dir=opts.data_dir or None) as tmp:

@@ -48,7 +48,7 @@ BASELINE_VARIANTS = ("fcfs-lru-head",)
 def deployment_kwargs(system: System, sizes: TierSizes, *, model: str, max_loads: int = 2,
                       max_answer: int = 4096, time_scale: float = 1.0,
                       max_batch: int = 0, min_step_ms: float = 0.0) -> dict:
-    """Keyword arguments of services.launcher.LocalDeployment (without data_dir). The store's
+    """Keyword arguments of services.launch.launcher.LocalDeployment (without data_dir). The store's
     eviction policy runs on trace time (`time_scale`), as the replay does. `max_batch` > 0
     caps the worker's batch, so a busy machine queues turns at the scheduler (where the
     policies act) instead of slowing every running turn; `min_step_ms` > 0 gives every batch

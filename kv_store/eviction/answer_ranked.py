@@ -11,7 +11,7 @@ from typing import Iterable
 
 from kv_store.eviction.base import EvictionPolicy, Key
 from kv_store.eviction.return_model import ReturnModel
-from kv_store.think_time_model import GapStats
+from kv_store.eviction.think_time_model import GapStats
 
 SAME_TURN_S = 0.5
 

@@ -36,6 +36,10 @@ class EvictionPolicy(ABC):
         Does not remove it: the caller calls `remove` once the bytes are gone.
         """
 
+    def set_capacity(self, capacity_bytes: int, watermark_bytes: int | None = None) -> None:
+        """The size of the tier this policy orders, and the free bytes kept (for policies whose
+        model of reuse depends on them; `make_policy` calls it)."""
+
     def observe_answer(self, key: Key, answer_tokens: int, now: float) -> None:
         """A turn of `key`'s session finished with an answer of `answer_tokens` tokens."""
 

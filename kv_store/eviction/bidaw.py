@@ -29,11 +29,11 @@ import math
 from kv_store.eviction.answer_ranked import AnswerRankedPolicy
 from kv_store.eviction.base import Key
 from kv_store.eviction.lazy_heap import LazyHeap
-from kv_store.ghost_cache import GhostCache
-from kv_store.reuse_distance import ReuseDistanceMeter
-from kv_store.reuse_regions import ReuseRegions
-from kv_store.session_registry import SessionRegistry
-from kv_store.think_time_model import (ANSWER_EDGES, N_ANSWER_BUCKETS, GapStats, ThinkTimeModel,
+from kv_store.eviction.ghost_cache import GhostCache
+from kv_store.eviction.reuse_distance import ReuseDistanceMeter
+from kv_store.eviction.reuse_regions import ReuseRegions
+from kv_store.eviction.session_registry import SessionRegistry
+from kv_store.eviction.think_time_model import (ANSWER_EDGES, N_ANSWER_BUCKETS, GapStats, ThinkTimeModel,
                                        answer_bucket)
 
 GIB = 1 << 30
@@ -107,10 +107,10 @@ class BidawPolicy(AnswerRankedPolicy):
         self._until_refresh = 0
 
     # ---- optional hooks -------------------------------------------------------------------
-    def set_capacity(self, capacity_bytes: int) -> None:
-        """Optional hook: the size of the tier this policy orders (defines the small region)."""
+    def set_capacity(self, capacity_bytes: int, watermark_bytes: int | None = None) -> None:
+        """The size of the tier this policy orders (it defines the small region)."""
         self.regions.set_capacity(capacity_bytes)
-        self.ghost.set_capacity(capacity_bytes)
+        self.ghost.set_capacity(capacity_bytes, watermark_bytes)
         self._until_refresh = 0
 
     # ---- the interface --------------------------------------------------------------------

@@ -26,8 +26,8 @@ import math
 from kv_store.eviction.answer_ranked import AnswerRankedPolicy
 from kv_store.eviction.base import Key
 from kv_store.eviction.lazy_heap import LazyHeap
-from kv_store.session_registry import SessionRegistry
-from kv_store.think_time_model import ThinkTimeModel
+from kv_store.eviction.session_registry import SessionRegistry
+from kv_store.eviction.think_time_model import ThinkTimeModel
 
 
 class _Session:

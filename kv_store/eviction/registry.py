@@ -1,18 +1,24 @@
-"""Eviction policies by name: `make_policy("lru")`. Modules are imported lazily on first use."""
+"""Every eviction policy by name, built one way: `make_policy("lru", capacity, watermark)`."""
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from kv_store.eviction.base import EvictionPolicy
+from kv_store.eviction.belady import BeladyPolicy
+from kv_store.eviction.bidaw import BidawPolicy
+from kv_store.eviction.bidaw_size import BidawSizePolicy
+from kv_store.eviction.fifo import FifoPolicy
+from kv_store.eviction.lru import LruPolicy
+from kv_store.eviction.queue_aware import QueueAwarePolicy
+from kv_store.eviction.time_scaled import TimeScaled
 
-_CLASSES: dict[str, tuple[str, str]] = {
-    "fifo": ("kv_store.eviction.fifo", "FifoPolicy"),
-    "lru": ("kv_store.eviction.lru", "LruPolicy"),
-    "queue-aware": ("kv_store.eviction.queue_aware", "QueueAwarePolicy"),
-    "bidaw": ("kv_store.eviction.bidaw", "BidawPolicy"),
-    "bidaw-size": ("kv_store.eviction.bidaw_size", "BidawSizePolicy"),
-    "belady": ("kv_store.eviction.belady", "BeladyPolicy"),
+_CLASSES: dict[str, type[EvictionPolicy]] = {
+    "fifo": FifoPolicy,
+    "lru": LruPolicy,
+    "queue-aware": QueueAwarePolicy,
+    "bidaw": BidawPolicy,
+    "bidaw-size": BidawSizePolicy,
+    "belady": BeladyPolicy,
 }
 
 POLICY_NAMES: tuple[str, ...] = tuple(_CLASSES)
@@ -21,14 +27,15 @@ POLICY_NAMES: tuple[str, ...] = tuple(_CLASSES)
 NEEDS_FUTURE: frozenset[str] = frozenset({"belady"})
 
 
-def policy_class(name: str) -> type[EvictionPolicy]:
+def make_policy(name: str, capacity: int | None = None, watermark: int | None = None,
+                time_scale: float = 1.0, **args: Any) -> EvictionPolicy:
+    """A fresh policy for a tier of `capacity` bytes keeping `watermark` free (None: the
+    policy's defaults), its clock divided by `time_scale`. Unknown `args` raise TypeError."""
     try:
-        module, cls = _CLASSES[name]
+        cls = _CLASSES[name]
     except KeyError:
         raise ValueError(f"unknown eviction policy {name!r}; known: {', '.join(POLICY_NAMES)}") from None
-    return getattr(importlib.import_module(module), cls)
-
-
-def make_policy(name: str, **kwargs: Any) -> EvictionPolicy:
-    """A fresh policy. Unknown kwargs raise TypeError (see each class for its parameters)."""
-    return policy_class(name)(**kwargs)
+    policy = cls(**args)
+    if capacity is not None:
+        policy.set_capacity(capacity, watermark)
+    return policy if time_scale == 1.0 else TimeScaled(policy, time_scale)

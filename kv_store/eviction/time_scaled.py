@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from .base import EvictionPolicy, Key
+from kv_store.eviction.base import EvictionPolicy, Key
 
 
 class TimeScaled(EvictionPolicy):
@@ -43,5 +43,8 @@ class TimeScaled(EvictionPolicy):
     def __len__(self) -> int:
         return len(self.inner)
 
-    def __getattr__(self, name: str):  # optional hooks (set_capacity, ...) pass through
+    def set_capacity(self, capacity_bytes: int, watermark_bytes: int | None = None) -> None:
+        self.inner.set_capacity(capacity_bytes, watermark_bytes)
+
+    def __getattr__(self, name: str):  # the simulator's hooks (set_next_use) pass through
         return getattr(self.inner, name)

@@ -7,24 +7,26 @@ import time
 from aiohttp import web
 from opentelemetry import propagate
 
-from services import metrics, tracing
+from services.runtime import metrics
 
-from .admission import FairQueue
-from .auth import Tenants
-from .backend import Backend
-from .config import GatewayConfig
-from .errors import ApiError
-from .health import HealthCheck
-from .headers import check_headers
-from .json_body import load_body
-from .metrics_site import metrics_response
-from .native_api import NativeApi
-from .prompt_size import check_prompt_size
-from .protocol import check_model, parse_chat, parse_completion
-from .ratelimit import InFlight, RateLimiter, retry_after_s
-from .responses import VERSION, Reply, model_card
-from .turns import TurnServer
-from .waiting import Admission, Shed, Slot
+from services.runtime import tracing
+
+from services.gateway.admission import FairQueue
+from services.gateway.auth import Tenants
+from services.gateway.backend import Backend
+from services.gateway.config import GatewayConfig
+from services.gateway.errors import ApiError
+from services.gateway.health import HealthCheck
+from services.gateway.headers import check_headers
+from services.gateway.json_body import load_body
+from services.gateway.metrics_site import metrics_response
+from services.gateway.native_api import NativeApi
+from services.gateway.prompt_size import check_prompt_size
+from services.gateway.protocol import check_model, parse_chat, parse_completion
+from services.gateway.ratelimit import InFlight, RateLimiter, retry_after_s
+from services.gateway.responses import VERSION, Reply, model_card
+from services.gateway.turns import TurnServer
+from services.gateway.waiting import Admission, Shed, Slot
 
 log = logging.getLogger("bidaw.gateway")
 TURN_ROUTES = ("/v1/chat/completions", "/v1/completions", "/generate")

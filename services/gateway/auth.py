@@ -8,7 +8,7 @@ from __future__ import annotations
 import hmac
 import re
 
-from .config import GatewayConfig
+from services.gateway.config import GatewayConfig
 
 TENANT_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 OPEN_TENANT = "default"  # the one tenant of a gateway without keys

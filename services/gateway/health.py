@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from services.gen import scheduler_pb2
+from services.runtime.gen import scheduler_pb2
 
-from .backend import Backend
+from services.gateway.backend import Backend
 
 
 def problems(stats: scheduler_pb2.SchedulerStats) -> list[str]:

@@ -15,7 +15,7 @@ import re
 
 import numpy as np
 
-from .errors import ApiError
+from services.gateway.errors import ApiError
 
 MAX_DEPTH = 64
 INT_MIN, INT_MAX = -(1 << 63), (1 << 64) - 1  # int64 and uint64 fields (seed)

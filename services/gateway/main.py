@@ -8,10 +8,10 @@ import signal
 
 from aiohttp import web
 
-from .app import Gateway
-from .config import GatewayConfig
-from .metrics_site import start_metrics_site
-from .safe_protocol import RedactingAppRunner
+from services.gateway.app import Gateway
+from services.gateway.config import GatewayConfig
+from services.gateway.metrics_site import start_metrics_site
+from services.gateway.safe_protocol import RedactingAppRunner
 
 log = logging.getLogger("bidaw.gateway")
 

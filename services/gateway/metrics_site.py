@@ -6,7 +6,7 @@ from __future__ import annotations
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from services.metrics import registry_of
+from services.runtime.metrics import registry_of
 
 
 def metrics_response() -> web.Response:

@@ -15,15 +15,15 @@ import uuid
 import grpc
 from aiohttp import web
 
-from services import metrics
+from services.runtime import metrics
 
-from .errors import ApiError, bad_request, from_grpc
-from .fields import INT32_MAX, UINT32_MAX, integer, typed
-from .prompt_size import check_prompt_size
-from .protocol import MAX_STOPS, Parsed, check_model
-from .responses import extension
-from .sampling_params import parse_sampling
-from .turns import TurnServer
+from services.gateway.errors import ApiError, bad_request, from_grpc
+from services.gateway.fields import INT32_MAX, UINT32_MAX, integer, typed
+from services.gateway.prompt_size import check_prompt_size
+from services.gateway.protocol import MAX_STOPS, Parsed, check_model
+from services.gateway.responses import extension
+from services.gateway.sampling_params import parse_sampling
+from services.gateway.turns import TurnServer
 
 SGLANG_MAX_NEW_TOKENS = 128  # SGLang's default when sampling_params names none
 # top-level fields that are accepted only at their neutral value (None is always neutral)

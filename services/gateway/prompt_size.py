@@ -3,8 +3,8 @@ worker holds or tokenises it: its text is longer than the context's tokens times
 token's bytes (compute_worker/prompt_bound.py explains why no prompt that fits is refused)."""
 from __future__ import annotations
 
-from .errors import bad_request
-from .protocol import Parsed
+from services.gateway.errors import bad_request
+from services.gateway.protocol import Parsed
 
 
 def check_prompt_size(parsed: Parsed, chat: bool, max_prompt_bytes: int) -> None:

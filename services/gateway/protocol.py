@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .config import GatewayConfig
-from .errors import ApiError, bad_request
-from .fields import INT32_MAX, UINT32_MAX, integer, typed
-from .sampling_params import Sampling, parse_sampling
+from services.gateway.config import GatewayConfig
+from services.gateway.errors import ApiError, bad_request
+from services.gateway.fields import INT32_MAX, UINT32_MAX, integer, typed
+from services.gateway.sampling_params import Sampling, parse_sampling
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 MAX_STOPS = 16

@@ -5,7 +5,7 @@ import importlib.metadata
 import time
 import uuid
 
-from services.chat_client import TIER_NAMES
+from services.runtime.wire_names import TIER_NAMES
 
 try:
     VERSION = importlib.metadata.version("bidaw")

@@ -10,7 +10,7 @@ from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_server import Server
 
-from .errors import ApiError
+from services.gateway.errors import ApiError
 
 log = logging.getLogger("bidaw.gateway")
 

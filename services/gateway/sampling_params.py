@@ -6,8 +6,8 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 
-from .errors import bad_request
-from .fields import INT32_MAX, UINT64_MAX, integer, number, typed
+from services.gateway.errors import bad_request
+from services.gateway.fields import INT32_MAX, UINT64_MAX, integer, number, typed
 
 MAX_BIAS = 100
 

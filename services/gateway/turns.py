@@ -8,14 +8,16 @@ from urllib.parse import quote
 import grpc
 from aiohttp import web
 
-from services import metrics, tracing
-from services.gen import common_pb2
+from services.runtime import metrics
 
-from .auth import scoped_session
-from .backend import Backend
-from .errors import ApiError, bad_request, from_grpc
-from .protocol import Parsed
-from .responses import Reply
+from services.runtime import tracing
+from services.runtime.gen import common_pb2
+
+from services.gateway.auth import scoped_session
+from services.gateway.backend import Backend
+from services.gateway.errors import ApiError, bad_request, from_grpc
+from services.gateway.protocol import Parsed
+from services.gateway.responses import Reply
 
 log = logging.getLogger("bidaw.gateway")
 SESSION_HEADERS = ("X-Session-Id", "x-user-id")

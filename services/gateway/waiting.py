@@ -7,7 +7,7 @@ import contextlib
 import time
 from typing import Callable
 
-from .admission import ADMITTED, CANCELLED, FairQueue, Refusal, Waiter, retry_after_header
+from services.gateway.admission import ADMITTED, CANCELLED, FairQueue, Refusal, Waiter, retry_after_header
 
 
 class Shed(Exception):

@@ -6,7 +6,7 @@ import time
 
 from bench.chaos.attacker import attack, refused, snapshot
 from bench.chaos.faults import BaseFault
-from services.chat_client import ChatClient
+from services.client.chat_client import ChatClient
 
 VICTIM = "attacker-victim"
 # Not the tier: the replay goes on during the attack, and eviction may move the victim to SSD.

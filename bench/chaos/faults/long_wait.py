@@ -12,8 +12,8 @@ import grpc
 
 from bench.chaos.conversations import Answered
 from bench.chaos.faults import BaseFault
-from services.gen import common_pb2, scheduler_pb2, scheduler_pb2_grpc
-from services.grpc_util import channel
+from services.runtime.gen import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from services.runtime.grpc_util import channel
 
 WAIT_ENV = "BIDAW_CHAOS_WAIT_S"
 PROMPT = [100 + (i * 7919) % 20000 for i in range(8000)]  # 16 prefill chunks of <= 512

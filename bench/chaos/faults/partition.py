@@ -7,8 +7,8 @@ import grpc
 
 from bench.chaos.faults import BaseFault
 from bench.chaos.proxy import CuttableProxy
-from services.gen import scheduler_pb2, scheduler_pb2_grpc
-from services.grpc_util import channel
+from services.runtime.gen import scheduler_pb2, scheduler_pb2_grpc
+from services.runtime.grpc_util import channel
 
 
 class Fault(BaseFault):

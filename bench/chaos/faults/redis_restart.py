@@ -6,7 +6,7 @@ import subprocess
 import time
 
 from bench.chaos.faults import BaseFault, NotRun
-from services.launcher import free_port
+from services.launch.launcher import free_port
 
 
 class Fault(BaseFault):

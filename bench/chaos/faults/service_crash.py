@@ -1,4 +1,4 @@
-"""Service crash under `bidaw up`: in a supervised deployment (services/supervisor.py) the store,
+"""Service crash under `bidaw up`: in a supervised deployment (services/launch/supervisor.py) the store,
 the worker, the scheduler and the gateway are each killed with -9 mid-replay, and nobody restarts
 them by hand. Each must come back by itself on its port, a turn through the OpenAI API must
 succeed again, and after the store's crash reuse of KV (cached_tokens > 0) must return within
@@ -13,8 +13,8 @@ import time
 import urllib.request
 
 from bench.chaos.faults import BaseFault
-from services.chat_client import ChatClient, Conversation
-from services.grpc_util import wait_healthy
+from services.client.chat_client import ChatClient, Conversation
+from services.runtime.grpc_util import wait_healthy
 
 ORDER = ("store", "worker", "scheduler", "gateway")
 COME_BACK_S = 240.0  # a worker loads the model again

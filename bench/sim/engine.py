@@ -1,0 +1,318 @@
+"""The timed discrete-event simulation of one system on one workload.
+
+Resources: one GPU running an iteration-level batch engine (vLLM-style: a step either prefills
+newly dispatched requests — prefill first — or decodes one token for every running request), an
+SSD whose bandwidth the loads in flight share, and the DRAM/SSD tiers (sim_tiers). The scheduling
+queue (scheduler.policy) decides which load starts and who is dispatched; the eviction policy
+(kv_store.eviction) decides what leaves DRAM. Consecutive decode steps are fused into one event up
+to the first step that ends after the next pending event or finishes a request, which is exact at
+step granularity: nothing could have changed the batch earlier.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from bench.sim.cost_profile import CostModel
+from bench.sim.events import ARRIVAL, GPU_DONE, LOAD_DONE, EventHeap
+from bench.sim.metrics import TurnLog
+from bench.sim.ssd import SharedBandwidth
+from bench.sim.systems import NO_CACHE, UNBOUNDED, SystemSpec
+from bench.sim.tiers import DRAM, SSD, TieredKV
+from bench.sim.workload import Workload
+from compute_worker.tensor_choice import TENSOR6
+from scheduler.policy import KV_DRAM, KV_NONE, KV_SSD, make_queue
+
+INF = float("inf")
+
+
+class Job:
+    """One turn from arrival to its last token."""
+
+    __slots__ = ("i", "user", "arrival", "dispatch", "first_token", "hist", "new_tokens",
+                 "ctx", "pcie_bytes", "restore_tokens", "gpu_bytes", "remaining", "load_start",
+                 "hit")
+
+    def __init__(self, i: int, user: int, arrival: float) -> None:
+        self.i, self.user, self.arrival = i, user, arrival
+        self.dispatch = self.first_token = 0.0
+        self.hist = self.new_tokens = self.ctx = self.restore_tokens = self.remaining = 0
+        self.pcie_bytes = self.gpu_bytes = 0
+        self.load_start = -1.0
+        self.hit = False  # counted as a DRAM hit at arrival
+
+
+class TimedSimulation:
+    def __init__(self, workload: Workload, cost: CostModel, spec: SystemSpec,
+                 end_oracle: bool = False, max_concurrent_loads: int | None = None,
+                 policy_kwargs: dict | None = None,
+                 progress: Callable[[int], None] | None = None) -> None:
+        self.w, self.cost, self.spec, self.end_oracle = workload, cost, spec, end_oracle
+        self.progress = progress
+        loads = max_concurrent_loads or cost.max_concurrent_loads
+        qkw = {"prefetch_window": spec.prefetch_window} if spec.queue == "fcfs" else {}
+        self.queue = make_queue(spec.queue, max_concurrent_loads=loads, **qkw)
+        self.tensor = cost.tensors.tensor if spec.tensor == "auto" else spec.tensor
+        self.stored_bpt = cost.stored_bytes_per_token(self.tensor)
+        self.store = self._make_store(policy_kwargs or {})
+        self.ssd = SharedBandwidth(cost.ssd_bytes_per_s)
+        self.events = EventHeap()
+        self.log = TurnLog()
+        self.jobs: dict[int, Job] = {}
+        self.queued: dict[int, Job] = {}  # user -> its queued job (one per user at a time)
+        self.running: list[Job] = []
+        self.gpu_busy = False
+        self.gpu_used = 0
+        self.ctx_sum = 0
+        self.seq = 0
+        self.ssd_version = 0
+        self.reads_in_flight = 0
+        self.ssd_bytes_written = 0
+        self.left_to_measure = workload.measured_count
+        self.now = 0.0
+
+    def _make_store(self, policy_kwargs: dict) -> TieredKV | None:
+        spec, cost = self.spec, self.cost
+        if spec.cache == NO_CACHE:
+            return None
+        if spec.cache == UNBOUNDED:
+            return TieredKV(None, None, 0, None, None)
+        from kv_store.eviction.registry import make_policy
+
+        policy = make_policy(spec.eviction, cost.dram_bytes, cost.watermark_bytes,
+                             **policy_kwargs.get(spec.eviction, {}))
+        return TieredKV(policy, cost.dram_bytes, cost.watermark_bytes, make_policy("lru"),
+                        cost.ssd_bytes)
+
+    # ---- driver ------------------------------------------------------------------------------
+    def run(self) -> TurnLog:
+        w, events = self.w, self.events
+        for i in w.first_turns:
+            events.push(w.first_arrival(i), ARRIVAL, i)
+        while events and self.left_to_measure > 0:
+            now, _, kind, payload = events.pop()
+            self.now = now
+            if kind == ARRIVAL:
+                self._arrive(payload, now)
+            elif kind == LOAD_DONE:
+                if payload == self.ssd_version:
+                    self._loads_done(now)
+            else:
+                self._gpu_done(payload, now)
+        return self.log
+
+    # ---- arrivals and loads ------------------------------------------------------------------
+    def _arrive(self, i: int, now: float) -> None:
+        w, cost, store = self.w, self.cost, self.store
+        user = w.user[i]
+        job = Job(i, user, now)
+        hist = min(w.history[i], cost.max_kv_tokens)
+        job.hist = hist
+        where = KV_NONE
+        if hist > 0 and store is not None:
+            loc = store.location(user)
+            if loc == DRAM:
+                where = KV_DRAM
+                store.hit(user, now)
+            elif loc == SSD:
+                where = KV_SSD
+            if w.measured[i]:
+                if loc == DRAM:
+                    self.log.hits += 1
+                    job.hit = True
+                else:
+                    self.log.misses += 1
+            if self.spec.pin_queued:
+                store.pinned.add(user)
+        elif hist > 0 and w.measured[i]:
+            self.log.misses += 1  # recompute: nothing cached
+        self.jobs[i] = job
+        self.queued[user] = job
+        self.seq += 1
+        kv_bytes = store.size(user) if where == KV_SSD else 0
+        self.queue.add(i, user, self.seq, now, where, kv_bytes)
+        self._start_loads(now)
+        self._schedule_gpu(now)
+
+    def _start_loads(self, now: float) -> None:
+        started = False
+        while True:
+            req = self.queue.next_load(now, self.reads_in_flight)
+            if req is None:
+                break
+            job = self.jobs[req.request_id]
+            if job.user not in self.store.ssd:  # fell out of the SSD while waiting: recompute
+                self.queue.load_finished(req.request_id)
+                continue
+            self.store.pinned.add(job.user)  # a load in flight or landed stays until it runs
+            nbytes = self.store.read_from_ssd(job.user, now)
+            job.load_start = now
+            if self.w.measured[job.i]:
+                self.log.ssd_bytes += nbytes
+            self.ssd.start(req.request_id, nbytes, now)
+            self.reads_in_flight += 1
+            started = True
+        if started:
+            self._arm_ssd()
+
+    def _arm_ssd(self) -> None:
+        self.ssd_version += 1
+        t = self.ssd.next_completion()
+        if t is not None:
+            self.events.push(t, LOAD_DONE, self.ssd_version)
+
+    def _loads_done(self, now: float) -> None:
+        for rid in self.ssd.finish_due(now):
+            if isinstance(rid, tuple):
+                continue  # a write finished; it only took bandwidth
+            self.reads_in_flight -= 1
+            job = self.jobs[rid]
+            self.store.admit_loaded(job.user, now)
+            if self.w.measured[job.i]:
+                self.log.load_s.append(now - job.load_start)
+            self.queue.load_finished(rid)
+        self._evict(now)
+        self._arm_ssd()
+        self._start_loads(now)
+        self._schedule_gpu(now)
+
+    def _upcoming(self) -> list:
+        return self.queue.upcoming(self.spec.lookahead)
+
+    def _evict(self, now: float) -> None:
+        """Evict to the DRAM limit; a queued DRAM hit that lost its KV must now load it again."""
+        store = self.store
+        for user in store.evict(now, self._upcoming):
+            job = self.queued.get(user)
+            if job is None or user not in store.ssd:
+                continue  # nothing queued, or the KV is gone for good (recomputed at dispatch)
+            if self.queue.kv_evicted(job.i, store.ssd[user]) is not None and job.hit:
+                job.hit = False
+                self.log.hits -= 1
+                self.log.misses += 1
+
+    # ---- the GPU -----------------------------------------------------------------------------
+    def _schedule_gpu(self, now: float) -> None:
+        if self.gpu_busy:
+            return
+        batch = self._take_prefill_batch(now)
+        if batch:
+            self._start_prefill(batch, now)
+        elif self.running:
+            self._start_decode(now)
+
+    def _take_prefill_batch(self, now: float) -> list[Job]:
+        cost, queue, w = self.cost, self.queue, self.w
+        batch: list[Job] = []
+        tokens = 0
+        used = self.gpu_used
+        while len(self.running) + len(batch) < cost.max_batch:
+            req = queue.peek_ready()
+            if req is None:
+                break
+            job = self.jobs[req.request_id]
+            i = job.i
+            store = self.store
+            # a DRAM hit or a finished load; KV that fell out of every tier is recomputed
+            cached = req.kv_location != KV_NONE and store.location(job.user) == DRAM
+            new = w.query[i] + (0 if cached else job.hist)
+            gpu_bytes = (job.hist + w.query[i] + w.answer[i]) * cost.kv_bytes_per_token
+            alone = not batch and not self.running
+            if not alone and (used + gpu_bytes > cost.gpu_kv_bytes
+                              or (batch and tokens + new > cost.max_prefill_tokens)):
+                break
+            queue.pop_ready()
+            del self.queued[job.user]
+            if store is not None:
+                store.pinned.add(job.user)
+            job.dispatch = now
+            job.new_tokens = new
+            job.gpu_bytes = gpu_bytes
+            job.ctx = job.hist if cached else 0  # tokens the new ones attend to
+            if cached:
+                job.pcie_bytes = job.hist * self.stored_bpt
+                job.restore_tokens = job.hist if self.tensor == TENSOR6 else 0
+            used += gpu_bytes
+            tokens += new
+            batch.append(job)
+        return batch
+
+    def _start_prefill(self, batch: list[Job], now: float) -> None:
+        cost = self.cost
+        flops = pcie = 0.0
+        restore = cost.restore_flops_per_token(self.tensor)
+        for job in batch:
+            flops += cost.prefill_flops(job.new_tokens, job.ctx) + job.restore_tokens * restore
+            pcie += job.pcie_bytes
+            self.gpu_used += job.gpu_bytes
+        self.gpu_busy = True
+        self.events.push(now + cost.prefill_step_time(flops, pcie), GPU_DONE, batch)
+
+    def _start_decode(self, now: float) -> None:
+        cost = self.cost
+        n = len(self.running)
+        kmax = min(j.remaining for j in self.running)
+        horizon = self.events.next_time()
+        t, ctx, k = now, self.ctx_sum, 0
+        while k < kmax:
+            t += cost.decode_step_time(n, ctx)
+            ctx += n
+            k += 1
+            if t >= horizon:
+                break
+        self.gpu_busy = True
+        self.events.push(t, GPU_DONE, k)
+
+    def _gpu_done(self, payload, now: float) -> None:
+        self.gpu_busy = False
+        finished: list[Job] = []
+        if isinstance(payload, list):  # a prefill step: each request has its first token
+            for job in payload:
+                job.first_token = now
+                job.remaining = self.w.answer[job.i] - 1
+                job.ctx = job.hist + self.w.query[job.i] + 1
+                self.ctx_sum += job.ctx
+                (finished if job.remaining == 0 else self.running).append(job)
+        else:
+            k = payload
+            still = []
+            for job in self.running:
+                job.remaining -= k
+                job.ctx += k
+                (finished if job.remaining <= 0 else still).append(job)
+            self.ctx_sum += k * len(self.running)
+            self.running = still
+        for job in finished:
+            self._finish(job, now)
+        self._schedule_gpu(now)
+
+    # ---- completion --------------------------------------------------------------------------
+    def _finish(self, job: Job, now: float) -> None:
+        w, store, i = self.w, self.store, job.i
+        self.gpu_used -= job.gpu_bytes
+        self.ctx_sum -= job.ctx
+        del self.jobs[i]
+        if w.measured[i]:
+            self.log.add(job.arrival, job.dispatch, job.first_token, now)
+            self.left_to_measure -= 1
+            if self.progress is not None:
+                self.progress(1)
+        if store is not None:
+            user = job.user
+            tokens = min(w.history[i] + w.query[i] + w.answer[i], self.cost.max_kv_tokens)
+            if store.ssd_policy is not None:  # the new tokens are appended to the SSD copy
+                written = (tokens - job.hist) * self.stored_bpt
+                if written > 0:
+                    self.ssd.start(("w", i), written, now)
+                    self.ssd_bytes_written += written
+                    self._arm_ssd()
+            store.pinned.discard(user)
+            store.write_back(user, tokens * self.stored_bpt, now)
+            if store.policy is not None:
+                store.policy.observe_answer(user, w.answer[i], now)
+            if self.end_oracle and w.last[i]:
+                store.free(user)
+            self._evict(now)
+            self._start_loads(now)
+        j = w.next_turn[i]
+        if j >= 0:
+            self.events.push(w.next_arrival(i, j, now), ARRIVAL, j)

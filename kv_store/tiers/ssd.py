@@ -1,0 +1,351 @@
+"""The SSD (capacity) tier: one log file of aligned records per session.
+
+Access pattern: each turn appends its new KV; a promotion reads the whole session. So a session
+is one file: a turn is one aligned record written at the committed end with one O_DIRECT
+`pwritev` and an fdatasync before the write is acknowledged, and a read is one sequential pass of
+large aligned reads (`io_bytes` each, `read_depth` in flight) whose checksums are verified as
+the bytes land, overlapping the CPU work with the disk. A write from token 0 (a new session, a
+replaced history, a compaction) goes to a temporary file renamed over the old one, so a crash
+leaves the old file or the new one, never a mix. File names are a hash of the session id, so no
+id can name a path outside the data directory.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import threading
+import time
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from kv_store.tiers import ssd_record
+from kv_store.tiers.aligned_io import ALIGN, DirectFile, align_up, aligned_buffer, fsync_dir
+from kv_store.tiers.bandwidth import BandwidthCap, BandwidthMeter
+from kv_store.tiers.scatter import ScatterView
+from kv_store.tiers.ssd_log import SessionLog
+from kv_store.tiers.ssd_record import CorruptRecord
+
+
+@dataclass
+class ReadResult:
+    log: SessionLog  # tokens and the pieces of the buffer holding them
+    valid_end: int  # bytes of the file that checked out
+    corrupt: str = ""  # why the bytes after valid_end did not (empty: they all did)
+
+
+class SsdTier:
+    def __init__(self, root: str | os.PathLike, direct_io: bool = True, io_bytes: int = 8 << 20,
+                 read_depth: int = 4, cap: BandwidthCap | None = None,
+                 meter: BandwidthMeter | None = None):
+        self.root = pathlib.Path(root)
+        # KV and the token ids in each record's header are the tenants' conversations: only
+        # the store's user may enter (0700 dirs, 0600 files, also for a tier made before).
+        for directory in (self.root, self.root / "sessions"):
+            directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(directory, 0o700)
+        self.direct_io = direct_io
+        self.io_bytes = max(align_up(io_bytes), ALIGN)
+        self.read_depth = max(read_depth, 1)
+        self.cap = cap or BandwidthCap(0)
+        self.meter = meter or BandwidthMeter(1.5e9)
+        self.file_bytes: dict[str, int] = {}  # session -> committed bytes of its file
+        self._used = 0
+        self._readers = ThreadPoolExecutor(max_workers=4 * self.read_depth,
+                                           thread_name_prefix="ssd-read")
+        self._active_reads = 0
+        self._lock = threading.Lock()
+
+    @property
+    def used_bytes(self) -> int:
+        return self._used
+
+    def set_length(self, session_id: str, length: int) -> None:
+        """Record the committed length of a session's file (writers run on several threads)."""
+        with self._lock:
+            self._used += length - self.file_bytes.get(session_id, 0)
+            self.file_bytes[session_id] = length
+
+    def _forget_length(self, session_id: str) -> int:
+        with self._lock:
+            length = self.file_bytes.pop(session_id, 0)
+            self._used -= length
+            return length
+
+    def path(self, session_id: str) -> pathlib.Path:
+        digest = hashlib.sha256(session_id.encode()).hexdigest()
+        return self.root / "sessions" / digest[:2] / f"{digest}.kv"
+
+    # -- start-up ---------------------------------------------------------------------------
+
+    def scan(self) -> list[tuple[SessionLog, int]]:
+        """Rebuild the index from the files (headers only); cut torn or corrupt tails off,
+        since they were never acknowledged. Returns each session's log and committed length."""
+        found = []
+        for path in sorted((self.root / "sessions").glob("*/*.kv")):
+            log, good_len = self.scan_file(path)
+            if log.meta is None:
+                path.unlink(missing_ok=True)
+                continue
+            if good_len < path.stat().st_size:
+                os.truncate(path, good_len)
+            self.set_length(log.meta.session_id, good_len)
+            found.append((log, good_len))
+        for tmp in (self.root / "sessions").glob("*/*.tmp"):
+            tmp.unlink(missing_ok=True)  # a rewrite that never got renamed into place
+        return found
+
+    def scan_file(self, path: pathlib.Path, limit: int | None = None) -> tuple[SessionLog, int]:
+        log = SessionLog()
+        size = path.stat().st_size if limit is None else limit
+        with open(path, "rb") as fh:
+            while log.end < size:
+                fh.seek(log.end)
+                try:
+                    head = fh.read(ssd_record.FIXED_SIZE)
+                    need = ssd_record.variable_size(head)
+                    header, payload_at = ssd_record.decode_header(head + fh.read(need))
+                except CorruptRecord:
+                    break
+                payload_at += log.end
+                end = ssd_record.record_end(payload_at, header.payload_len)
+                if end > size or not log.extends(header):
+                    break
+                if log.meta is None and self.path(header.session_id) != path:
+                    break  # a file under another session's name
+                log.apply(header, payload_at, end)
+        return log, log.end
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def append(self, session_id: str, offset: int, header: bytes, payload,
+               payload_aligned: bool) -> int:
+        """Write one record at `offset` (the committed end); durable on return. Offset 0
+        replaces the file atomically. Returns the new committed length. `payload`: a
+        ScatterView, or any buffer."""
+        if not isinstance(payload, ScatterView):
+            payload = ScatterView([payload])
+        path = self.path(session_id)
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        if offset == 0:
+            return self._write_fresh(session_id, path, header, payload, payload_aligned)
+        end = offset + len(header) + align_up(len(payload))
+        with DirectFile(path, os.O_WRONLY, self.direct_io) as f:
+            if os.fstat(f.fd).st_size < offset:  # lost its tail (a crash of another replica)
+                raise CorruptRecord(f"file of {session_id!r} is shorter than its committed end")
+            try:
+                f.pwrite_all(self._buffers(header, payload, payload_aligned, f.direct), offset)
+                if os.fstat(f.fd).st_size > end:
+                    f.truncate(end)  # an older tail past the committed end must not replay
+                f.sync()
+            except OSError:
+                f.truncate(offset)  # leave no partial record behind (gives the space back)
+                raise
+        self.set_length(session_id, end)
+        return end
+
+    def _write_fresh(self, session_id: str, path: pathlib.Path, header: bytes,
+                     payload: ScatterView, payload_aligned: bool) -> int:
+        tmp = path.with_suffix(".tmp")
+        end = len(header) + align_up(len(payload))
+        try:
+            with DirectFile(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, self.direct_io) as f:
+                f.pwrite_all(self._buffers(header, payload, payload_aligned, f.direct), 0)
+                f.sync()
+            os.replace(tmp, path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
+        fsync_dir(path.parent)
+        self.set_length(session_id, end)
+        return end
+
+    @staticmethod
+    def _buffers(header: bytes, payload: ScatterView, aligned: bool, direct: bool) -> list:
+        """The record as buffers O_DIRECT accepts: page-aligned, whole pages. Every payload
+        buffer but the last is whole pages already (ScatterView's rule)."""
+        views = list(payload.chunks(0, len(payload)))
+        pad = align_up(len(payload)) - len(payload)
+        if not direct:
+            return [header, *views, bytes(pad)]
+        head = aligned_buffer(len(header))
+        head[:len(header)] = header
+        if not aligned:  # bytes from a socket: one copy into aligned memory
+            body = aligned_buffer(len(payload))
+            pos = 0
+            for v in views:
+                body[pos:pos + len(v)] = v
+                pos += len(v)
+            return [head, body]
+        if not views:
+            return [head]
+        last = views.pop()
+        whole = len(last) - len(last) % ALIGN
+        out = [head, *views, last[:whole]]
+        if whole < len(last):
+            tail = aligned_buffer(len(last) - whole)
+            tail[:len(last) - whole] = last[whole:]
+            out.append(tail)
+        return out
+
+    def truncate(self, session_id: str, length: int) -> None:
+        """Drop everything past `length` (records that failed their checksum)."""
+        if length <= 0:
+            self.delete(session_id)
+            return
+        os.truncate(self.path(session_id), length)
+        self.set_length(session_id, length)
+
+    def delete(self, session_id: str) -> int:
+        """Remove the session's file; returns the bytes freed."""
+        self.path(session_id).unlink(missing_ok=True)
+        return self._forget_length(session_id)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def open_read(self, session_id: str) -> DirectFile:
+        return DirectFile(self.path(session_id), os.O_RDONLY, self.direct_io)
+
+    def read(self, session_id: str, length: int, into) -> ReadResult:
+        with self.open_read(session_id) as f:
+            return self.read_file(f, length, into)
+
+    def read_file(self, f: DirectFile, length: int, into) -> ReadResult:
+        """Read the first `length` bytes of an open session file into `into` (a ScatterView,
+        or one page-aligned buffer; at least align_up(length) bytes) and verify every record
+        as its bytes arrive."""
+        image = into if isinstance(into, ScatterView) else ScatterView([into])
+        start = time.monotonic()
+        with self._lock:
+            self._active_reads += 1
+            overlap = self._active_reads
+        try:
+            result = self._read_verified(f, image, length)
+        finally:
+            with self._lock:
+                self._active_reads -= 1
+        self.meter.observe(result.valid_end, time.monotonic() - start, overlap)
+        return result
+
+    def _read_chunk(self, f: DirectFile, view: memoryview, offset: int) -> int:
+        wait = self.cap.reserve(len(view), time.monotonic())
+        if wait > 0:
+            time.sleep(wait)
+        return f.pread_into(view, offset)
+
+    def _read_verified(self, f: DirectFile, image: ScatterView, length: int) -> ReadResult:
+        jobs = [(off, view) for block in range(0, align_up(length), self.io_bytes)
+                for off, view in _at(image, block, min(block + self.io_bytes, align_up(length)))]
+        futures = {}
+
+        def submit(k: int) -> None:
+            if k < len(jobs):
+                off, view = jobs[k]
+                futures[k] = self._readers.submit(self._read_chunk, f, view, off)
+
+        for k in range(self.read_depth):
+            submit(k)
+        checker = _Checker(image, length)
+        try:
+            for k, (off, view) in enumerate(jobs):
+                got = futures.pop(k).result()
+                submit(k + self.read_depth)
+                checker.advance(off + got)
+                if got < len(view) or checker.failed:
+                    break
+        finally:
+            for fut in futures.values():  # stop early on a bad record; wait for the rest
+                fut.cancel()
+            for fut in futures.values():
+                if not fut.cancelled():
+                    fut.exception()
+        return checker.result()
+
+    def close(self) -> None:
+        self._readers.shutdown(wait=True, cancel_futures=True)
+
+
+def _at(image: ScatterView, start: int, stop: int) -> list[tuple[int, memoryview]]:
+    """(file offset, buffer view) pairs covering image bytes [start, stop)."""
+    out, pos = [], start
+    for view in image.chunks(start, stop):
+        out.append((pos, view))
+        pos += len(view)
+    return out
+
+
+class _Checker:
+    """Parses and checksums records as the bytes before `available` arrive, in order."""
+
+    def __init__(self, image: ScatterView, length: int):
+        self.image = image
+        self.length = length
+        self.log = SessionLog()
+        self.failed = ""
+        self._header = None  # the record whose payload is being checksummed
+        self._payload_at = 0
+        self._crc = 0
+        self._crc_pos = 0
+
+    def advance(self, available: int) -> None:
+        available = min(available, self.length)
+        while not self.failed:
+            if self._header is None:
+                if self.log.end >= self.length:
+                    return
+                if not self._parse_header(available):
+                    return
+            if not self._checksum(available):
+                return
+
+    def _parse_header(self, available: int) -> bool:
+        pos = self.log.end
+        head = self.image.read(pos, min(available, pos + ssd_record.FIXED_SIZE))
+        try:
+            if len(head) < ssd_record.FIXED_SIZE:
+                raise CorruptRecord("truncated header")
+            need = ssd_record.FIXED_SIZE + ssd_record.variable_size(head)
+            head = self.image.read(pos, min(available, pos + need))
+            if len(head) < need:
+                raise CorruptRecord("truncated header")
+            header, payload_at = ssd_record.decode_header(head)
+        except CorruptRecord as exc:
+            if available >= self.length:
+                self.failed = str(exc)
+            return False  # more bytes may complete it
+        if not self.log.extends(header):
+            self.failed = "record does not continue the session"
+            return False
+        self._header = header
+        self._payload_at = pos + payload_at
+        self._crc, self._crc_pos = 0, self._payload_at
+        if ssd_record.record_end(self._payload_at, header.payload_len) > self.length:
+            self.failed = "record runs past the committed end"
+            return False
+        return True
+
+    def _checksum(self, available: int) -> bool:
+        header = self._header
+        payload_end = self._payload_at + header.payload_len
+        stop = min(available, payload_end)
+        if stop > self._crc_pos:
+            for chunk in self.image.chunks(self._crc_pos, stop):
+                self._crc = zlib.crc32(chunk, self._crc)
+            self._crc_pos = stop
+        if self._crc_pos < payload_end:
+            if available >= self.length:
+                self.failed = "truncated payload"
+            return False
+        if self._crc != header.payload_crc:
+            self.failed = f"payload checksum mismatch in session {header.session_id!r}"
+            return False
+        self.log.apply(header, self._payload_at,
+                       ssd_record.record_end(self._payload_at, header.payload_len))
+        self._header = None
+        return True
+
+    def result(self) -> ReadResult:
+        if not self.failed and self.log.end < self.length:
+            self.failed = "file shorter than its committed length"
+        return ReadResult(self.log, self.log.end, self.failed)

@@ -1,0 +1,91 @@
+"""`bidaw chat`: talk to a running deployment, multi-turn, one session: over the gateway's
+OpenAI-compatible HTTP API (an http(s):// URL) or the scheduler's gRPC API (HOST:PORT)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import uuid
+
+
+def register(sub, groups) -> None:
+    from services.client.chat_client import TARGET_HELP
+
+    p = sub.add_parser("chat", help="talk to a running deployment (one session, many turns)")
+    # The gateway `bidaw up` serves: the public API, which needs no cluster token.
+    p.add_argument("--target", default="http://127.0.0.1:8000/v1", help=TARGET_HELP)
+    p.add_argument("--api-key", default=os.environ.get("BIDAW_API_KEY", ""),
+                   help="gateway API key, over HTTP (default: env BIDAW_API_KEY)")
+    p.add_argument("--model", default="", help="model id sent to the gateway (default: the one "
+                   "it serves)")
+    p.add_argument("--session", default="", help="session id (default: a new random one)")
+    p.add_argument("--system", default=None, help="system prompt")
+    p.add_argument("--message", "-m", action="append", default=[],
+                   help="a user message; repeat for several turns (default: read stdin lines)")
+    p.add_argument("--max-tokens", type=int, default=256, help="answer length limit")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
+    p.add_argument("--json", action="store_true", help="one JSON object per turn")
+    from services.runtime.tls import add_client_args
+
+    add_client_args(p)
+    p.set_defaults(func=run)
+
+
+def _client(args):
+    from services.client.chat_client import ChatClient, target_kind
+    from services.client.http_chat_client import HttpChatClient
+    from services.runtime.tls import configure_client
+
+    if target_kind(args.target) == "http":
+        return HttpChatClient(args.target, args.api_key, args.model)
+    configure_client(args, "chat")
+    return ChatClient(args.target)
+
+
+def run(args) -> int:
+    import grpc
+
+    from services.client.chat_client import Conversation, TargetError, grpc_hint
+    from services.client.http_chat_client import HttpError
+
+    try:
+        client = _client(args)
+    except TargetError as exc:
+        print(f"bidaw chat: {exc}", file=sys.stderr)
+        return 2
+    conv = Conversation(client, args.session or f"chat-{uuid.uuid4().hex[:8]}", args.system)
+    interactive = not args.message and sys.stdin.isatty()
+    lines = args.message or sys.stdin
+    if interactive:
+        print(f"session {conv.session_id}; empty line or Ctrl-D to quit", file=sys.stderr)
+    for line in lines:
+        text = line.strip()
+        if not text:
+            if interactive:
+                break
+            continue
+        stream = None if args.json else (lambda t: print(t, end="", flush=True))
+        try:
+            result = conv.say(text, max_tokens=args.max_tokens, temperature=args.temperature,
+                              on_text=stream)
+        except grpc.RpcError as exc:
+            print(f"error: {exc.code().name}: {grpc_hint(args.target, exc.details() or '')}",
+                  file=sys.stderr)
+            return 1
+        except HttpError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        except OSError as exc:  # the gateway URL does not answer
+            print(f"error: {args.target}: {getattr(exc, 'reason', exc)}", file=sys.stderr)
+            return 1
+        s = result.summary
+        if args.json:
+            print(json.dumps({"session": conv.session_id, "answer": result.text,
+                              "kv_tier": result.tier, "cached_tokens": s.cached_tokens,
+                              "prompt_tokens": s.prompt_tokens,
+                              "completion_tokens": s.completion_tokens, "ttft_s": s.ttft_s,
+                              "latency_s": s.latency_s}), flush=True)
+        else:
+            print(f"\n  [KV from {result.tier}, {s.cached_tokens}/{s.prompt_tokens} prompt "
+                  f"tokens reused, TTFT {s.ttft_s * 1000:.0f} ms]", flush=True)
+    return 0

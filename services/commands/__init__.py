@@ -1,1 +1,0 @@
-"""`bidaw` subcommands of the services."""

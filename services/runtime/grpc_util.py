@@ -1,0 +1,211 @@
+"""gRPC bootstrap shared by every service: servers with health checking, channels, limits,
+keepalives, and the cluster token on every internal call (services/runtime/cluster_auth.py)."""
+from __future__ import annotations
+
+import os
+from concurrent import futures
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from services.runtime import tracing
+from services.runtime.cluster_auth import TokenCheck, TokenSender, aio_senders
+from services.runtime.rpc_errors import GUARD
+from services.runtime.tls import TLSFiles, TLSMaterial, load as load_tls
+
+# KV moves in chunks of at most 2 MiB; the 4 MiB default message limit stays as it is.
+CHUNK_BYTES = 2 << 20
+MAX_MESSAGE_BYTES = 4 << 20
+KEEPALIVE_ENV = "BIDAW_GRPC_KEEPALIVE_S"  # seconds between pings on every channel (default 10)
+
+
+def keepalive_s() -> float:
+    try:
+        value = float(os.environ.get(KEEPALIVE_ENV, "") or 10.0)
+    except ValueError:
+        raise ValueError(f"{KEEPALIVE_ENV} must be a number of seconds") from None
+    if not value >= 0.5:
+        raise ValueError(f"{KEEPALIVE_ENV} must be at least 0.5 s")
+    return value
+
+
+def client_options() -> list[tuple[str, int]]:
+    """Every channel: our message limits, and a ping every keepalive_s() even while idle, so a
+    dead peer (or a NAT that forgot the flow) is noticed in seconds."""
+    ping_ms = int(keepalive_s() * 1000)
+    return [
+        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ("grpc.keepalive_time_ms", ping_ms),
+        ("grpc.keepalive_timeout_ms", 5_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+    ]
+
+
+def server_options() -> list[tuple[str, int]]:
+    """Every server: accept the clients' pings. gRPC's default server policy allows one ping
+    per 5 minutes without data and answers more with GOAWAY too_many_pings, which killed every
+    call (a long prefill, the idle Awareness stream) after about a minute of 10-s pings."""
+    ping_ms = int(keepalive_s() * 1000)
+    return client_options() + [
+        # GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS: its string has no "recv"
+        ("grpc.http2.min_ping_interval_without_data_ms", ping_ms // 2),
+        ("grpc.http2.max_ping_strikes", 2),
+    ]
+
+# The process-wide TLS setting, installed once at start (configure_tls) and used by every Server
+# and channel() that is not given one: the services then need no TLS plumbing of their own.
+PROCESS = object()  # the `tls=` default: use the process-wide setting
+_tls: TLSMaterial | None = None
+_tls_files: TLSFiles | None = None
+_token = ""  # the process-wide cluster token ("" : none; servers then check nothing)
+
+
+def configure_token(token: str) -> None:
+    """Use `token` for every Server and channel of this process from now on (services read it
+    from --cluster-token/--cluster-token-file at start; launchers from the file they made)."""
+    global _token
+    _token = token or ""
+
+
+def cluster_token() -> str:
+    """The process-wide cluster token ("" when none)."""
+    return _token
+
+
+def ensure_token() -> str:
+    """The process-wide token, made (random) and installed first if there is none: for a
+    launcher that starts services and then calls them itself (bidaw up, tests, chaos)."""
+    from services.runtime.cluster_auth import new_token
+
+    if not _token:
+        configure_token(new_token())
+    return _token
+
+
+def configure_tls(files: TLSFiles | None, *, server: bool = True) -> None:
+    """Check `files` and use them for every Server and channel of this process from now on
+    (None: plaintext). `server`: this process serves, so it needs a cert and key, and a CA
+    given means mTLS. TLSConfigError (naming the flag) when they cannot work."""
+    global _tls, _tls_files
+    _tls = load_tls(files, server=server) if files is not None and files.enabled else None
+    _tls_files = files if _tls is not None else None
+
+
+def tls_files() -> TLSFiles | None:
+    """The process-wide TLS files (for a child process, e.g. the Ray engine actor)."""
+    return _tls_files
+
+
+def _material(tls, server: bool) -> TLSMaterial | None:
+    if tls is PROCESS:
+        return _tls
+    if isinstance(tls, TLSFiles):
+        return load_tls(tls, server=server) if tls.enabled else None
+    return tls  # a TLSMaterial or None (plaintext)
+
+
+class Server:
+    """A started gRPC server with the standard health service; `port` is the bound port.
+    When tracing is on (services.runtime.tracing.init_tracing ran first) it continues callers' traces."""
+
+    def __init__(self, address: str, services: list[tuple[object, object]], *, name: str,
+                 max_workers: int = 64, interceptors: tuple = (), tls=PROCESS,
+                 max_concurrent_rpcs: int | None = None, token=PROCESS):
+        """`token`: the cluster token every call but the health service's must carry (the
+        process-wide one by default; "" or None: none checked)."""
+        self.name = name
+        token = _token if token is PROCESS else token
+        self.authenticated = bool(token)
+        # The check comes first: an unauthenticated call reaches no handler and no tracing.
+        guard = (TokenCheck(token),) if token else ()
+        self.max_concurrent_rpcs = max_concurrent_rpcs
+        # max_concurrent_rpcs: calls beyond it get RESOURCE_EXHAUSTED at once instead of
+        # waiting, unseen, in gRPC's own unbounded queue for a thread.
+        self.grpc = grpc.server(futures.ThreadPoolExecutor(max_workers=max_workers,
+                                                           thread_name_prefix=name),
+                                options=server_options(),
+                                maximum_concurrent_rpcs=max_concurrent_rpcs,
+                                # GUARD: unparsable requests and bad input are INVALID_ARGUMENT
+                                interceptors=(*guard, GUARD, *tracing.server_interceptors(),
+                                              *interceptors))
+        for add_fn, servicer in services:
+            add_fn(servicer, self.grpc)
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
+        material = _material(tls, server=True)
+        self.tls = material is not None
+        self.port = (self.grpc.add_secure_port(address, material.server_credentials())
+                     if material else self.grpc.add_insecure_port(address))
+        if self.port == 0:
+            raise OSError(f"{name}: cannot listen on {address}")
+        self.grpc.start()
+        self.set_serving(True)
+
+    def set_serving(self, serving: bool) -> None:
+        status = (health_pb2.HealthCheckResponse.SERVING if serving
+                  else health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.health.set("", status)
+        self.health.set(self.name, status)
+
+    def stop(self, grace: float = 2.0) -> None:
+        self.set_serving(False)
+        self.grpc.stop(grace).wait()
+
+    def wait(self) -> None:
+        self.grpc.wait_for_termination()
+
+
+def _token_source(token):
+    """What a client interceptor calls for the token: the process-wide one at call time."""
+    return cluster_token if token is PROCESS else (lambda: token or "")
+
+
+def channel(target: str, tls=PROCESS, token=PROCESS) -> grpc.Channel:
+    """A channel with our message limits and keepalives, TLS when configured (`tls`: the
+    process-wide setting, or TLSFiles/TLSMaterial, or None for plaintext), the cluster token on
+    every call (`token`: the process-wide one, or a string; None: none); each call is a span
+    and carries the trace context when tracing is on."""
+    material = _material(tls, server=False)
+    if material is None:
+        raw = grpc.insecure_channel(target, options=client_options())
+    else:
+        raw = grpc.secure_channel(target, material.channel_credentials(),
+                                  options=client_options() + material.channel_options())
+    return tracing.intercept_channel(grpc.intercept_channel(raw, TokenSender(_token_source(token))))
+
+
+def aio_channel(target: str, tls=PROCESS, options: list | None = None,
+                token=PROCESS) -> grpc.aio.Channel:
+    """channel() for asyncio clients (the gateway, replay); no tracing interceptor (they trace
+    calls themselves). `options`: instead of the project's limits and keepalives."""
+    material = _material(tls, server=False)
+    options = list(client_options() if options is None else options)
+    interceptors = aio_senders(_token_source(token))
+    if material is None:
+        return grpc.aio.insecure_channel(target, options=options, interceptors=interceptors)
+    return grpc.aio.secure_channel(target, material.channel_credentials(),
+                                   options=options + material.channel_options(),
+                                   interceptors=interceptors)
+
+
+def wait_healthy(target: str, timeout: float = 60.0, service: str = "",
+                 alive=lambda: True, tls=PROCESS) -> None:
+    """Block until `target` reports SERVING; TimeoutError after `timeout` or once `alive()`
+    turns false (the process serving it died)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    with channel(target, tls) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        while True:
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=2.0)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            if time.monotonic() > deadline or not alive():
+                raise TimeoutError(f"{target} not healthy after {timeout:.0f}s")
+            time.sleep(0.2)
