@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from services.gateway.background import BackgroundGateway
+from tests.background_gateway import BackgroundGateway
 from services.gateway.config import GatewayConfig
 from tests.fake_scheduler import start_fake_scheduler
 

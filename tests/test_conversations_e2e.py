@@ -13,7 +13,7 @@ import uuid
 import openai
 import pytest
 
-from services.gateway.background import BackgroundGateway
+from tests.background_gateway import BackgroundGateway
 from services.gateway.config import GatewayConfig
 from services.launch.launcher import free_port, wait_http
 

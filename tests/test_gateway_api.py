@@ -10,7 +10,7 @@ import urllib.request
 import openai
 import pytest
 
-from services.gateway.background import BackgroundGateway
+from tests.background_gateway import BackgroundGateway
 from services.gateway.config import GatewayConfig
 from services.launch.launcher import free_port
 from tests.fake_scheduler import start_fake_scheduler

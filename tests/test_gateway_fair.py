@@ -11,7 +11,7 @@ import time
 import grpc
 import pytest
 
-from services.gateway.background import BackgroundGateway
+from tests.background_gateway import BackgroundGateway
 from services.gateway.config import GatewayConfig
 from services.runtime.grpc_util import Server
 from services.runtime.gen import scheduler_pb2_grpc

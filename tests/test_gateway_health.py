@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from services.gateway.background import BackgroundGateway
+from tests.background_gateway import BackgroundGateway
 from services.gateway.config import GatewayConfig
 from services.runtime.gen import scheduler_pb2
 from tests.fake_scheduler import start_fake_scheduler

@@ -10,7 +10,7 @@ import socket
 
 import pytest
 
-from services.gateway.background import BackgroundGateway
+from tests.background_gateway import BackgroundGateway
 from services.gateway.config import GatewayConfig
 from services.gateway.json_body import nesting_ok
 from tests.fake_scheduler import start_fake_scheduler

@@ -4,7 +4,7 @@ from __future__ import annotations
 import openai
 import pytest
 
-from services.gateway.background import BackgroundGateway
+from tests.background_gateway import BackgroundGateway
 from services.gateway.config import GatewayConfig
 
 MODEL = "smollm2-135m"

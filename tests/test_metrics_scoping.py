@@ -8,7 +8,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from services.runtime import metrics
-from services.gateway.background import BackgroundGateway
+from tests.background_gateway import BackgroundGateway
 from services.gateway.config import GatewayConfig
 from tests.fake_scheduler import start_fake_scheduler
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from services.gateway.background import BackgroundGateway
+from tests.background_gateway import BackgroundGateway
 from services.gateway.config import GatewayConfig
 from tests.test_gateway_api import assert_error, fake, post, raw  # noqa: F401 (fake: a fixture)
 

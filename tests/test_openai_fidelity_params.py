@@ -8,7 +8,7 @@ import openai
 import pytest
 
 from services.runtime.config import load_config
-from services.gateway.background import BackgroundGateway
+from tests.background_gateway import BackgroundGateway
 from services.gateway.config import GatewayConfig, model_flags
 from tests.fake_scheduler import start_fake_scheduler
 from tests.test_gateway_api import assert_error, chat_body, client, post, raw

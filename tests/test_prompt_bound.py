@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from compute_worker.prompt import TurnError
 from compute_worker.prompt_bound import check_turn_size, longest_token_bytes, prompt_byte_bound
-from services.gateway.background import BackgroundGateway
+from tests.background_gateway import BackgroundGateway
 from services.gateway.config import GatewayConfig
 from services.runtime.gen import common_pb2, compute_worker_pb2, compute_worker_pb2_grpc
 from services.runtime.grpc_util import channel

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from scheduler.session_locks import SessionLocks
-from services.gateway.background import BackgroundGateway
+from tests.background_gateway import BackgroundGateway
 from services.gateway.config import GatewayConfig
 from services.gateway.ratelimit import InFlight, RateLimiter, retry_after_s
 from tests.test_gateway_api import assert_error, chat_body, fake, post  # noqa: F401 (fixture)

@@ -50,7 +50,7 @@ SCRIPT = textwrap.dedent("""
     from services.runtime.gen import common_pb2, scheduler_pb2_grpc
     from services.runtime.grpc_util import channel
     from services.runtime.logs import setup_logging
-    from services.gateway.background import BackgroundGateway
+    from tests.background_gateway import BackgroundGateway
     from services.gateway.config import GatewayConfig
     from tests.fake_scheduler import start_fake_scheduler
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from itertools import count
 
 WAITING, ADMITTED, EXPIRED, CANCELLED = "waiting", "admitted", "expired", "cancelled"
 
@@ -70,7 +69,6 @@ class Waiter:
     tenant: str
     arrived: float
     deadline: float
-    seq: int = 0
     state: str = WAITING
 
 
@@ -99,7 +97,6 @@ class FairQueue:
         self.capacity = float(self.slots)  # slots in use: shrinks when the back end is full
         self.waiting = 0
         self._fifos: OrderedDict[str, deque[Waiter]] = OrderedDict()  # round-robin order
-        self._seq = count()
 
     # -- arrivals ------------------------------------------------------------------------
 
@@ -107,7 +104,7 @@ class FairQueue:
         """A new turn: ADMITTED (a slot is free and nobody waits), WAITING (queued; wait for
         `grant` to admit it) or a Refusal to send back at once."""
         self.drain.watch(now)
-        waiter = Waiter(tenant, now, now + self.max_wait_s, next(self._seq))
+        waiter = Waiter(tenant, now, now + self.max_wait_s)
         if self.running < self._limit() and not self.waiting:
             self.running += 1
             waiter.state = ADMITTED

@@ -1,4 +1,4 @@
-"""A gateway on its own event-loop thread inside the current process (tests, benchmarks)."""
+"""A gateway on its own event-loop thread inside the test process."""
 from __future__ import annotations
 
 import asyncio
