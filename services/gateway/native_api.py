@@ -154,10 +154,7 @@ class NativeTurns(TurnServer):
 
     async def _stream(self, request, call, first, parsed: Parsed, reply: NativeReply,
                       headers: dict) -> web.StreamResponse:
-        response = web.StreamResponse(headers={
-            "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-            "x-request-id": reply.id, **headers})
-        await response.prepare(request)
+        response = await self._open_stream(request, reply.id, headers)
         text = ""
         try:
             async for event in self._events(call, first):

@@ -130,12 +130,17 @@ class TurnServer:
         return web.json_response(reply.complete("".join(text), summary),
                                  headers={"x-request-id": reply.id, **headers})
 
-    async def _stream(self, request, call, first, parsed: Parsed, reply: Reply,
-                      headers: dict) -> web.StreamResponse:
+    @staticmethod
+    async def _open_stream(request, request_id: str, headers: dict) -> web.StreamResponse:
         response = web.StreamResponse(headers={
             "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-            "x-request-id": reply.id, **headers})
+            "x-request-id": request_id, **headers})
         await response.prepare(request)
+        return response
+
+    async def _stream(self, request, call, first, parsed: Parsed, reply: Reply,
+                      headers: dict) -> web.StreamResponse:
+        response = await self._open_stream(request, reply.id, headers)
         try:
             if reply.chat:
                 await response.write(_sse(reply.first_chunk()))
