@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from bench.replay.tokens import DEFAULT_TOKEN_RANGE
-from bench.replay.window import busiest_window
+from bench.traces.window import busiest_window
 from bench.traces.turn import Turn
 
 
