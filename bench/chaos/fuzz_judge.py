@@ -31,7 +31,7 @@ SETTINGS = dict(deadline=None, database=None, derandomize=True,
                 suppress_health_check=list(HealthCheck))
 
 
-
+@dataclass
 class Tally:
     inputs: int = 0
     crashes: list[str] = field(default_factory=list)

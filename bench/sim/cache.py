@@ -22,6 +22,7 @@ from typing import Callable, Iterable
 from bench.traces.turn import Turn
 from kv_store.eviction.base import EvictionPolicy
 from kv_store.eviction.ledger import TierLedger
+from kv_store.eviction.registry import make_policy
 
 GIB = 1 << 30
 
@@ -209,8 +210,6 @@ def simulate_policies(turns: list[Turn], policies: Iterable[str], cfg: CacheSimC
                       log: AccessLog | None = None,
                       progress: Callable[[str, int, int], None] | None = None) -> dict[str, CacheResult]:
     """Replay the same trace under each named policy; one result per name, in order."""
-    from kv_store.eviction.registry import make_policy
-
     if log is None:
         log = prepare_accesses(turns, cfg.kv_bytes_per_token, cfg.max_kv_tokens, cfg.sample_users,
                                cfg.partial_users, cfg.kv_after_turn)

@@ -2,11 +2,11 @@
 
 Resources: one GPU running an iteration-level batch engine (vLLM-style: a step either prefills
 newly dispatched requests — prefill first — or decodes one token for every running request), an
-SSD whose bandwidth the loads in flight share, and the DRAM/SSD tiers (sim_tiers). The scheduling
-queue (scheduler.policy) decides which load starts and who is dispatched; the eviction policy
-(kv_store.eviction) decides what leaves DRAM. Consecutive decode steps are fused into one event up
-to the first step that ends after the next pending event or finishes a request, which is exact at
-step granularity: nothing could have changed the batch earlier.
+SSD whose bandwidth the loads in flight share, and the DRAM/SSD tiers (bench.sim.tiers). The
+scheduling queue (scheduler.policy) decides which load starts and who is dispatched; the
+eviction policy (kv_store.eviction) decides what leaves DRAM. Consecutive decode steps are fused
+into one event up to the first step that ends after the next pending event or finishes a
+request, which is exact at step granularity: nothing could have changed the batch earlier.
 """
 from __future__ import annotations
 
