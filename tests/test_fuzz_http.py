@@ -4,7 +4,7 @@ Content-Length, a 9 MB body. Every request gets an HTTP answer, never a 5xx exce
 shedding, and the gateway stays healthy."""
 from __future__ import annotations
 
-from bench.chaos.fuzz import fuzz_http
+from bench.chaos.fuzz_http import fuzz_http
 
 
 def test_gateway_endpoints_survive_adversarial_http(deployment):

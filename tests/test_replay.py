@@ -19,7 +19,7 @@ from bench.replay.report import (arrival_tier, combine_repeats, hit_rate_series,
 from bench.replay.sizing import TierSizes, tier_sizes, working_set
 from bench.replay.systems import DEFAULT_SYSTEMS, SYSTEMS, deployment_kwargs
 from bench.replay.tokens import query_tokens
-from bench.replay.window import busiest_window, parse_window
+from bench.traces.window import busiest_window, parse_window
 from bench.traces import Turn
 from bench.traces.bidaw_format import write_bidaw
 
@@ -97,7 +97,10 @@ def test_report_agrees_with_the_raw_records(live_replay, tmp_path):
     span = max(r.end_s for r in ok) - min(r.sent_s for r in ok)
     assert s["throughput_turns_per_s"] == pytest.approx(len(ok) / span)
     assert s["exact_answers"] == len(ok)
-    assert result.samples and s["queued_max"] >= 0
+    assert result.samples
+    assert s["queued_max"] == max(q.ready + q.preparing for q in result.samples)
+    # a user sends its next turn only after the last one ended: three users, three turns at most
+    assert all(q.ready + q.preparing + q.running <= 3 for q in result.samples)
     write_jsonl(result.records, tmp_path / "r.jsonl")
     assert summarize(read_jsonl(tmp_path / "r.jsonl"), result.samples) == s
 

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 from google.protobuf.descriptor import FieldDescriptor as F
 
-from bench.chaos.fuzz import CRASH
+from bench.chaos.fuzz_judge import CRASH
 from bench.chaos.fuzz_tally import ClassTally
 
 INT_VALUES = {F.TYPE_INT32: [-2**31, 2**31 - 1, -1, 0, 1], F.TYPE_SINT32: [-2**31, 2**31 - 1],

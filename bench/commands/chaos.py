@@ -59,10 +59,9 @@ def run(args) -> int:
     results = run_faults(names, args.turns, verbose=args.verbose)
     fuzz_inputs = fuzz_crashes = 0
     if args.fuzz_examples:
-        from bench.chaos.fuzz import fuzz_live
+        from bench.chaos.fuzz_live import fuzz_live
 
-        fuzz_inputs, fuzz_crashes, fuzz_problems = fuzz_live(args.fuzz_examples,
-                                                             verbose=args.verbose)
+        fuzz_inputs, fuzz_crashes = fuzz_live(args.fuzz_examples, verbose=args.verbose)
     hidden = () if args.details else ("problems", "checks")
     out = {"faults": [{k: v for k, v in r.items() if k not in hidden}
                       for r in results],

@@ -9,7 +9,6 @@ SHED_503 = "shed_503"      # refused on purpose (backend unavailable, draining),
 ERROR = "error"            # refused or failed otherwise: other status, timeout, connection
 MALFORMED = "malformed"    # accepted and finished, but not the answer asked for
 UNANSWERED = "unanswered"  # accepted (200 sent) and then no complete answer
-OUTCOMES = (OK, SHED_429, SHED_503, ERROR, MALFORMED, UNANSWERED)
 
 
 @dataclass

@@ -5,7 +5,7 @@ import argparse
 
 from bench.replay.plan import PlanConfig
 from bench.replay.source import FORMATS
-from bench.replay.window import parse_window
+from bench.traces.window import parse_window
 
 
 def add_plan_args(p: argparse.ArgumentParser, *, users: int, time_scale: float, max_rounds: int,
@@ -34,7 +34,11 @@ def add_plan_args(p: argparse.ArgumentParser, *, users: int, time_scale: float, 
 
 def plan_config(args: argparse.Namespace) -> PlanConfig:
     lo, hi = (int(x) for x in args.token_range.split(":"))
-    return PlanConfig(window=parse_window(args.window) if args.window else None,
+    try:
+        window = parse_window(args.window)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+    return PlanConfig(window=window,
                       window_s=args.window_s, users=args.users, max_rounds=args.max_rounds,
                       time_scale=args.time_scale, max_context=args.max_context,
                       max_answer=args.max_answer, token_range=(lo, hi), seed=args.seed)

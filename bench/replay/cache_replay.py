@@ -20,6 +20,7 @@ from typing import Iterable, Sequence
 
 from bench.replay.records import ANSWERED, TurnRecord
 from bench.replay.report import hit_counts
+from kv_store.eviction.ledger import TierLedger
 
 PAGE = 4096
 
@@ -79,46 +80,32 @@ def live_hit_rate(records: Sequence[TurnRecord]) -> float | None:
 
 def replay_cache(events: Sequence[CacheEvent], policy, capacity_bytes: int) -> CacheOutcome:
     """Run `events` through `policy` (an EvictionPolicy over a DRAM tier of `capacity_bytes`)."""
-    capacity = capacity_bytes // PAGE * PAGE
-    size: dict[str, int] = {}  # sessions in DRAM -> bytes
+    dram = TierLedger(policy, capacity_bytes // PAGE * PAGE)
     leased: dict[str, int] = {}  # sessions with a turn in flight -> how many turns
-    used = hits = misses = evictions = 0
+    hits = misses = 0
 
     def make_room(need: int, now: float, keep: str) -> bool:
-        nonlocal used, evictions
-        while capacity - used < need:
-            victim = policy.victim(now, exclude=set(leased) | {keep})
-            if victim is None:
-                return False
-            used -= size.pop(victim)
-            policy.remove(victim)
-            evictions += 1
-        return True
+        return dram.make_room(need, now, exclude=set(leased) | {keep})
 
     for e in events:
         if e.kind == SEND:
             leased[e.session] = leased.get(e.session, 0) + 1
             if e.nbytes:  # nothing stored yet is neither a hit nor a miss
-                hits += e.session in size
-                misses += e.session not in size
+                hits += e.session in dram
+                misses += e.session not in dram
         elif e.kind == DISPATCH:
-            if e.session in size:
-                policy.touch(e.session, size[e.session], e.time)
+            if e.session in dram:
+                dram.touch(e.session, e.time)
             elif e.nbytes and make_room(e.nbytes, e.time, e.session):  # the SSD read lands
-                size[e.session] = e.nbytes
-                used += e.nbytes
-                policy.admit(e.session, e.nbytes, e.time)
+                dram.admit(e.session, e.nbytes, e.time)
         else:
-            held = size.get(e.session, 0)
+            held = dram.size(e.session)
             if make_room(max(e.nbytes - held, 0), e.time, e.session):
-                used += e.nbytes - held
-                size[e.session] = e.nbytes
-                (policy.touch if held else policy.admit)(e.session, e.nbytes, e.time)
+                dram.admit(e.session, e.nbytes, e.time)  # held: touched with its new size
             elif held:  # no room for the grown session: it now lives on SSD only
-                used -= size.pop(e.session)
-                policy.remove(e.session)
+                dram.remove(e.session)
             policy.observe_answer(e.session, e.answer_tokens, e.time)
             leased[e.session] -= 1
             if not leased[e.session]:
                 del leased[e.session]
-    return CacheOutcome(hits, misses, evictions)
+    return CacheOutcome(hits, misses, dram.evictions)

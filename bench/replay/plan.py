@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from bench.replay.tokens import DEFAULT_TOKEN_RANGE
-from bench.replay.window import busiest_window
 from bench.traces.turn import Turn
+from bench.traces.window import busiest_window
 
 
 @dataclass(frozen=True)

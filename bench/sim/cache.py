@@ -21,6 +21,8 @@ from typing import Callable, Iterable
 
 from bench.traces.turn import Turn
 from kv_store.eviction.base import EvictionPolicy
+from kv_store.eviction.ledger import TierLedger
+from kv_store.eviction.registry import make_policy
 
 GIB = 1 << 30
 
@@ -142,15 +144,16 @@ def replay(log: AccessLog, policy: EvictionPolicy, dram_bytes: int, watermark_by
     """Replay `log` through `policy` with a DRAM tier of `dram_bytes`; counts inside `window`."""
     start, end = window if window is not None else (float("-inf"), float("inf"))
     res = CacheResult()
-    resident: dict[int, int] = {}      # user -> bytes in DRAM
+    dram = TierLedger(policy, dram_bytes, watermark_bytes)
     evicted: set[int] = set()          # users whose KV was evicted (a later access is a miss)
-    free = dram_bytes
     set_next_use = getattr(policy, "set_next_use", None)
     times, users, sizes, answers, nexts, lasts = (log.times, log.users, log.sizes, log.answers,
                                                    log.next_index, log.last)
     n = len(times)
-    admit, touch, remove, victim = policy.admit, policy.touch, policy.remove, policy.victim
+    resident, limit = dram.sizes, dram_bytes - watermark_bytes  # read-only views for speed
+    admit, touch, remove, make_room = dram.admit, dram.touch, dram.remove, dram.make_room
     observe_answer, observe_queue = policy.observe_answer, policy.observe_queue
+    on_evict = evicted.add
     i = 0
     for i in range(n):
         now = times[i]
@@ -163,14 +166,11 @@ def replay(log: AccessLog, policy: EvictionPolicy, dram_bytes: int, watermark_by
         counted = now >= start
         if set_next_use is not None:
             set_next_use(u, nexts[i])
-        old = resident.get(u)
-        if old is not None:
+        if u in resident:
             if counted:
                 res.hits += 1
                 res.hit_bytes += size
-            free -= size - old
-            resident[u] = size
-            touch(u, size, now)
+            touch(u, now, size)
         else:
             if u in evicted:
                 evicted.discard(u)
@@ -179,23 +179,14 @@ def replay(log: AccessLog, policy: EvictionPolicy, dram_bytes: int, watermark_by
                     res.miss_bytes += size
             elif counted:
                 res.firsts += 1
-            free -= size
-            resident[u] = size
             admit(u, size, now)
         observe_answer(u, answers[i], now)
         if end_oracle and lasts[i]:
-            free += resident.pop(u)
             remove(u)
-        if free < watermark_bytes:
+        if dram.used > limit:  # less than the watermark free: the look-ahead, then evict
             observe_queue(users[i + 1:i + 1 + lookahead], now)
-            while free < watermark_bytes:
-                v = victim(now)
-                if v is None:
-                    break
-                free += resident.pop(v)
-                remove(v)
-                evicted.add(v)
-                res.evictions += 1
+            make_room(0, now, on_evict=on_evict)
+    res.evictions = dram.evictions
     res.accesses = i
     return res
 
@@ -219,8 +210,6 @@ def simulate_policies(turns: list[Turn], policies: Iterable[str], cfg: CacheSimC
                       log: AccessLog | None = None,
                       progress: Callable[[str, int, int], None] | None = None) -> dict[str, CacheResult]:
     """Replay the same trace under each named policy; one result per name, in order."""
-    from kv_store.eviction.registry import make_policy
-
     if log is None:
         log = prepare_accesses(turns, cfg.kv_bytes_per_token, cfg.max_kv_tokens, cfg.sample_users,
                                cfg.partial_users, cfg.kv_after_turn)

@@ -18,7 +18,7 @@ import yaml
 from compute_worker.tensor_choice import KV, TENSOR6, TensorChoice, layer_flops_per_token, tensor_costs
 
 GIB = 1 << 30
-PROFILE_DIR = Path(__file__).parent / "profiles"
+PROFILE_DIR = Path(__file__).parents[1] / "profiles"  # bench/profiles
 
 
 def profile_names() -> list[str]:
@@ -93,10 +93,6 @@ class CostModel:
         mem = (self.weight_bytes + context_tokens * self.kv_bytes_per_token) / self.decode_bytes_per_s
         compute = batch * self.forward_flops_per_token / self.prefill_flops_per_s
         return self.iteration_overhead_s + max(mem, compute)
-
-    def ssd_time(self, nbytes: float) -> float:
-        """A load alone on the SSD (concurrent loads share the bandwidth)."""
-        return nbytes / self.ssd_bytes_per_s
 
 
 def cost_model(tree: dict) -> CostModel:

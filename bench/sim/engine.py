@@ -2,44 +2,26 @@
 
 Resources: one GPU running an iteration-level batch engine (vLLM-style: a step either prefills
 newly dispatched requests — prefill first — or decodes one token for every running request), an
-SSD whose bandwidth the loads in flight share, and the DRAM/SSD tiers (sim_tiers). The scheduling
-queue (scheduler.policy) decides which load starts and who is dispatched; the eviction policy
-(kv_store.eviction) decides what leaves DRAM. Consecutive decode steps are fused into one event up
-to the first step that ends after the next pending event or finishes a request, which is exact at
-step granularity: nothing could have changed the batch earlier.
+SSD whose bandwidth the loads in flight share, and the DRAM/SSD tiers (bench.sim.tiers). The
+scheduling queue (scheduler.policy) decides which load starts and who is dispatched; the
+eviction policy (kv_store.eviction) decides what leaves DRAM. Consecutive decode steps are fused
+into one event up to the first step that ends after the next pending event or finishes a
+request, which is exact at step granularity: nothing could have changed the batch earlier.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 from bench.sim.cost_profile import CostModel
 from bench.sim.events import ARRIVAL, GPU_DONE, LOAD_DONE, EventHeap
+from bench.sim.job import Job
 from bench.sim.metrics import TurnLog
 from bench.sim.ssd import SharedBandwidth
-from bench.sim.systems import NO_CACHE, UNBOUNDED, SystemSpec
-from bench.sim.tiers import DRAM, SSD, TieredKV
+from bench.sim.systems import SystemSpec, make_tiers, system_spec
+from bench.sim.tiers import DRAM, SSD
 from bench.sim.workload import Workload
 from compute_worker.tensor_choice import TENSOR6
 from scheduler.policy import KV_DRAM, KV_NONE, KV_SSD, make_queue
-
-INF = float("inf")
-
-
-class Job:
-    """One turn from arrival to its last token."""
-
-    __slots__ = ("i", "user", "arrival", "dispatch", "first_token", "hist", "new_tokens",
-                 "ctx", "pcie_bytes", "restore_tokens", "gpu_bytes", "remaining", "load_start",
-                 "hit")
-
-    def __init__(self, i: int, user: int, arrival: float) -> None:
-        self.i, self.user, self.arrival = i, user, arrival
-        self.dispatch = self.first_token = 0.0
-        self.hist = self.new_tokens = self.ctx = self.restore_tokens = self.remaining = 0
-        self.pcie_bytes = self.gpu_bytes = 0
-        self.load_start = -1.0
-        self.hit = False  # counted as a DRAM hit at arrival
-
 
 class TimedSimulation:
     def __init__(self, workload: Workload, cost: CostModel, spec: SystemSpec,
@@ -53,7 +35,7 @@ class TimedSimulation:
         self.queue = make_queue(spec.queue, max_concurrent_loads=loads, **qkw)
         self.tensor = cost.tensors.tensor if spec.tensor == "auto" else spec.tensor
         self.stored_bpt = cost.stored_bytes_per_token(self.tensor)
-        self.store = self._make_store(policy_kwargs or {})
+        self.store = make_tiers(spec, cost, policy_kwargs or {})
         self.ssd = SharedBandwidth(cost.ssd_bytes_per_s)
         self.events = EventHeap()
         self.log = TurnLog()
@@ -66,22 +48,8 @@ class TimedSimulation:
         self.seq = 0
         self.ssd_version = 0
         self.reads_in_flight = 0
-        self.ssd_bytes_written = 0
         self.left_to_measure = workload.measured_count
         self.now = 0.0
-
-    def _make_store(self, policy_kwargs: dict) -> TieredKV | None:
-        spec, cost = self.spec, self.cost
-        if spec.cache == NO_CACHE:
-            return None
-        if spec.cache == UNBOUNDED:
-            return TieredKV(None, None, 0, None, None)
-        from kv_store.eviction.registry import make_policy
-
-        policy = make_policy(spec.eviction, cost.dram_bytes, cost.watermark_bytes,
-                             **policy_kwargs.get(spec.eviction, {}))
-        return TieredKV(policy, cost.dram_bytes, cost.watermark_bytes, make_policy("lru"),
-                        cost.ssd_bytes)
 
     # ---- driver ------------------------------------------------------------------------------
     def run(self) -> TurnLog:
@@ -185,7 +153,7 @@ class TimedSimulation:
             job = self.queued.get(user)
             if job is None or user not in store.ssd:
                 continue  # nothing queued, or the KV is gone for good (recomputed at dispatch)
-            if self.queue.kv_evicted(job.i, store.ssd[user]) is not None and job.hit:
+            if self.queue.kv_evicted(job.i, store.ssd.size(user)) is not None and job.hit:
                 job.hit = False
                 self.log.hits -= 1
                 self.log.misses += 1
@@ -299,16 +267,14 @@ class TimedSimulation:
         if store is not None:
             user = job.user
             tokens = min(w.history[i] + w.query[i] + w.answer[i], self.cost.max_kv_tokens)
-            if store.ssd_policy is not None:  # the new tokens are appended to the SSD copy
+            if store.ssd is not None:  # the new tokens are appended to the SSD copy
                 written = (tokens - job.hist) * self.stored_bpt
                 if written > 0:
                     self.ssd.start(("w", i), written, now)
-                    self.ssd_bytes_written += written
                     self._arm_ssd()
             store.pinned.discard(user)
             store.write_back(user, tokens * self.stored_bpt, now)
-            if store.policy is not None:
-                store.policy.observe_answer(user, w.answer[i], now)
+            store.dram.policy.observe_answer(user, w.answer[i], now)
             if self.end_oracle and w.last[i]:
                 store.free(user)
             self._evict(now)
@@ -316,3 +282,10 @@ class TimedSimulation:
         j = w.next_turn[i]
         if j >= 0:
             self.events.push(w.next_arrival(i, j, now), ARRIVAL, j)
+
+
+def simulate_system(workload: Workload, cost: CostModel, name: str, end_oracle: bool = True,
+                    progress: Callable[[int], None] | None = None, **kwargs: Any) -> TurnLog:
+    """System `name` (see bench.sim.systems) replayed on `workload` with fresh policies."""
+    return TimedSimulation(workload, cost, system_spec(name), end_oracle=end_oracle,
+                           progress=progress, **kwargs).run()

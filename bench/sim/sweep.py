@@ -10,8 +10,8 @@ import math
 from typing import Any, Iterable
 
 from bench.sim.cost_profile import CostModel
+from bench.sim.engine import simulate_system
 from bench.sim.workload import build_workload
-from bench.sim.timed import simulate_system
 from bench.traces.turn import Turn
 
 _LIMITS = (1 / 64, 64.0)

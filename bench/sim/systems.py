@@ -16,6 +16,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from bench.sim.cost_profile import CostModel
+from bench.sim.tiers import TieredKV
+from kv_store.eviction.ledger import TierLedger
+from kv_store.eviction.registry import make_policy
+
 NO_CACHE = "none"          # recompute every history
 TIERED = "tiered"          # DRAM performance layer + SSD capacity layer
 UNBOUNDED = "unbounded"    # every KV in DRAM (the ideal)
@@ -71,3 +76,16 @@ def system_spec(name: str) -> SystemSpec:
     if not base.name.startswith("bidaw"):
         raise ValueError(f"ablation suffixes apply to bidaw systems only, not {rest!r}")
     return replace(base, name=name, **changes)
+
+
+def make_tiers(spec: SystemSpec, cost: CostModel, policy_kwargs: dict) -> TieredKV | None:
+    """The KV tiers of `spec` (None: it caches nothing). Unbounded DRAM evicts nothing, so its
+    policy only keeps the ledger's order; a tiered system's SSD copy is evicted LRU."""
+    if spec.cache == NO_CACHE:
+        return None
+    if spec.cache == UNBOUNDED:
+        return TieredKV(TierLedger(make_policy(spec.eviction), None), None)
+    policy = make_policy(spec.eviction, cost.dram_bytes, cost.watermark_bytes,
+                         **policy_kwargs.get(spec.eviction, {}))
+    return TieredKV(TierLedger(policy, cost.dram_bytes, cost.watermark_bytes),
+                    TierLedger(make_policy("lru"), cost.ssd_bytes))

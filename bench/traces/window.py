@@ -1,4 +1,4 @@
-"""Which slice of a trace to replay: an explicit [start, end) or the busiest window."""
+"""Which slice of a trace to measure or replay: an explicit [start, end) or the busiest one."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -23,12 +23,18 @@ def busiest_window(turns: Sequence[Turn], length_s: float) -> tuple[float, float
     return best_start, best_start + length_s
 
 
-def parse_window(text: str) -> tuple[float, float]:
-    """'START:END' in trace seconds -> (start, end)."""
+def parse_window(text: str | None, flag: str = "--window") -> tuple[float, float] | None:
+    """'START:END' trace seconds -> (start, end), either side empty for unbounded; None for no
+    text. A malformed or empty window raises ValueError naming `flag`."""
+    if not text:
+        return None
+    lo, sep, hi = text.partition(":")
     try:
-        start, end = (float(x) for x in text.split(":"))
+        if not sep:
+            raise ValueError
+        start, end = (float(lo) if lo else float("-inf")), (float(hi) if hi else float("inf"))
     except ValueError:
-        raise ValueError(f"window {text!r} is not START:END in seconds") from None
+        raise ValueError(f"{flag} wants START:END in trace seconds, got {text!r}") from None
     if end <= start:
-        raise ValueError(f"window {text!r} ends before it starts")
+        raise ValueError(f"{flag} {text!r} ends before it starts")
     return start, end

@@ -1,0 +1,89 @@
+"""`bidaw simulate` without --cache-only: the timed simulation, systems side by side, and
+optionally each system's sustainable load (--sweep)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Iterable
+
+from bench.sim.cost_profile import load_profile, profile_names
+from bench.sim.metrics import TurnLog
+from bench.sim.sweep import sweep
+from bench.sim.systems import DEFAULT_SYSTEMS
+from bench.sim.timed import DEFAULT_PROFILE, simulate
+from bench.sim.workload import CLOSED, OPEN, build_workload
+from bench.traces.turn import Turn
+
+
+def add_arguments(g: argparse._ArgumentGroup) -> None:
+    g.add_argument("--profile", default=DEFAULT_PROFILE,
+                   help=f"cost profile name or YAML path ({', '.join(profile_names())})")
+    g.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS),
+                   help="comma-separated: recompute, fcfs-lru, cachedattention, bidaw, bidaw-size, "
+                   "ideal, ideal-kv; bidaw ablations by suffix -no-io, -no-answer, -no-tensor6")
+    g.add_argument("--time-scale", type=float, default=1.0,
+                   help="replay X times faster: first arrivals and think times divided by X")
+    g.add_argument("--arrivals", choices=(CLOSED, OPEN), default=CLOSED,
+                   help="closed: next turn = previous answer + the trace's gap; open: at its trace "
+                   "time, never before the previous answer")
+    g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a profile field, e.g. --set host.dram_gib=120 (repeatable)")
+    g.add_argument("--tail", type=float, default=600.0,
+                   help="seconds of trace after the window replayed as background load")
+    g.add_argument("--sweep", action="store_true",
+                   help="find each system's sustainable load (users/min) at --latency-target")
+    g.add_argument("--latency-target", type=float, default=5.0, help="seconds (for --sweep)")
+    g.add_argument("--sweep-metric", default="latency_p90",
+                   help="metric held under the target (for --sweep)")
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set wants KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float] | None,
+        policy_kwargs: dict[str, dict]) -> dict:
+    """A JSON-ready dict with "systems" (and "sweep", "plots")."""
+    try:
+        overrides = parse_overrides(args.set)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+    cost = load_profile(args.profile, overrides)
+    names = [s.strip() for s in args.systems.split(",") if s.strip()]
+    end_oracle = not args.no_end_oracle
+    common = dict(window=window, sample_users=args.sample_users, arrival_mode=args.arrivals,
+                  end_oracle=end_oracle, tail_s=args.tail, policy_kwargs=policy_kwargs)
+    workload = build_workload(turns, window, args.sample_users, args.time_scale, args.arrivals,
+                              args.tail)
+    logs: dict[str, TurnLog] = {}
+    result: dict[str, Any] = {
+        "profile": cost.name,
+        "tensor": cost.tensors.tensor,
+        "time_scale": args.time_scale,
+        "end_oracle": end_oracle,
+        "measured_turns": workload.measured_count,
+        "users_per_min": round(workload.new_users_per_min(), 3),
+        "systems": simulate(turns, names, cost, time_scale=args.time_scale,
+                            show_progress=sys.stderr.isatty(), logs=logs, **common),
+    }
+    if args.sweep:
+        result["sweep"] = sweep(turns, names, cost, args.latency_target, args.sweep_metric,
+                                start_scale=args.time_scale, **common)
+    if args.plot:
+        from bench.sim.plots import plot_timed
+
+        result["plots"] = plot_timed(logs, args.plot)
+    return result
+
+
+def print_human(result: dict) -> None:
+    for name, m in result["systems"].items():
+        inner = "  ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                          for k, v in m.items())
+        print(f"{name:16s} {inner}")
