@@ -32,7 +32,8 @@ _WIRE_TIER = {Tier.NONE: common_pb2.TIER_NONE, Tier.DRAM: common_pb2.TIER_DRAM,
               Tier.SSD: common_pb2.TIER_SSD, Tier.LOADING: common_pb2.TIER_LOADING}
 _WIRE_FORMAT = {KvFormat.KV: common_pb2.KV_FORMAT_KV,
                 KvFormat.TENSOR6: common_pb2.KV_FORMAT_TENSOR6}
-_STORE_FORMAT = {wire: fmt for fmt, wire in _WIRE_FORMAT.items()}
+_STORE_FORMAT = {wire: fmt for fmt, wire in _WIRE_FORMAT.items()}  # .get: None for a value
+# the store does not know, which it refuses with the reason (after the checks that come first)
 
 
 def _wire_format(fmt: int) -> int:

@@ -33,8 +33,8 @@ from kv_store.eviction.ghost_cache import GhostCache
 from kv_store.eviction.reuse_distance import ReuseDistanceMeter
 from kv_store.eviction.reuse_regions import ReuseRegions
 from kv_store.eviction.session_registry import SessionRegistry
-from kv_store.eviction.think_time_model import (ANSWER_EDGES, N_ANSWER_BUCKETS, GapStats, ThinkTimeModel,
-                                       answer_bucket)
+from kv_store.eviction.think_time_model import (ANSWER_EDGES, N_ANSWER_BUCKETS, ThinkTimeModel,
+                                                answer_bucket)
 
 GIB = 1 << 30
 DEFAULT_CAPACITY, DEFAULT_WATERMARK = 200 * GIB, 2 * GIB  # the paper's DRAM tier
