@@ -5,11 +5,13 @@ import queue
 import threading
 from dataclasses import dataclass
 
+from kv_store.store_state import Tier
+
 
 @dataclass
 class Location:
     session_id: str
-    tier: int
+    tier: Tier
     num_bytes: int
     num_tokens: int
     load_estimate_s: float

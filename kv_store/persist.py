@@ -11,24 +11,24 @@ from __future__ import annotations
 
 import errno
 import logging
+import threading
 import zlib
-from typing import TYPE_CHECKING
 
 from kv_store import errors
-
+from kv_store.catalog.base import Catalog, CatalogEntry
+from kv_store.session_index import SessionIndex
+from kv_store.session_meta import SessionMeta
+from kv_store.store_state import StoreCounters
+from kv_store.tier_space import TierSpace
 from kv_store.tiers import ssd_record
 from kv_store.tiers.aligned_io import aligned_buffer
 from kv_store.tiers.buffers import Payload
-from kv_store.catalog.base import CatalogEntry
-from kv_store.session_meta import SessionMeta
 from kv_store.tiers.scatter import ScatterView
 from kv_store.tiers.shm_arena import Segment
+from kv_store.tiers.ssd import SsdTier
 from kv_store.tiers.ssd_log import SessionLog
 from kv_store.tiers.ssd_record import CorruptRecord
-from kv_store.tiers.ssd import ReadResult
-
-if TYPE_CHECKING:
-    from kv_store.store import KVStore
+from kv_store.tiers.ssd_verify import ReadResult
 
 log = logging.getLogger("bidaw.kv_store")
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -37,10 +37,17 @@ COMPACT_WASTE_RATIO = 0.25  # ... and that share of the session's own bytes
 
 
 class Persister:
-    def __init__(self, store: "KVStore"):
-        self.store = store
-        self.ssd = store.ssd
-        self.catalog = store.catalog
+    """The SSD side of the store: over the SSD tier, the catalog and the session index (which
+    it tells what became durable, or reverts), making room through `space`."""
+
+    def __init__(self, ssd: SsdTier, catalog: Catalog, index: SessionIndex, space: TierSpace,
+                 counters: StoreCounters, lock: threading.RLock):
+        self.ssd = ssd
+        self.catalog = catalog
+        self.index = index
+        self.space = space
+        self.counters = counters
+        self._lock = lock
 
     # -- writes (on the writer thread of the session) -----------------------------------------
 
@@ -48,7 +55,6 @@ class Persister:
                 bytes_per_token: int, model: str, payload: Payload) -> int:
         """Append one record; durable when this returns. On failure the session goes back
         to its durable state and the error (a StoreError) reaches a waiting writer."""
-        store = self.store
         view = None
         try:
             with self.catalog.lock(session_id):
@@ -75,17 +81,17 @@ class Persister:
                     written += rewritten
                 version = (entry.version if entry is not None else 0) + 1
                 self.catalog.put(CatalogEntry(meta, end, version))
-            with store._lock:
-                store._versions[session_id] = version
-                store.counters.ssd_bytes_written += written
-                store.counters.kv_bytes_written += len(view)
+            with self._lock:
+                self.index.versions[session_id] = version
+                self.counters.ssd_bytes_written += written
+                self.counters.kv_bytes_written += len(view)
             return end
         except Exception as exc:
             if isinstance(exc, CorruptRecord):
                 self._resync(session_id)
-            with store._lock:
-                store.counters.ssd_write_failures += 1
-                store.revert(session_id)
+            with self._lock:
+                self.counters.ssd_write_failures += 1
+                self.index.revert(session_id)
             if isinstance(exc, errors.StoreError):
                 raise
             if isinstance(exc, OSError):
@@ -96,13 +102,12 @@ class Persister:
             raise errors.unavailable(f"SSD write failed: {exc}") from None
         finally:
             view = None
-            store.release_payload(payload)
+            self.space.release_payload(payload)
 
     def _append(self, session_id: str, offset: int, header: bytes, view: ScatterView) -> int:
-        store = self.store
         need = len(header) + len(view) + 4096
-        with store._lock:
-            if not store.reserve_ssd(session_id, need):
+        with self._lock:
+            if not self.space.reserve_ssd(session_id, need):
                 raise errors.exhausted("SSD tier is full of KV in use (leased, loading or being "
                                        "written); retry later")
         try:
@@ -111,8 +116,8 @@ class Persister:
             if exc.errno not in _DISK_FULL:
                 raise
             log.warning("SSD disk full writing %r (%s): evicting to make room", session_id, exc)
-        with store._lock:
-            freed = store.reserve_ssd(session_id, need, force=True)
+        with self._lock:
+            freed = self.space.reserve_ssd(session_id, need, force=True)
         if freed:
             try:
                 return self.ssd.append(session_id, offset, header, view, True)
@@ -171,18 +176,18 @@ class Persister:
         """(result, segments or None, buffer or None, version) with the verified file image in
         new DRAM segments (`admit` and room) or aligned memory; None if the file changed under
         the read (read again)."""
-        store = self.store
         entry = self.catalog.get(session_id)
         segments: list[Segment] | None = None
-        with store._lock:
+        with self._lock:
             if entry is not None and admit:
-                segments = store._dram_segments(session_id, 0, entry.ssd_len)
+                segments = self.space.dram_segments(session_id, 0, entry.ssd_len)
         if entry is None:
-            with store._lock:
-                store.forget(session_id, local_only=True)
+            with self._lock:
+                self.index.forget(session_id, local_only=True)
             return ReadResult(SessionLog(), 0), None, None, 0
         try:
-            image = ScatterView([store.arena.view(s) for s in segments]) if segments else \
+            arena = self.space.dram.arena
+            image = ScatterView([arena.view(s) for s in segments]) if segments else \
                 aligned_buffer(entry.ssd_len)
             with self.ssd.open_read(session_id) as f:
                 result = self.ssd.read_file(f, entry.ssd_len, image)
@@ -193,7 +198,7 @@ class Persister:
             version = self._drop_bad_tail(session_id, entry, result)
             if version is None:
                 if segments:
-                    store.release_segments(segments)
+                    self.space.release_segments(segments)
                 return None
         if segments:
             return result, segments, None, version
@@ -203,7 +208,6 @@ class Persister:
                        result: ReadResult) -> int | None:
         """Cut the file after the last good record; the new version (None: the file changed
         since it was read, so the fault may be ours: read again)."""
-        store = self.store
         with self.catalog.lock(session_id):
             current = self.catalog.get(session_id)
             if current is None or current.version != entry.version:
@@ -219,10 +223,10 @@ class Persister:
                 self.ssd.truncate(session_id, result.valid_end)
                 fixed = CatalogEntry(kept.copy(), result.valid_end, version)
                 self.catalog.put(fixed)
-        with store._lock:
-            store.counters.corrupt_records += 1
+        with self._lock:
+            self.counters.corrupt_records += 1
             if kept is None:
-                store.forget(session_id, local_only=True)
+                self.index.forget(session_id, local_only=True)
             else:
-                store._adopt(fixed)
+                self.index.adopt(fixed)
         return version

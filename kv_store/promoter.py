@@ -11,17 +11,21 @@ from kv_store.tiers.bandwidth import BandwidthMeter
 
 
 class Promoter:
-    def __init__(self, concurrency: int, load: Callable[[str], None], meter: BandwidthMeter,
-                 cap_rate: float = 0.0):
-        self._load = load
+    def __init__(self, concurrency: int, meter: BandwidthMeter, cap_rate: float = 0.0):
+        self.concurrency = max(concurrency, 1)
         self.meter = meter
         self.cap_rate = cap_rate
         self._queued: OrderedDict[str, int] = OrderedDict()  # session -> bytes, FIFO
         self._running: dict[str, int] = {}
         self._cond = threading.Condition()
         self._closed = False
-        self._threads = [threading.Thread(target=self._work, name=f"promote-{i}", daemon=True)
-                         for i in range(max(concurrency, 1))]
+        self._threads: list[threading.Thread] = []
+
+    def start(self, load: Callable[[str], None]) -> None:
+        """Run loads with `load(session_id)` (the store's parts know the promoter before the
+        load path exists, to say which sessions are loading)."""
+        self._threads = [threading.Thread(target=self._work, args=(load,), name=f"promote-{i}",
+                                          daemon=True) for i in range(self.concurrency)]
         for t in self._threads:
             t.start()
 
@@ -44,6 +48,11 @@ class Promoter:
         with self._cond:
             return session_id in self._queued or session_id in self._running
 
+    def keys(self) -> set[str]:
+        """The sessions queued or loading."""
+        with self._cond:
+            return set(self._queued) | set(self._running)
+
     def estimate(self, session_id: str, nbytes: int) -> float:
         """Seconds until `session_id` is in DRAM: the bytes of every load ahead of it, and
         its own, at the disk's shared rate."""
@@ -62,7 +71,7 @@ class Promoter:
             return (len(self._queued), len(self._running),
                     sum(self._queued.values()) + sum(self._running.values()))
 
-    def _work(self) -> None:
+    def _work(self, load: Callable[[str], None]) -> None:
         while True:
             with self._cond:
                 while not self._queued and not self._closed:
@@ -72,7 +81,7 @@ class Promoter:
                 session_id, nbytes = self._queued.popitem(last=False)
                 self._running[session_id] = nbytes
             try:
-                self._load(session_id)
+                load(session_id)
             finally:
                 with self._cond:
                     self._running.pop(session_id, None)

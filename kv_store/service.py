@@ -1,4 +1,5 @@
-"""The KVStore gRPC service: translates bidaw.v1 messages into KVStore calls."""
+"""The KVStore gRPC service: translates bidaw.v1 messages into KVStore calls, and the store's
+own types (Tier, KvFormat) to and from the wire's enums: protobuf stops here."""
 from __future__ import annotations
 
 import functools
@@ -10,7 +11,7 @@ import grpc
 
 import services.runtime.tracing as tracing
 from services.runtime import metrics
-from services.runtime.gen import kv_store_pb2, kv_store_pb2_grpc
+from services.runtime.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc
 from services.runtime.grpc_util import CHUNK_BYTES
 from services.runtime.rpc_errors import BadRequest
 
@@ -20,10 +21,23 @@ from kv_store.errors import StoreError, invalid
 from kv_store.events import LoadDone, Location
 from kv_store.tiers.shm_arena import ARENA, PROBE
 from kv_store.store import KVStore
+from kv_store.store_state import KvFormat, Tier
 
 log = logging.getLogger("bidaw.kv_store")
 MAX_WRITE_BYTES = 16 << 30  # one turn's KV; anything larger is a client bug
 MAX_LEASE_S = 3600.0  # a lease pins KV against eviction: an endless one would leak it
+
+
+_WIRE_TIER = {Tier.NONE: common_pb2.TIER_NONE, Tier.DRAM: common_pb2.TIER_DRAM,
+              Tier.SSD: common_pb2.TIER_SSD, Tier.LOADING: common_pb2.TIER_LOADING}
+_WIRE_FORMAT = {KvFormat.KV: common_pb2.KV_FORMAT_KV,
+                KvFormat.TENSOR6: common_pb2.KV_FORMAT_TENSOR6}
+_STORE_FORMAT = {wire: fmt for fmt, wire in _WIRE_FORMAT.items()}  # .get: None for a value
+# the store does not know, which it refuses with the reason (after the checks that come first)
+
+
+def _wire_format(fmt: int) -> int:
+    return _WIRE_FORMAT.get(fmt, common_pb2.KV_FORMAT_UNSPECIFIED)
 
 
 def _lease_seconds(value: float) -> float:
@@ -46,7 +60,7 @@ def _status(method):
 
 
 def _location_msg(loc: Location) -> kv_store_pb2.SessionLocation:
-    return kv_store_pb2.SessionLocation(session_id=loc.session_id, tier=loc.tier,
+    return kv_store_pb2.SessionLocation(session_id=loc.session_id, tier=_WIRE_TIER[loc.tier],
                                         num_bytes=loc.num_bytes, num_tokens=loc.num_tokens,
                                         load_estimate_s=loc.load_estimate_s)
 
@@ -69,15 +83,16 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
             meta, tier, lease_id = self.store.lookup(
                 request.session_id, request.lease,
                 _lease_seconds(request.lease_seconds) if request.lease else 0.0)
-            span.set_attributes({"bidaw.tier": metrics.TIER_LABELS[tier],
+            span.set_attributes({"bidaw.tier": tier.value,
                                  "bidaw.hit": meta is not None,
                                  "bidaw.kv_bytes": meta.num_bytes if meta else 0,
                                  "bidaw.kv_tokens": meta.num_tokens if meta else 0})
-        metrics.LOOKUPS.labels(metrics.TIER_LABELS[tier]).inc()
+        metrics.LOOKUPS.labels(tier.value).inc()
         if meta is None:
-            return kv_store_pb2.LookupReply(tier=tier)
+            return kv_store_pb2.LookupReply(tier=_WIRE_TIER[tier])
         return kv_store_pb2.LookupReply(
-            tier=tier, num_bytes=meta.num_bytes, num_tokens=meta.num_tokens, format=meta.format,
+            tier=_WIRE_TIER[tier], num_bytes=meta.num_bytes, num_tokens=meta.num_tokens,
+            format=_wire_format(meta.format),
             bytes_per_token=meta.bytes_per_token, token_ids=meta.token_ids, model=meta.model,
             lease_id=lease_id)
 
@@ -86,7 +101,7 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
             handle = self.store.open_read(request.session_id, request.max_tokens)
         except StoreError as exc:
             context.abort(exc.code, exc.message)
-        tier = metrics.TIER_LABELS[handle.tier]
+        tier = handle.tier.value
         try:
             with tracing.span("kv_store.read", session=request.session_id, tier=tier,
                               kv_tokens=handle.meta.num_tokens, path="grpc"):
@@ -109,13 +124,13 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
                               kv_bytes=nbytes, shm=bool(header.shm_region)):
                 loc, durable = self.store.write(
                     header.session_id, header.start_token, list(header.token_ids),
-                    header.format, header.bytes_per_token, header.model, payload,
-                    wait_durable=not header.allow_async)
+                    _STORE_FORMAT.get(header.format), header.bytes_per_token, header.model,
+                    payload, wait_durable=not header.allow_async)
             metrics.KV_WRITE_BYTES.inc(nbytes)
         except StoreError as exc:
             context.abort(exc.code, exc.message)
         return kv_store_pb2.WriteKVReply(num_tokens=loc.num_tokens, num_bytes=loc.num_bytes,
-                                         tier=loc.tier, durable=durable)
+                                         tier=_WIRE_TIER[loc.tier], durable=durable)
 
     def _receive(self, request_iterator) -> tuple[kv_store_pb2.KVHeader, Payload]:
         first = next(request_iterator, None)
@@ -158,10 +173,11 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
     def Promote(self, request, context):
         with tracing.span("kv_store.promote", session=request.session_id) as span:
             loc = self.store.promote(request.session_id)
-            span.set_attributes({"bidaw.tier": metrics.TIER_LABELS[loc.tier],
+            span.set_attributes({"bidaw.tier": loc.tier.value,
                                  "bidaw.kv_bytes": loc.num_bytes,
                                  "bidaw.load_estimate_s": loc.load_estimate_s})
-        return kv_store_pb2.PromoteReply(tier=loc.tier, load_estimate_s=loc.load_estimate_s)
+        return kv_store_pb2.PromoteReply(tier=_WIRE_TIER[loc.tier],
+                                         load_estimate_s=loc.load_estimate_s)
 
     @_status
     def ReleaseLease(self, request, context):
@@ -226,7 +242,7 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
         with tracing.span("kv_store.read", session=request.session_id, path="shm") as span:
             handle, lease_id = self.store.open_shm_read(request.session_id, request.max_tokens,
                                                         _lease_seconds(request.lease_seconds))
-            tier = metrics.TIER_LABELS[handle.tier]
+            tier = handle.tier.value
             span.set_attributes({"bidaw.tier": tier, "bidaw.kv_tokens": handle.meta.num_tokens})
         metrics.KV_READ_BYTES.labels(tier).inc(sum(p.length for p in handle.shm))
         return kv_store_pb2.OpenShmReadReply(header=_header(handle), lease_id=lease_id,
@@ -249,5 +265,6 @@ def _header(handle: ReadHandle) -> kv_store_pb2.KVHeader:
     meta = handle.meta
     return kv_store_pb2.KVHeader(session_id=meta.session_id, start_token=0,
                                  num_tokens=meta.num_tokens, token_ids=meta.token_ids,
-                                 format=meta.format, bytes_per_token=meta.bytes_per_token,
-                                 model=meta.model, tier=handle.tier)
+                                 format=_wire_format(meta.format),
+                                 bytes_per_token=meta.bytes_per_token, model=meta.model,
+                                 tier=_WIRE_TIER[handle.tier])

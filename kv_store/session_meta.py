@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 @dataclass
 class SessionMeta:
     session_id: str
-    format: int  # bidaw.v1.KVFormat
+    format: int  # a KvFormat (store_state.py)
     bytes_per_token: int
     model: str
     token_ids: list[int] = field(default_factory=list)

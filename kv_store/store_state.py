@@ -1,15 +1,34 @@
-"""What the parts of the store share: tier names, counters, argument checks."""
+"""What the parts of the store share: its own tier and format names, counters, argument checks.
+
+The store core speaks these types; the gRPC service (service.py) maps them to and from the wire.
+"""
 from __future__ import annotations
 
+import enum
+import threading
 from dataclasses import dataclass
 
-from services.runtime.gen import common_pb2
 from services.runtime.limits import MAX_SESSION_ID_BYTES
 
 from kv_store import errors
 
-TIER_NONE, TIER_DRAM, TIER_SSD, TIER_LOADING = (common_pb2.TIER_NONE, common_pb2.TIER_DRAM,
-                                                common_pb2.TIER_SSD, common_pb2.TIER_LOADING)
+
+class Tier(enum.Enum):
+    """Where a session's KV is; the value is its metrics label."""
+    NONE = "none"
+    DRAM = "dram"
+    SSD = "ssd"
+    LOADING = "loading"
+
+
+class KvFormat(enum.IntEnum):
+    """How a session's KV bytes are laid out; the values are the codes SSD records and the
+    index store (so they never change)."""
+    KV = 1  # keys and values after rotary embedding
+    TENSOR6 = 2  # the normalised hidden state feeding Q/K/V (the worker converts it back)
+
+
+KV_FORMATS = frozenset(KvFormat)
 
 
 @dataclass
@@ -28,6 +47,17 @@ class StoreCounters:
     ssd_write_failures: int = 0
     shm_reads: int = 0
     shm_writes: int = 0
+
+
+class SessionLocks:
+    """Serialise the writes and SSD loads of a session, so disk I/O runs outside the store lock
+    (striped: a bounded set of locks, whatever the number of sessions; two rarely share one)."""
+
+    def __init__(self, stripes: int = 1024):
+        self._stripes = [threading.Lock() for _ in range(stripes)]
+
+    def __call__(self, session_id: str) -> threading.Lock:
+        return self._stripes[hash(session_id) % len(self._stripes)]
 
 
 def check_session_id(session_id: str) -> None:

@@ -1,16 +1,60 @@
-"""Helpers of the KV store tests: verifiable KV bytes, an Awareness stream client, polling."""
+"""Helpers of the KV store tests: store servers with clients (the `store` fixture), verifiable
+KV bytes, an Awareness stream client, polling."""
 from __future__ import annotations
 
+import pathlib
 import queue
 import struct
 import threading
 import time
 
 import grpc
+import pytest
 
+from compute_worker.kv_client import KVClient
+from kv_store.config import StoreConfig
+from kv_store.main import start
+from kv_store.store import KVStore
 from services.runtime.gen import kv_store_pb2
 
 BPT = 4096
+
+
+class Stores:
+    """Store servers over one data directory (what a restart or a second replica sees), each
+    with a client; `defaults` are the StoreConfig fields each gets unless the call says else."""
+
+    def __init__(self, data_dir: pathlib.Path, **defaults):
+        self.data_dir = data_dir
+        self.defaults = defaults
+        self._made: list[tuple[object, KVStore]] = []
+
+    def __call__(self, **fields) -> tuple[KVClient, KVStore]:
+        config = StoreConfig(listen="127.0.0.1:0", data_dir=str(self.data_dir),
+                             **{**self.defaults, **fields})
+        server, core = start(config)
+        self._made.append((server, core))
+        return KVClient(f"127.0.0.1:{server.port}"), core
+
+    def stop(self, core: KVStore) -> None:
+        """Stop one store (a restart over the same directory may follow)."""
+        for server, c in list(self._made):
+            if c is core:
+                server.stop(0)
+                c.close()
+                self._made.remove((server, c))
+
+    def close(self) -> None:
+        for _, core in list(self._made):
+            self.stop(core)
+
+
+@pytest.fixture
+def store(tmp_path, request):
+    """Stores over tmp_path/ssd with the test module's STORE_DEFAULTS (a dict, if it has one)."""
+    stores = Stores(tmp_path / "ssd", **getattr(request.module, "STORE_DEFAULTS", {}))
+    yield stores
+    stores.close()
 
 
 def token_bytes(session: str, tokens: list[int], bpt: int = BPT) -> bytes:

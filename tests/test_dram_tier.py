@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from kv_store.eviction.ledger import TierLedger
+from kv_store.eviction.registry import make_policy
 from kv_store.tiers.dram import DramTier, ShmPiece
 from kv_store.tiers.shm_arena import ShmArena
 
@@ -13,20 +15,21 @@ PAGE = 4096
 
 def test_accounting_is_exact_and_regions_outlive_their_entry_while_held(tmp_path):
     arena = ShmArena(str(tmp_path), 10 * PAGE)
-    dram = DramTier(arena)
+    dram = DramTier(arena, TierLedger(make_policy("lru"), arena.capacity))
     a, b = arena.create(3 * PAGE), arena.create(2 * PAGE - 10)  # b takes two whole pages
-    dram.put("s", [ShmPiece(a, 0, 3 * PAGE)])
-    dram.write_at("s", 3 * PAGE, [ShmPiece(b, 0, 2 * PAGE - 10)])
+    dram.put("s", [ShmPiece(a, 0, 3 * PAGE)], now=1.0)
+    dram.write_at("s", 3 * PAGE, [ShmPiece(b, 0, 2 * PAGE - 10)], now=2.0)
     arena.unref(a), arena.unref(b)  # the creators' references: the entry holds them now
     assert dram.size("s") == 5 * PAGE - 10 and dram.used == 5 * PAGE
     held = dram.pieces("s", 4 * PAGE)  # a reader takes the first four pages
     assert [(p.segment, p.length) for p in held] == [(a, 3 * PAGE), (b, PAGE)]
     c = arena.create(PAGE)
-    dram.write_at("s", PAGE, [ShmPiece(c, 0, PAGE)])  # a diverged tail
+    dram.write_at("s", PAGE, [ShmPiece(c, 0, PAGE)], now=3.0)  # a diverged tail
     arena.unref(c)
     assert dram.size("s") == 2 * PAGE and dram.used == 6 * PAGE  # b is held by the reader
+    assert dram.ledger.used == 2 * PAGE  # the ledger counts entries, the arena whole segments
     dram.drop("s")
-    assert dram.used == 5 * PAGE and not arena.fits(5 * PAGE + 1)
+    assert "s" not in dram.ledger and dram.used == 5 * PAGE and not arena.fits(5 * PAGE + 1)
     dram.release(held)
     assert dram.used == 0 and arena.fits(10 * PAGE)  # freed runs merged back into one
     arena.close()

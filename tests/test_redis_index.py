@@ -7,11 +7,9 @@ import os
 import pytest
 import redis
 
-from compute_worker.kv_client import KVClient
-from kv_store.config import StoreConfig
-from kv_store.main import start
 from services.runtime.gen import common_pb2
 from tests.redis_server import redis_url  # noqa: F401 (a fixture)
+from tests.store_helpers import Stores
 
 KV = common_pb2.KV_FORMAT_KV
 BPT = 4096
@@ -19,26 +17,9 @@ BPT = 4096
 
 @pytest.fixture
 def replicas(tmp_path, redis_url):
-    made = []
-
-    def make():
-        server, core = start(StoreConfig(listen="127.0.0.1:0", data_dir=str(tmp_path / "ssd"),
-                                         dram_bytes=1 << 20, eviction="lru", index=redis_url))
-        made.append((server, core))
-        return KVClient(f"127.0.0.1:{server.port}"), core
-
-    def stop(core):
-        for server, c in list(made):
-            if c is core:
-                server.stop(0)
-                c.close()
-                made.remove((server, c))
-
-    make.stop = stop
-    yield make
-    for server, core in made:
-        server.stop(0)
-        core.close()
+    stores = Stores(tmp_path / "ssd", dram_bytes=1 << 20, eviction="lru", index=redis_url)
+    yield stores
+    stores.close()
 
 
 def test_a_restart_takes_its_view_from_redis(replicas, redis_url):

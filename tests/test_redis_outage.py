@@ -9,25 +9,24 @@ import grpc
 import pytest
 import redis
 
-from compute_worker.kv_client import KVClient
-from kv_store.config import StoreConfig
-from kv_store.main import start
 from kv_store.tiers.ssd import SsdTier
 from services.runtime.gen import common_pb2
 from tests.redis_server import redis_url  # noqa: F401 (a fixture)
+from tests.store_helpers import Stores
 
 KV = common_pb2.KV_FORMAT_KV
 BPT = 4096
 
 
-def _store(tmp_path, url):
-    server, core = start(StoreConfig(listen="127.0.0.1:0", data_dir=str(tmp_path / "ssd"),
-                                     dram_bytes=1 << 20, eviction="lru", index=url))
-    return server, core, KVClient(f"127.0.0.1:{server.port}")
+@pytest.fixture
+def store(tmp_path, redis_url):
+    stores = Stores(tmp_path / "ssd", dram_bytes=1 << 20, eviction="lru", index=redis_url)
+    yield stores
+    stores.close()
 
 
-def test_redis_down_gives_unavailable_not_unknown(tmp_path, redis_url):
-    server, core, client = _store(tmp_path, redis_url)
+def test_redis_down_gives_unavailable_not_unknown(store, redis_url):
+    client, core = store()
     try:
         client.write("s", 0, [1, 2], KV, BPT, "m", os.urandom(2 * BPT))
         try:
@@ -41,17 +40,15 @@ def test_redis_down_gives_unavailable_not_unknown(tmp_path, redis_url):
             assert err.value.code() == grpc.StatusCode.UNAVAILABLE, err.value.details()
             assert "Redis" in err.value.details() and "unreachable" in err.value.details()
     finally:
-        server.stop(0)
-        core.close()
+        store.stop(core)
 
 
-def test_restart_reconciles_files_and_index(tmp_path, redis_url):
-    server, core, client = _store(tmp_path, redis_url)
+def test_restart_reconciles_files_and_index(store, tmp_path, redis_url):
+    client, core = store()
     kept, gone = os.urandom(3 * BPT), os.urandom(BPT)
     client.write("kept", 0, [1, 2, 3], KV, BPT, "m", kept)
     client.write("gone", 0, [7], KV, BPT, "m", gone)
-    server.stop(0)
-    core.close()
+    store.stop(core)
     r = redis.Redis.from_url(redis_url)
     ssd = SsdTier(tmp_path / "ssd")
     ssd.path("gone").unlink()  # an index entry whose file is gone
@@ -62,7 +59,7 @@ def test_restart_reconciles_files_and_index(tmp_path, redis_url):
     junk.write_bytes(b"not a record" * 100)
     ssd.close()
 
-    server, core, client = _store(tmp_path, redis_url)
+    client, core = store()
     try:
         assert not r.sismember("bidaw:kv:sessions", "gone")
         assert r.sismember("bidaw:kv:sessions", "kept")
@@ -71,8 +68,7 @@ def test_restart_reconciles_files_and_index(tmp_path, redis_url):
         assert got.token_ids == [1, 2, 3] and got.data == kept
         assert core.ssd.used_bytes == os.path.getsize(core.ssd.path("kept"))
     finally:
-        server.stop(0)
-        core.close()
+        store.stop(core)
 
 
 def test_store_without_its_redis_exits_with_one_line(tmp_path):
@@ -111,9 +107,10 @@ def _redis_on(port: int, workdir) -> "subprocess.Popen":
             time.sleep(0.05)
 
 
-def test_redis_restarted_empty_under_a_live_store_gets_its_index_back(tmp_path, redis_url):
+def test_redis_restarted_empty_under_a_live_store_gets_its_index_back(store, tmp_path,
+                                                                      redis_url):
     port = int(redis_url.rsplit(":", 1)[1].split("/")[0])
-    server, core, client = _store(tmp_path, redis_url)
+    client, core = store()
     core.catalog.epoch_check_s = 0.2
     data = os.urandom(2 * BPT)
     client.write("s", 0, [1, 2], KV, BPT, "m", data)
@@ -136,8 +133,7 @@ def test_redis_restarted_empty_under_a_live_store_gets_its_index_back(tmp_path, 
         got = client.read("s")
         assert got.token_ids == [1, 2] and got.data == data
     finally:
-        server.stop(0)
-        core.close()
+        store.stop(core)
         if again is not None:
             again.terminate()
             again.wait()

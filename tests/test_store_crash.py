@@ -16,16 +16,15 @@ import pytest
 
 from compute_worker.kv_client import KVClient
 from kv_store.tiers.aligned_io import ALIGN
-from kv_store.config import StoreConfig
-from kv_store.main import start
 from services.runtime.gen import common_pb2
 from services.runtime.grpc_util import wait_healthy
 from services.launch.launcher import free_port
 from tests.cluster import token_file
-from tests.store_helpers import BPT, token_bytes
+from tests.store_helpers import BPT, store, token_bytes  # noqa: F401 (store: a fixture)
 
 KV = common_pb2.KV_FORMAT_KV
 SESSIONS_PER_WRITER, WRITERS, ROUNDS = 4, 3, 5
+STORE_DEFAULTS = dict(eviction="lru")
 
 
 class StoreProcess:
@@ -113,31 +112,6 @@ def test_sigkill_in_the_middle_of_writes_loses_no_acknowledged_write(tmp_path):
         client.close()
         store.kill()
     assert checked >= ROUNDS * WRITERS  # the writers did write
-
-
-@pytest.fixture
-def store(tmp_path):
-    made = []
-
-    def make(**kw):
-        server, core = start(StoreConfig(listen="127.0.0.1:0", data_dir=str(tmp_path / "ssd"),
-                                         eviction="lru", **kw))
-        made.append((server, core))
-        return KVClient(f"127.0.0.1:{server.port}"), core
-
-    def stop(core):
-        for server, c in made:
-            if c is core:
-                server.stop(0)
-                c.close()
-                made.remove((server, c))
-                return
-
-    make.stop = stop
-    yield make
-    for server, core in made:
-        server.stop(0)
-        core.close()
 
 
 def flip(path, offset: int) -> None:

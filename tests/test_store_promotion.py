@@ -5,32 +5,12 @@ from __future__ import annotations
 import os
 import threading
 
-import pytest
-
-from compute_worker.kv_client import KVClient
-from kv_store.config import StoreConfig
-from kv_store.main import start
 from services.runtime.gen import common_pb2, kv_store_pb2
-from tests.store_helpers import AwarenessStream
+from tests.store_helpers import AwarenessStream, store  # noqa: F401 (store: a fixture)
 
 KV = common_pb2.KV_FORMAT_KV
 MIB = 1 << 20
-
-
-@pytest.fixture
-def store(tmp_path):
-    made = []
-
-    def make(**kw):
-        server, core = start(StoreConfig(listen="127.0.0.1:0", data_dir=str(tmp_path),
-                                         eviction="lru", **kw))
-        made.append((server, core))
-        return KVClient(f"127.0.0.1:{server.port}"), core
-
-    yield make
-    for server, core in made:
-        server.stop(0)
-        core.close()
+STORE_DEFAULTS = dict(eviction="lru")
 
 
 def on_ssd(client, core, names):

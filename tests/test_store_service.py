@@ -6,27 +6,11 @@ import os
 import grpc
 import pytest
 
-from compute_worker.kv_client import KVClient
-from kv_store.config import StoreConfig
-from kv_store.main import start
 from services.runtime.gen import common_pb2, kv_store_pb2
+from tests.store_helpers import store  # noqa: F401 (store: a fixture)
 
 KV = common_pb2.KV_FORMAT_KV
 PAGE = 4096
-
-
-@pytest.fixture
-def store(tmp_path):
-    def make(**kw):
-        server, core = start(StoreConfig(listen="127.0.0.1:0", data_dir=str(tmp_path), **kw))
-        made.append((server, core))
-        return KVClient(f"127.0.0.1:{server.port}"), core
-
-    made = []
-    yield make
-    for server, core in made:
-        server.stop(0)
-        core.close()
 
 
 def test_append_read_and_tiers(store):

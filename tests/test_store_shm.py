@@ -9,29 +9,12 @@ import grpc
 import pytest
 
 from compute_worker.kv_client import KVClient
-from kv_store.config import StoreConfig
-from kv_store.main import start
 from services.runtime.gen import common_pb2, kv_store_pb2
+from tests.store_helpers import store  # noqa: F401 (store: a fixture)
 
 KV = common_pb2.KV_FORMAT_KV
 BPT = 64 << 10
-
-
-@pytest.fixture
-def store(tmp_path):
-    made = []
-
-    def make(**kw):
-        kw.setdefault("eviction", "lru")
-        server, core = start(StoreConfig(listen="127.0.0.1:0", data_dir=str(tmp_path / "ssd"),
-                                         **kw))
-        made.append((server, core))
-        return KVClient(f"127.0.0.1:{server.port}"), core
-
-    yield make
-    for server, core in made:
-        server.stop(0)
-        core.close()
+STORE_DEFAULTS = dict(eviction="lru")
 
 
 def test_co_located_reads_and_writes_go_through_shared_memory(store):

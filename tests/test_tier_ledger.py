@@ -1,6 +1,7 @@
 """The one capacity loop: bytes, the watermark, exclusions, a caller's own `fits`."""
 from kv_store.eviction.ledger import TierLedger
 from kv_store.eviction.registry import make_policy
+from kv_store.eviction.upper_tier_last import UpperTierLast
 
 
 def test_make_room_evicts_least_recent_until_need_fits_under_the_watermark():
@@ -45,3 +46,15 @@ def test_make_policy_tells_the_policy_its_tier_and_scales_its_clock():
     policy = make_policy("bidaw", capacity=8 << 30, watermark=1 << 30, time_scale=0.5)
     assert policy.inner.regions.capacity == 8 << 30
     assert policy.inner.ghost.watermark == (1 << 30) // policy.inner.ghost.sample_rate
+
+
+def test_an_inclusive_lower_tier_gives_up_what_the_upper_tier_lacks_first():
+    upper = {"a", "c"}  # also held by the tier above (DRAM, for the SSD tier)
+    ledger = TierLedger(UpperTierLast(make_policy("lru"), upper), capacity=None)
+    for i, key in enumerate("abcde"):
+        ledger.admit(key, 0, now=float(i))
+    ledger.touch("b", now=9.0)  # b: the most recent of those only here
+    freed = []
+    assert not ledger.make_room(0, now=10.0, exclude={"d"}, fits=lambda _: len(freed) == 5,
+                                on_evict=freed.append)
+    assert freed == ["e", "b", "a", "c"] and list(ledger.sizes) == ["d"]  # d: in use

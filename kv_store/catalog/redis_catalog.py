@@ -22,7 +22,8 @@ import numpy as np
 import redis
 
 from kv_store import errors
-from kv_store.catalog.base import Catalog, CatalogEntry, reconcile
+from kv_store.catalog.base import Catalog, CatalogEntry
+from kv_store.catalog.reconcile import reconcile
 from kv_store.session_meta import SessionMeta
 from kv_store.tiers.ssd import SsdTier
 
@@ -164,7 +165,7 @@ class RedisCatalog(Catalog):
 
     def put(self, entry: CatalogEntry) -> None:
         meta = entry.meta
-        fields = {"fmt": meta.format, "bpt": meta.bytes_per_token, "model": meta.model,
+        fields = {"fmt": int(meta.format), "bpt": meta.bytes_per_token, "model": meta.model,
                   "tokens": np.asarray(meta.token_ids, dtype="<i4").tobytes(),
                   "len": entry.ssd_len, "ver": entry.version}
 

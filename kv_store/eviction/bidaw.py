@@ -33,10 +33,11 @@ from kv_store.eviction.ghost_cache import GhostCache
 from kv_store.eviction.reuse_distance import ReuseDistanceMeter
 from kv_store.eviction.reuse_regions import ReuseRegions
 from kv_store.eviction.session_registry import SessionRegistry
-from kv_store.eviction.think_time_model import (ANSWER_EDGES, N_ANSWER_BUCKETS, GapStats, ThinkTimeModel,
-                                       answer_bucket)
+from kv_store.eviction.think_time_model import (ANSWER_EDGES, N_ANSWER_BUCKETS, ThinkTimeModel,
+                                                answer_bucket)
 
 GIB = 1 << 30
+DEFAULT_CAPACITY, DEFAULT_WATERMARK = 200 * GIB, 2 * GIB  # the paper's DRAM tier
 # An answer length inside each answer bucket, to look up that bucket's statistics.
 _ANSWER_REPR = [0] + list(ANSWER_EDGES)
 
@@ -62,8 +63,7 @@ class _Session:
 class BidawPolicy(AnswerRankedPolicy):
     name = "bidaw"
 
-    def __init__(self, capacity_bytes: int = 200 * GIB, watermark_bytes: int = 2 * GIB,
-                 bucket_width: float = 0.2, n_promising: int = 7, lb_quantile: float = 0.05,
+    def __init__(self, bucket_width: float = 0.2, n_promising: int = 7, lb_quantile: float = 0.05,
                  prior_weight: float = 2.0, history_decay: float = 0.8, ghost_lag_s: float = 300.0,
                  ghost_window: float = 4000.0, rate_window: float = 500.0,
                  protect_queue: int = 30, tie_break: str = "return",
@@ -83,9 +83,10 @@ class BidawPolicy(AnswerRankedPolicy):
         # quantile of the think time after its answer is taken as ended and evicted first.
         self.stale_quantile = stale_quantile
         self._stale = LazyHeap()
-        self.regions = ReuseRegions(capacity_bytes, bucket_width, n_promising)
+        # Sized for the paper's tier until `set_capacity` (make_policy calls it) says otherwise.
+        self.regions = ReuseRegions(DEFAULT_CAPACITY, bucket_width, n_promising)
         nb = self.regions.n_buckets
-        self.ghost = GhostCache(capacity_bytes, nb, watermark_bytes, ghost_lag_s, ghost_window,
+        self.ghost = GhostCache(DEFAULT_CAPACITY, nb, DEFAULT_WATERMARK, ghost_lag_s, ghost_window,
                                 sample_rate=ghost_sample_rate)
         self.meter = ReuseDistanceMeter()
         self.think = ThinkTimeModel(extra_quantiles=(lb_quantile, stale_quantile, tie_quantile))
@@ -171,13 +172,6 @@ class BidawPolicy(AnswerRankedPolicy):
         for key, s in self._unranked.items():
             self._rank(key, s, s.potential)
         self._unranked.clear()
-
-    def _observe_rate(self, distance: int, gap: float) -> None:
-        # Ratio of decayed sums: distinct bytes per second over about the last `rate_window`
-        # returns, so the bound follows the load.
-        g = self._rate_gamma
-        self._rate_bytes = self._rate_bytes * g + distance
-        self._rate_secs = self._rate_secs * g + max(gap, 1e-3)
 
     def _observe_bucket(self, s: _Session, bucket: int) -> None:
         # Population prior: lazy exponential decay (the increment grows instead of every count

@@ -110,16 +110,10 @@ class GhostCache:
         total = self._total[bucket]
         return self._hits[bucket] / total if total > 0 else self._prior_hit_rate
 
-    def hit_rates(self) -> list[float]:
-        return [self.hit_rate(b) for b in range(len(self._total))]
-
     def __len__(self) -> int:
         """Entries in the replayed cache."""
         return len(self._size)
 
-    def samples(self, bucket: int) -> float:
-        """Decayed number of replayed accesses seen in `bucket` (including the prior)."""
-        return self._total[bucket]
 
 
 def stable_hash(key: Key) -> int:

@@ -42,7 +42,7 @@ class LazyHeap:
         skipped = []
         found = None
         while heap:
-            prio, tick, key = heap[0]
+            _, tick, key = heap[0]
             if ticket.get(key) != tick:
                 heapq.heappop(heap)
                 continue

@@ -76,7 +76,6 @@ class ThinkTimeModel:
         self._inc = [1.0] * N_ANSWER_BUCKETS   # weight of the next observation (lazy decay)
         self._since = [0] * N_ANSWER_BUCKETS
         self._stats: list[GapStats] = [None] * N_ANSWER_BUCKETS  # type: ignore[list-item]
-        self.observations = 0
         for b in range(N_ANSWER_BUCKETS):
             lo = ANSWER_EDGES[b - 1] if b > 0 else 0
             hi = ANSWER_EDGES[b] if b < len(ANSWER_EDGES) else lo * 1.5
@@ -94,7 +93,6 @@ class ThinkTimeModel:
             inc = 1.0
         self._inc[b] = inc
         self._hist[b][gap_bin(gap_s)] += inc
-        self.observations += 1
         self._since[b] += 1
         if self._since[b] >= self._refresh:
             self._since[b] = 0
@@ -102,9 +100,6 @@ class ThinkTimeModel:
 
     def stats(self, answer_tokens: int | None) -> GapStats:
         return self._stats[answer_bucket(answer_tokens)]
-
-    def stats_of_bucket(self, bucket: int) -> GapStats:
-        return self._stats[bucket]
 
     def _summarise(self, b: int) -> GapStats:
         h = self._hist[b]

@@ -16,6 +16,7 @@ from kv_store.tiers.aligned_io import aligned_buffer
 from kv_store.tiers.dram import ShmPiece
 from kv_store.tiers.scatter import Layout, ScatterView
 from kv_store.session_meta import SessionMeta
+from kv_store.store_state import Tier
 from kv_store.tiers.shm_arena import Segment, ShmArena
 
 
@@ -69,7 +70,7 @@ class ReadHandle:
     """What a read serves: the session's metadata (cut to the tokens served), the tier, and
     the pieces holding the bytes; `release` must be called when the bytes were sent."""
     meta: SessionMeta
-    tier: int
+    tier: Tier
     shm: list[ShmPiece] = field(default_factory=list)  # DRAM: pieces of segments
     buffer: object = None  # SSD read that did not go to DRAM: the aligned buffer ...
     spans: list[tuple[int, int]] = field(default_factory=list)  # ... and (offset, length)s

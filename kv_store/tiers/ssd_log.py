@@ -27,14 +27,6 @@ class SessionLog:
     pieces: list[Piece] = field(default_factory=list)
     end: int = 0  # offset just past the last record applied
 
-    @property
-    def live_bytes(self) -> int:
-        return sum(p.length for p in self.pieces)
-
-    def garbage(self) -> int:
-        """Bytes of payload the log holds that no longer belong to the session."""
-        return 0 if self.meta is None else max(self.end - self.live_bytes, 0)
-
     def extends(self, header: RecordHeader) -> bool:
         if self.meta is None:
             return header.start_token == 0

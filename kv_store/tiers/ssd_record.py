@@ -105,7 +105,3 @@ def decode_header(buf: bytes | memoryview, offset: int = 0) -> tuple[RecordHeade
     header = RecordHeader(sid, format, start, bpt, model, tokens, plen, payload_crc)
     return header, offset + align_up(var_end - offset)
 
-
-def check_payload(header: RecordHeader, payload: bytes | memoryview) -> None:
-    if len(payload) != header.payload_len or zlib.crc32(payload) != header.payload_crc:
-        raise CorruptRecord(f"payload checksum mismatch in session {header.session_id!r}")

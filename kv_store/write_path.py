@@ -1,28 +1,50 @@
 """The store's write path: where a write's bytes land (a DRAM region, or aligned memory for the
 SSD only), the DRAM entry it extends, and the ordered SSD copy it is acknowledged after (or
-before, when the writer allows it: see store.py). Part of KVStore (store.py)."""
+before, when the writer allows it: see store.py), and the shared-memory regions prepared for
+a co-located worker's write (held here until its WriteKV comes, or their lease expires)."""
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import CancelledError, Future
 
-from services.runtime.gen import common_pb2
-
 from kv_store import errors
-from kv_store.tiers.buffers import Payload
-from kv_store.tiers.dram import ShmPiece
-from kv_store.events import Location
+from kv_store.events import EventHub, Location
+from kv_store.leases import Leases
+from kv_store.persist import Persister
+from kv_store.session_index import SessionIndex
 from kv_store.session_meta import SessionMeta
-from kv_store.tiers.shm_arena import Segment
-from kv_store.store_state import check_session_id
+from kv_store.store_state import KV_FORMATS, SessionLocks, StoreCounters, check_session_id
+from kv_store.tier_space import TierSpace
+from kv_store.tiers.buffers import Payload
+from kv_store.tiers.dram import DramTier, ShmPiece
+from kv_store.tiers.ssd_writer import OrderedWriter
 
 
 class WritePath:
+    def __init__(self, index: SessionIndex, dram: DramTier, space: TierSpace,
+                 persister: Persister, writer: OrderedWriter, leases: Leases,
+                 counters: StoreCounters, events: EventHub, lock: threading.RLock,
+                 session_locks: SessionLocks, lease_seconds: float):
+        self.index = index
+        self.dram = dram
+        self.space = space
+        self.persister = persister
+        self.writer = writer
+        self.leases = leases
+        self.counters = counters
+        self.events = events
+        self._lock = lock
+        self._session_lock = session_locks
+        self.lease_seconds = lease_seconds
+        # prepared co-located write: region name -> (session, payload, lease)
+        self._prepared: dict[str, tuple[str, Payload, str]] = {}
+
     def new_payload(self, session_id: str, start_token: int, nbytes: int) -> Payload:
         """Memory for a write's bytes: DRAM segments when the tier will keep them."""
         with self._lock:
-            segments = self._dram_segments(session_id, start_token, nbytes)
-        return Payload(nbytes, self.arena, segments) if segments else Payload(nbytes)
+            segments = self.space.dram_segments(session_id, start_token, nbytes)
+        return Payload(nbytes, self.dram.arena, segments) if segments else Payload(nbytes)
 
     def prepare_shm_write(self, session_id: str, start_token: int, nbytes: int,
                           lease_seconds: float) -> tuple[str, list[ShmPiece]]:
@@ -32,13 +54,13 @@ class WritePath:
         if nbytes <= 0:
             raise errors.invalid("num_bytes must be positive")
         with self._lock:
-            segments = self._dram_segments(session_id, start_token, nbytes)
+            segments = self.space.dram_segments(session_id, start_token, nbytes)
             if segments is None:
                 raise errors.exhausted("this write cannot go to shared memory now (no room, or "
                                        "the session is not in DRAM); send it over the stream")
             lease_id = self.leases.acquire(session_id, time.monotonic(),
-                                           lease_seconds or self.config.lease_seconds, pin=False)
-            payload = Payload(nbytes, self.arena, segments)
+                                           lease_seconds or self.lease_seconds, pin=False)
+            payload = Payload(nbytes, self.dram.arena, segments)
             self._prepared[segments[0].name] = (session_id, payload, lease_id)
             return segments[0].name, payload.pieces()
 
@@ -50,21 +72,11 @@ class WritePath:
             owner, payload, lease_id = entry
             self.leases.release(lease_id)
             if owner != session_id or payload.nbytes != nbytes:
-                payload.release(self.arena.unref)
+                payload.release(self.dram.arena.unref)
                 raise errors.invalid(f"region {region!r} was prepared for {payload.nbytes} "
                                      f"bytes of session {owner!r}")
             self.counters.shm_writes += 1
             return payload
-
-    def _dram_segments(self, session_id: str, start_token: int,
-                       nbytes: int) -> list[Segment] | None:
-        """New segments for `nbytes` when they will extend or start a DRAM entry and room can
-        be made for them (under the lock)."""
-        if start_token != 0 and session_id not in self.dram:
-            return None
-        if nbytes <= 0 or not self._make_room(nbytes, keep={session_id}):
-            return None
-        return self.arena.allocate(nbytes)
 
     def write(self, session_id: str, start_token: int, token_ids: list[int], format: int,
               bytes_per_token: int, model: str, payload: Payload,
@@ -73,7 +85,7 @@ class WritePath:
         Returns the session's location and whether the write is durable on SSD."""
         try:
             self._check_write(session_id, format, bytes_per_token, token_ids, payload.nbytes)
-            self._refresh(session_id)
+            self.index.refresh(session_id)
         except errors.StoreError:
             self.release_payload(payload)
             raise
@@ -89,27 +101,25 @@ class WritePath:
                                    base.token_ids[:start_token] + list(token_ids))
                 in_dram = self._apply_to_dram(session_id, same, start_token * bytes_per_token,
                                               payload)
-                self._metas[session_id] = meta
-                self._ssd_lru[session_id] = None
-                self._ssd_lru.move_to_end(session_id)
+                self.index.record_write(session_id, meta)
                 fut = self.writer.submit(
                     session_id,
                     lambda: self.persister.persist(session_id, start_token, list(token_ids),
                                                    format, bytes_per_token, model, payload),
                     on_cancel=lambda: self.release_payload(payload))
-                loc = self.location(session_id)
+                loc = self.index.location(session_id)
             self.events.publish(loc)
             if not wait_durable and in_dram:
                 return loc, False
             self._wait(fut)
             with self._lock:
-                return self.location(session_id), True
+                return self.index.location(session_id), True
 
     @staticmethod
     def _check_write(session_id: str, format: int, bytes_per_token: int, token_ids: list[int],
                      nbytes: int) -> None:
         check_session_id(session_id)
-        if format not in (common_pb2.KV_FORMAT_KV, common_pb2.KV_FORMAT_TENSOR6):
+        if format not in KV_FORMATS:
             raise errors.invalid("header.format must be KV_FORMAT_KV or KV_FORMAT_TENSOR6")
         if bytes_per_token <= 0:
             raise errors.invalid("header.bytes_per_token must be positive")
@@ -122,7 +132,7 @@ class WritePath:
     def _write_base(self, session_id: str, start_token: int, format: int, bytes_per_token: int,
                     model: str) -> tuple[SessionMeta, bool]:
         """The state a write builds on, and whether it extends the stored entry."""
-        old = self._metas.get(session_id)
+        old = self.index.metas.get(session_id)
         if old is not None and not old.compatible(format, bytes_per_token, model) \
                 and start_token > 0:
             raise errors.precondition(f"session {session_id!r} holds KV of another model or "
@@ -141,18 +151,16 @@ class WritePath:
         """Put the write's segment into the session's DRAM entry; True if the entry holds the
         whole session afterwards."""
         if not payload.segments:
-            self._drop_dram(session_id)  # DRAM could not take the new bytes: SSD keeps it all
+            self.dram.drop(session_id)  # DRAM could not take the new bytes: SSD keeps it all
             return False
         pieces = payload.pieces()
         now = time.monotonic()
         if same_entry and session_id in self.dram:
-            self.dram.write_at(session_id, offset, pieces)
-            self.policy.touch(session_id, self.dram.size(session_id), now)
+            self.dram.write_at(session_id, offset, pieces, now)
             return True
-        self._drop_dram(session_id)
+        self.dram.drop(session_id)
         if offset == 0:
-            self.dram.put(session_id, pieces)
-            self.policy.admit(session_id, payload.nbytes, now)
+            self.dram.put(session_id, pieces, now)
             return True
         return False
 
@@ -164,6 +172,18 @@ class WritePath:
                                  "dropped; look the session up and write again") from None
 
     def release_payload(self, payload: Payload) -> None:
-        with self._lock:
-            payload.release(self.arena.unref)
+        self.space.release_payload(payload)
+
+    # -- prepared regions (under the store lock) --------------------------------------------
+
+    def drop_expired_prepared(self) -> None:
+        for region, (_, payload, lease_id) in list(self._prepared.items()):
+            if lease_id not in self.leases:
+                del self._prepared[region]
+                payload.release(self.dram.arena.unref)
+
+    def close(self) -> None:
+        for _, payload, _ in self._prepared.values():
+            payload.release(self.dram.arena.unref)
+        self._prepared.clear()
 
