@@ -87,10 +87,6 @@ class WorkerPool:
             if failed:
                 worker.healthy = False
 
-    def has_free_slot(self) -> bool:
-        with self._lock:
-            return any(w.healthy and w.running < w.max_running for w in self.workers)
-
     def running(self) -> int:
         with self._lock:
             return sum(w.running for w in self.workers)
