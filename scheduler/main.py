@@ -16,8 +16,6 @@ log = logging.getLogger("bidaw.scheduler")
 
 
 def start(config: SchedulerConfig) -> tuple[Server, SchedulerService]:
-    if config.policy not in ("fcfs", "bidaw"):
-        raise ValueError(f"--policy must be fcfs or bidaw, not {config.policy!r}")
     service = SchedulerService(config, WorkerPool(config.workers)).start()
     threads = config.rpc_threads or config.max_queue + 512 + 32
     server = Server(config.listen, [(scheduler_pb2_grpc.add_SchedulerServicer_to_server,

@@ -2,14 +2,19 @@
 and an Awareness stream. A session's location, loads and events go to the shard that owns it."""
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Callable
+
+import grpc
 
 from services.runtime.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc
 from services.runtime.grpc_util import channel
 from services.runtime.hash_ring import HashRing
 
 from scheduler.awareness import AwarenessClient
+
+log = logging.getLogger("bidaw.scheduler")
 
 
 class StoreShards:
@@ -52,9 +57,21 @@ class StoreShards:
         with self._lock:
             return self._shards.get(self.ring.node_for(session_id))
 
-    def stub(self, session_id: str) -> kv_store_pb2_grpc.KVStoreStub | None:
+    def promote(self, session_id: str) -> bool:
+        """Ask the owning shard to load a session's KV from SSD into DRAM. True when the store
+        will report the load's end (LoadFinished on the Awareness stream); False when there is
+        nothing to wait for: it is in DRAM already, or the call failed (the worker will read
+        the SSD itself)."""
         owner = self._owner(session_id)
-        return None if owner is None else owner[0]
+        try:
+            if owner is None:
+                raise LookupError("no KV store shard")
+            reply = owner[0].Promote(kv_store_pb2.PromoteRequest(session_id=session_id),
+                                     timeout=5.0)
+            return reply.tier in (common_pb2.TIER_SSD, common_pb2.TIER_LOADING)
+        except (grpc.RpcError, LookupError) as exc:
+            log.warning("promotion of %r failed: %s", session_id, exc)
+            return False
 
     def location(self, session_id: str) -> kv_store_pb2.SessionLocation | None:
         owner = self._owner(session_id)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import grpc
 
@@ -20,7 +20,6 @@ class Worker:
     max_running: int = 1
     running: int = 0
     healthy: bool = False
-    info: compute_worker_pb2.WorkerInfo = field(default_factory=compute_worker_pb2.WorkerInfo)
 
 
 class WorkerPool:
@@ -63,7 +62,7 @@ class WorkerPool:
             w.healthy = False
             return
         with self._lock:
-            w.info, w.max_running, w.healthy = info, max(1, info.max_running), True
+            w.max_running, w.healthy = max(1, info.max_running), True
 
     def refresh_one(self, target: str, timeout: float = 5.0) -> None:
         with self._lock:
@@ -86,10 +85,6 @@ class WorkerPool:
             worker.running -= 1
             if failed:
                 worker.healthy = False
-
-    def has_free_slot(self) -> bool:
-        with self._lock:
-            return any(w.healthy and w.running < w.max_running for w in self.workers)
 
     def running(self) -> int:
         with self._lock:

@@ -1,5 +1,5 @@
 """Queue placement of a branch: the KV that decides ready vs preparing is its parent's while the
-branch has none of its own (a real store and the scheduler's real queue; no dispatcher runs)."""
+branch has none of its own (a real store and the scheduler's real queue; no dispatch loop runs)."""
 from __future__ import annotations
 
 import threading
@@ -16,7 +16,7 @@ from tests.store_helpers import BPT, eventually, token_bytes
 
 
 class Call:
-    """The caller's side of a SubmitTurn as _enqueue sees it: active until it leaves."""
+    """The caller's side of a SubmitTurn as Dispatcher.wait sees it: active until it leaves."""
 
     def __init__(self):
         self.active = True
@@ -34,17 +34,18 @@ def test_a_branch_of_a_session_on_ssd_waits_in_the_preparing_queue(tmp_path):
                            token_bytes("t/parent", tokens))
     service = SchedulerService(SchedulerConfig(store=target, workers=[]), WorkerPool([]))
     service.stores.add(target)
-    call, threads = Call(), []
+    call, threads, queue = Call(), [], service.dispatcher.queue
     try:
         assert eventually(lambda: service.stores.tier("t/parent") == common_pb2.TIER_SSD)
         for session, parent in (("t/branch", "t/parent"), ("t/unrelated", "")):
-            threads.append(threading.Thread(target=service._enqueue, args=(
-                session, time.monotonic(), call), kwargs={"parent": parent}))
+            pending = service.dispatcher.enqueue(session, time.monotonic(), parent=parent)
+            threads.append(threading.Thread(target=service.dispatcher.wait,
+                                            args=(pending, call.is_active)))
             threads[-1].start()
-        assert eventually(lambda: len(service.queue) == 2)
-        assert service.queue.lengths()["waiting"] == 1  # the branch: its parent's KV is on SSD
-        assert service.queue.lengths()["ready"] == 1  # nothing stored: runs at once
-        assert service.queue.upcoming(2)[0] == "t/parent"  # the load to start is the parent's
+        assert eventually(lambda: len(queue) == 2)
+        assert queue.lengths()["waiting"] == 1  # the branch: its parent's KV is on SSD
+        assert queue.lengths()["ready"] == 1  # nothing stored: runs at once
+        assert queue.upcoming(2)[0] == "t/parent"  # the load to start is the parent's
     finally:
         call.active = False
         for t in threads:

@@ -6,7 +6,7 @@ import random
 import pytest
 
 from scheduler.policy import (LOADING, READY, WAITING, DualQueue, FCFSQueue, QUEUE_POLICIES,
-                              make_queue)
+                              QueueConfig, make_queue)
 
 
 def _load_order(q, now: float, n: int) -> list:
@@ -25,6 +25,18 @@ def test_registry_names_and_unknown():
     assert isinstance(make_queue("fcfs", prefetch_window=30), FCFSQueue)
     with pytest.raises(ValueError):
         make_queue("sjf")
+
+
+def test_one_queue_config_builds_every_policy():
+    fcfs = QueueConfig("fcfs", max_concurrent_loads=3, prefetch_window=30, ssd_aware=False).build()
+    assert isinstance(fcfs, FCFSQueue)
+    assert (fcfs.max_concurrent_loads, fcfs.prefetch_window, fcfs.ssd_aware) == (3, 30, False)
+    bidaw = QueueConfig("bidaw", max_concurrent_loads=3, prefetch_window=30).build()
+    assert isinstance(bidaw, DualQueue) and bidaw.max_concurrent_loads == 3  # fcfs knob ignored
+    with pytest.raises(TypeError):
+        make_queue("bidaw", window=30)  # not a knob of any queue
+    with pytest.raises(ValueError):
+        make_queue("fcfs", prefetch_window=-1)  # still checked by the queue itself
 
 
 def test_disk_hrrn_prefers_small_kv_at_equal_wait():

@@ -2,7 +2,7 @@
 
 The scheduler service and the simulator drive them the same way::
 
-    q = make_queue("bidaw", max_concurrent_loads=2)      # or make_queue("fcfs", prefetch_window=30)
+    q = QueueConfig("bidaw", max_concurrent_loads=2).build()  # or make_queue("fcfs", ...)
     q.add(request_id, session_id, arrival_seq, arrival_time, kv_location, kv_bytes) -> QueuedRequest
         # kv_location: "none" | "dram" (ready at once) | "ssd" (needs a load) | "loading"
         # arrival_seq: strictly increasing; it is the FCFS order
@@ -34,10 +34,10 @@ changes with time so no static key exists), O(log n + window) for "fcfs".
 from scheduler.policy.base import RequestQueue
 from scheduler.policy.dual_queue import DualQueue
 from scheduler.policy.fcfs_queue import FCFSQueue
-from scheduler.policy.registry import QUEUE_POLICIES, make_queue
+from scheduler.policy.registry import QUEUE_POLICIES, QueueConfig, make_queue
 from scheduler.policy.request import (KV_DRAM, KV_LOADING, KV_LOCATIONS, KV_NONE, KV_SSD,
                                       LOADING, READY, WAITING, QueuedRequest)
 
-__all__ = ["RequestQueue", "DualQueue", "FCFSQueue", "QUEUE_POLICIES", "make_queue",
-           "QueuedRequest", "KV_NONE", "KV_DRAM", "KV_SSD", "KV_LOADING", "KV_LOCATIONS",
+__all__ = ["RequestQueue", "DualQueue", "FCFSQueue", "QUEUE_POLICIES", "QueueConfig",
+           "make_queue", "QueuedRequest", "KV_NONE", "KV_DRAM", "KV_SSD", "KV_LOADING", "KV_LOCATIONS",
            "READY", "WAITING", "LOADING"]

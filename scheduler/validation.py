@@ -1,0 +1,38 @@
+"""What the scheduler refuses before acting on it: a malformed turn, a malformed member."""
+from __future__ import annotations
+
+from services.runtime.gen import common_pb2, scheduler_pb2
+from services.runtime.limits import MAX_SESSION_ID_BYTES
+
+from scheduler.member_address import address_problem
+
+ROLES = ("system", "user", "assistant")
+MEMBER_KINDS = (scheduler_pb2.MEMBER_KIND_WORKER, scheduler_pb2.MEMBER_KIND_STORE)
+
+
+def turn_problem(turn: common_pb2.TurnRequest, max_tokens_limit: int) -> str | None:
+    """The reason a turn is malformed, or None."""
+    if len(turn.session_id.encode()) > MAX_SESSION_ID_BYTES:
+        return f"session_id is longer than {MAX_SESSION_ID_BYTES} bytes"
+    if turn.messages and turn.prompt_token_ids:
+        return "give messages or prompt_token_ids, not both"
+    if not turn.messages and not turn.prompt_token_ids and not turn.raw_prompt:
+        return "the prompt is empty: no messages, prompt_token_ids or raw_prompt"
+    for m in turn.messages:
+        if m.role not in ROLES:
+            return f"message role {m.role!r} is not one of {', '.join(ROLES)}"
+    if turn.messages and not any(m.content for m in turn.messages):
+        return "the prompt is empty: every message has empty content"
+    if turn.max_tokens > max_tokens_limit:
+        return f"max_tokens {turn.max_tokens} exceeds the limit {max_tokens_limit}"
+    if not 0.0 <= turn.temperature <= 2.0:
+        return f"temperature {turn.temperature} is outside [0, 2]"
+    return None
+
+
+def member_problem(kind: int, address: str) -> str | None:
+    """The reason a Register/Deregister names no acceptable member, or None. The scheduler will
+    dial the address, so it must be a plain host:port and no more."""
+    if kind not in MEMBER_KINDS:
+        return "kind must be WORKER or STORE"
+    return address_problem(address)
