@@ -2,7 +2,8 @@
 
 K/V format: per token [layers, 2, kv_heads, head_dim]. Tensor-6 format: per token
 [layers, hidden], the normalised hidden state that feeds Q/K/V; the model turns it back into K/V.
-Bytes are the model's dtype, little-endian, as torch lays them out.
+Bytes are the model's dtype, little-endian, as torch lays them out. Formats and tiers are the
+wire schema's enum numbers, the one vocabulary of the worker, the store and the scheduler.
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from compute_worker.models.config import ModelConfig
 from compute_worker.models.kv_cache import kv_from_token_major
 
 KV, TENSOR6 = common_pb2.KV_FORMAT_KV, common_pb2.KV_FORMAT_TENSOR6
+UNSPECIFIED = common_pb2.KV_FORMAT_UNSPECIFIED
+TIER_NONE = common_pb2.TIER_NONE
 
 
 def bytes_per_token(config: ModelConfig, format: int, dtype: torch.dtype) -> int:
