@@ -31,12 +31,13 @@ def to_bytes(token_major: torch.Tensor) -> bytes:
     return token_major.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes()
 
 
-def kv_from_bytes(model, format: int, data: bytes, start_pos: int = 0) -> torch.Tensor:
-    """Stored bytes -> K/V [L, 2, H, T, D] on the model's device (converting tensor 6)."""
+def kv_from_bytes(model, format: int, data: bytes) -> torch.Tensor:
+    """Stored bytes of a prefix (from token 0) -> K/V [L, 2, H, T, D] on the model's device
+    (converting tensor 6)."""
     cfg: ModelConfig = model.config
     flat = torch.frombuffer(bytearray(data), dtype=model.dtype)
     if format == TENSOR6:
         hidden6 = flat.view(-1, cfg.num_layers, cfg.hidden_size).to(model.device)
-        return model.kv_from_hidden6(hidden6, start_pos)
+        return model.kv_from_hidden6(hidden6, 0)
     tm = flat.view(-1, cfg.num_layers, 2, cfg.num_kv_heads, cfg.head_dim).to(model.device)
     return kv_from_token_major(tm)

@@ -11,6 +11,7 @@ session holds none of that prefix itself.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -103,10 +104,8 @@ class StoreConnector(KVConnector):
         data = stored.data[:reuse * stored.bytes_per_token]
         convert_start = time.monotonic()
         tensor6 = stored.format == kv_codec.TENSOR6
-        if tensor6:
-            with tracing.span("worker.tensor6_to_kv", tokens=reuse, kv_bytes=len(data)):
-                kv = kv_codec.kv_from_bytes(self.model, stored.format, data)
-        else:
+        with (tracing.span("worker.tensor6_to_kv", tokens=reuse, kv_bytes=len(data)) if tensor6
+              else contextlib.nullcontext()):
             kv = kv_codec.kv_from_bytes(self.model, stored.format, data)
         convert_s = time.monotonic() - convert_start
         cache = fresh_cache(self.model, prompt)
