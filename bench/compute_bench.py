@@ -21,8 +21,11 @@ import torch
 
 from compute_worker.engine import Engine
 from compute_worker.kv_client import KVClient
-from compute_worker.kv_io import KVSessionIO
+from compute_worker.kv_connector import Recompute
 from compute_worker.models import ModelConfig, build_model
+from compute_worker.store_connector import StoreConnector
+from compute_worker.turn_runner import TurnRunner
+from compute_worker.turn_summary import TurnSummary
 from kv_store.config import StoreConfig
 from services.runtime.gen import common_pb2
 
@@ -47,20 +50,21 @@ def _turn(session: str, ids: list[int], max_tokens: int) -> common_pb2.TurnReque
                                   max_tokens=max_tokens, ignore_eos=True)
 
 
-def _drain(engine: Engine, request) -> common_pb2.TurnSummary:
+def _drain(runner: TurnRunner, request) -> TurnSummary:
     summary = None
-    for _, _, s in engine.run(request):
+    for _, _, s in runner.run(request):
         summary = s or summary
     return summary
 
 
 def decode_throughput(model, sessions: int, tokens: int = 32) -> float:
     """Generated tokens per second with `sessions` turns decoding together."""
-    engine = Engine(model, None, KVSessionIO(None, model, "m", KV), max_batch=max(sessions, 1))
+    engine = Engine(model, max_batch=max(sessions, 1))
+    runner = TurnRunner(engine, Recompute(model, KV), None)
     gen = torch.Generator().manual_seed(sessions)
     prompts = [torch.randint(100, 1000, (16,), generator=gen).tolist() for _ in range(sessions)]
-    _drain(engine, _turn("warm", prompts[0], 2))
-    threads = [threading.Thread(target=_drain, args=(engine, _turn(f"d{i}", p, tokens)))
+    _drain(runner, _turn("warm", prompts[0], 2))
+    threads = [threading.Thread(target=_drain, args=(runner, _turn(f"d{i}", p, tokens)))
                for i, p in enumerate(prompts)]
     start = time.perf_counter()
     for t in threads:
@@ -86,31 +90,31 @@ def restore_vs_recompute(store: KVClient, history: int = 2000) -> dict:
     model = random_opt()
     ids = torch.randint(3, 50000, (history + 1,), generator=torch.Generator().manual_seed(7))
     ids = ids.tolist()
-    ios = {fmt: KVSessionIO(store, model, "opt-bench", fmt) for fmt in (KV, T6)}
+    connectors = {fmt: StoreConnector(store, model, "opt-bench", fmt) for fmt in (KV, T6)}
     cache = model.new_cache(history + 8)
     out = model.forward([(torch.tensor(ids[:history]), cache)], want_hidden6=True,
                         logits_last_only=True)[0]
-    ios[KV].save("bench-kv", ids, 0, cache, [])
-    ios[T6].save("bench-t6", ids, 0, cache, [out.hidden6])
+    connectors[KV].save("bench-kv", ids, cache, [])
+    connectors[T6].save("bench-t6", ids, cache, [out.hidden6])
 
     def recompute():
         model.forward([(torch.tensor(ids[:history]), model.new_cache(history + 8))],
                       logits_last_only=True)
 
-    kv_ms = _median_ms(lambda: ios[KV].restore("bench-kv", ids))
-    t6_ms = _median_ms(lambda: ios[T6].restore("bench-t6", ids))
-    assert ios[T6].restore("bench-t6", ids).tokens == history
+    kv_ms = _median_ms(lambda: connectors[KV].restore("bench-kv", ids))
+    t6_ms = _median_ms(lambda: connectors[T6].restore("bench-t6", ids))
+    assert connectors[T6].restore("bench-t6", ids).tokens == history
     return {"kv_load_ms": kv_ms, "tensor6_restore_ms": t6_ms, "recompute_ms": _median_ms(recompute),
-            "kv_bytes": history * ios[KV].bytes_per_token,
-            "tensor6_bytes": history * ios[T6].bytes_per_token}
+            "kv_bytes": history * connectors[KV].bytes_per_token,
+            "tensor6_bytes": history * connectors[T6].bytes_per_token}
 
 
 def ttft_dram_vs_recompute(model, tokenizer, store: KVClient, history: int = 1000) -> dict:
     """TTFT of turn 2 after a `history`-token turn 1: KV from DRAM vs full recompute."""
     gen = torch.Generator().manual_seed(3)
     first = torch.randint(100, 40000, (history,), generator=gen).tolist()
-    cached = Engine(model, tokenizer, KVSessionIO(store, model, "smol", KV))
-    plain = Engine(model, tokenizer, KVSessionIO(None, model, "smol", KV))
+    cached = TurnRunner(Engine(model), StoreConnector(store, model, "smol", KV), tokenizer)
+    plain = TurnRunner(Engine(model), Recompute(model, KV), tokenizer)
     answer = []
     for ids, _, _ in cached.run(_turn("ttft", first, 8)):
         answer += ids
@@ -120,8 +124,8 @@ def ttft_dram_vs_recompute(model, tokenizer, store: KVClient, history: int = 100
     assert all(s.kv_tier == common_pb2.TIER_DRAM for s in dram)
     dram_s = statistics.median(s.ttft_s for s in dram)
     full_s = statistics.median(s.ttft_s for s in full)
-    cached.stop()
-    plain.stop()
+    cached.engine.stop()
+    plain.engine.stop()
     return {"ttft_1000_dram_s": dram_s, "ttft_1000_recompute_s": full_s,
             "ttft_recompute_over_dram": full_s / dram_s}
 

@@ -2,7 +2,8 @@
 
 K/V format: per token [layers, 2, kv_heads, head_dim]. Tensor-6 format: per token
 [layers, hidden], the normalised hidden state that feeds Q/K/V; the model turns it back into K/V.
-Bytes are the model's dtype, little-endian, as torch lays them out.
+Bytes are the model's dtype, little-endian, as torch lays them out. Formats and tiers are the
+wire schema's enum numbers, the one vocabulary of the worker, the store and the scheduler.
 """
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from compute_worker.models.config import ModelConfig
 from compute_worker.models.kv_cache import kv_from_token_major
 
 KV, TENSOR6 = common_pb2.KV_FORMAT_KV, common_pb2.KV_FORMAT_TENSOR6
+UNSPECIFIED = common_pb2.KV_FORMAT_UNSPECIFIED
+TIER_NONE = common_pb2.TIER_NONE
 
 
 def bytes_per_token(config: ModelConfig, format: int, dtype: torch.dtype) -> int:
@@ -28,12 +31,13 @@ def to_bytes(token_major: torch.Tensor) -> bytes:
     return token_major.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes()
 
 
-def kv_from_bytes(model, format: int, data: bytes, start_pos: int = 0) -> torch.Tensor:
-    """Stored bytes -> K/V [L, 2, H, T, D] on the model's device (converting tensor 6)."""
+def kv_from_bytes(model, format: int, data: bytes) -> torch.Tensor:
+    """Stored bytes of a prefix (from token 0) -> K/V [L, 2, H, T, D] on the model's device
+    (converting tensor 6)."""
     cfg: ModelConfig = model.config
     flat = torch.frombuffer(bytearray(data), dtype=model.dtype)
     if format == TENSOR6:
         hidden6 = flat.view(-1, cfg.num_layers, cfg.hidden_size).to(model.device)
-        return model.kv_from_hidden6(hidden6, start_pos)
+        return model.kv_from_hidden6(hidden6, 0)
     tm = flat.view(-1, cfg.num_layers, 2, cfg.num_kv_heads, cfg.head_dim).to(model.device)
     return kv_from_token_major(tm)

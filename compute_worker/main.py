@@ -9,11 +9,12 @@ import shutil
 import tempfile
 
 from services.runtime.gen import compute_worker_pb2_grpc, scheduler_pb2
-from services.runtime.grpc_util import Server, cluster_token, tls_files
-from services.runtime.membership_auth import config_token, server_token
+from services.runtime.grpc_util import Server
+from services.runtime.membership_auth import server_token
 from services.runtime.registrar import serve_registered
 
 from compute_worker.config import WorkerConfig
+from compute_worker.engine_config import EngineConfig
 
 log = logging.getLogger("bidaw.compute_worker")
 # The local Ray's temporary directory, named for the worker that owns it: removed on stop, and
@@ -68,9 +69,7 @@ def start(config: WorkerConfig):
     # Threaded actor: each running turn's generator waits in its own thread while the engine's
     # step loop batches them all.
     actor = EngineActor.options(num_cpus=1, max_concurrency=config.max_batch + 4).remote(
-        config.model, config.store, config.kv_format, config.default_max_tokens, config.threads,
-        config.device, config.max_batch, tls_files(), config.min_step_ms,
-        config.restore_in_step, config_token(config) or cluster_token())
+        EngineConfig.from_worker(config))
     ray.get(actor.info.remote())  # fail fast if the model does not load
     service = ComputeWorkerService(actor, config.worker_id)
     server = Server(config.listen, [(compute_worker_pb2_grpc.add_ComputeWorkerServicer_to_server,

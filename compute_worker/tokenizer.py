@@ -102,9 +102,6 @@ class ChatTokenizer:
     def vocab_size(self) -> int:
         return self.tokenizer.get_vocab_size(with_added_tokens=True)
 
-    def token_str(self, token_id: int) -> str | None:
-        return self.tokenizer.id_to_token(token_id)
-
     def encode(self, text: str, add_bos: bool = False) -> list[int]:
         ids = self.tokenizer.encode(text, add_special_tokens=False).ids
         return [self.bos_token_id, *ids] if add_bos and self.bos_token_id is not None else ids

@@ -10,11 +10,12 @@ import transformers
 
 from compute_worker.engine import Engine
 from compute_worker.kv_client import KVClient
-from compute_worker.kv_io import KVSessionIO
 from compute_worker.loaders.hf_loader import config_from_hf
 from compute_worker.models import build_model
 from compute_worker.models.weights import HF_TABLES, load_weights
+from compute_worker.store_connector import make_connector
 from compute_worker.tensor_choice import choose_tensor
+from compute_worker.turn_runner import TurnRunner
 from kv_store.config import StoreConfig
 from kv_store.main import start
 from services.runtime.gen import common_pb2
@@ -45,6 +46,12 @@ def opt_model():
     model = build_model(cfg, device="cpu", dtype=torch.float32)
     load_weights(model, hf.state_dict().items(), HF_TABLES[cfg.arch])
     return model
+
+
+def make_runner(model, tok, store, name, fmt, **engine_options) -> TurnRunner:
+    """Turns through an engine of their own, with KV from `store` (None: recomputed)."""
+    return TurnRunner(Engine(model, **engine_options), make_connector(store, model, name, fmt),
+                      tok)
 
 
 def turn(session, ids=None, messages=None, max_tokens=12):
@@ -79,9 +86,9 @@ def test_opt_stores_tensor6_and_restores_exactly_under_batching(opt_model, store
     gen = torch.Generator().manual_seed(1)
     histories = [torch.randint(3, 512, (40 + 17 * i,), generator=gen).tolist() for i in range(4)]
     follow = [torch.randint(3, 512, (9,), generator=gen).tolist() for _ in range(4)]
-    t6 = Engine(opt_model, None, KVSessionIO(store, opt_model, "opt", T6))
-    kv = Engine(opt_model, None, KVSessionIO(store, opt_model, "opt-kv", KV))
-    recompute = Engine(opt_model, None, KVSessionIO(None, opt_model, "opt", T6))
+    t6 = make_runner(opt_model, None, store, "opt", T6)
+    kv = make_runner(opt_model, None, store, "opt-kv", KV)
+    recompute = make_runner(opt_model, None, None, "opt", T6)
     expected = {}
     for i, h in enumerate(histories):  # turn 1 of every session, alone
         first, _ = answer(recompute, turn(f"s{i}", h))
@@ -94,7 +101,7 @@ def test_opt_stores_tensor6_and_restores_exactly_under_batching(opt_model, store
     for engine, prefix, fmt in ((t6, "t6-", T6), (kv, "kv-", KV)):
         got = answers_concurrently(engine, [turn(f"{prefix}{i}", second[i]) for i in range(4)])
         assert [ids for ids, _ in got] == ref
-        assert engine.peak_batch >= 2  # the sessions really shared steps
+        assert engine.engine.peak_batch >= 2  # the sessions really shared steps
         for i, (_, summary) in enumerate(got):
             assert summary.kv_format == fmt
             assert summary.cached_tokens == len(histories[i]) + len(expected[i]) - 1
@@ -103,14 +110,14 @@ def test_opt_stores_tensor6_and_restores_exactly_under_batching(opt_model, store
 def test_smollm_batched_answers_equal_solo_answers(smollm, store):
     model, tok = smollm
     questions = ["Name a fruit.", "What is 2+2?", "Say hi.", "Name a planet."]
-    solo = Engine(model, tok, KVSessionIO(None, model, "smol", KV))
+    solo = make_runner(model, tok, None, "smol", KV)
     alone = [answer(solo, turn(f"a{i}", messages=[("user", q)]))[0]
              for i, q in enumerate(questions)]
-    batched = Engine(model, tok, KVSessionIO(store, model, "smol", T6))
+    batched = make_runner(model, tok, store, "smol", T6)
     together = answers_concurrently(batched, [turn(f"b{i}", messages=[("user", q)])
                                               for i, q in enumerate(questions)])
     assert [ids for ids, _ in together] == alone
-    assert batched.peak_batch >= 2
+    assert batched.engine.peak_batch >= 2
     # Second turns restored from tensor 6 (SmolLM2 forced to it) while others decode.
     follow = [[("user", q), ("assistant", tok.decode(alone[i], skip_special_tokens=True)),
                ("user", "Why?")] for i, q in enumerate(questions)]
@@ -125,15 +132,15 @@ def test_a_step_floor_paces_every_step_and_changes_no_token(opt_model):
     the answer is the one without it."""
     import time
 
-    free = Engine(opt_model, None, KVSessionIO(None, opt_model, "opt", KV))
-    paced = Engine(opt_model, None, KVSessionIO(None, opt_model, "opt", KV), min_step_s=0.05)
+    free = make_runner(opt_model, None, None, "opt", KV)
+    paced = make_runner(opt_model, None, None, "opt", KV, min_step_s=0.05)
     ids = list(range(5, 40))
     expected = answer(free, turn("a", ids=ids))[0]
     start = time.monotonic()
     got = answer(paced, turn("b", ids=ids))[0]
     assert got == expected and len(got) == 12
     assert time.monotonic() - start >= 12 * 0.05
-    free.stop(), paced.stop()
+    free.engine.stop(), paced.engine.stop()
 
 
 @pytest.mark.parametrize("in_step", [True, False])
@@ -148,9 +155,9 @@ def test_restore_in_step_stalls_the_running_batch_while_a_kv_comes_off_ssd(opt_m
                                      dram_bytes=64 << 20, ssd_read_gbps_cap=0.001,
                                      ssd_io_bytes=64 << 10))
     client = KVClient(f"127.0.0.1:{server.port}")
-    plain = Engine(opt_model, None, KVSessionIO(None, opt_model, "opt", KV))
-    engine = Engine(opt_model, None, KVSessionIO(client, opt_model, "opt", KV), min_step_s=0.01,
-                    restore_in_step=in_step)
+    plain = make_runner(opt_model, None, None, "opt", KV)
+    engine = make_runner(opt_model, None, client, "opt", KV, min_step_s=0.01,
+                         restore_in_step=in_step)
     try:
         history = list(range(5, 205))
         first = answer(engine, turn("b", ids=history, max_tokens=8))[0]
@@ -185,6 +192,6 @@ def test_restore_in_step_stalls_the_running_batch_while_a_kv_comes_off_ssd(opt_m
         assert got_a == answer(plain, turn("a", ids=long_ids, max_tokens=300))[0]
         assert got_b == answer(plain, turn("b", ids=follow_up, max_tokens=8))[0]
     finally:
-        plain.stop(), engine.stop()
+        plain.engine.stop(), engine.engine.stop()
         server.stop(0)
         core.close()

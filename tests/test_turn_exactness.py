@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from compute_worker.kv_client import KVClient
 from compute_worker.engine import Engine
-from compute_worker.kv_io import KVSessionIO
+from compute_worker.kv_client import KVClient
+from compute_worker.store_connector import make_connector
+from compute_worker.turn_runner import TurnRunner
 from kv_store.config import StoreConfig
 from kv_store.main import start
 from services.runtime.gen import common_pb2
@@ -28,7 +29,7 @@ def stores(tmp_path):
 
 
 def make_engine(model, tok, store, fmt=KV):
-    return Engine(model, tok, KVSessionIO(store, model, "smol", fmt))
+    return TurnRunner(Engine(model), make_connector(store, model, "smol", fmt), tok)
 
 
 def run_turn(runner, session, messages, max_tokens=20):

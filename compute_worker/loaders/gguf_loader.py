@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from compute_worker.loaders.device import pick_device, pick_dtype
 from compute_worker.models import CausalLM, ModelConfig, build_model
 from compute_worker.models.weights import GGUF_LLAMA, load_weights
 from compute_worker.tokenizer import ChatTokenizer
@@ -90,8 +91,6 @@ def iter_gguf_tensors(reader, config: ModelConfig, arch: str) -> Iterator[tuple[
 def load_gguf(path: str | Path | None = None, device: torch.device | str | None = None,
               dtype: torch.dtype | None = None) -> tuple[CausalLM, ChatTokenizer]:
     import gguf
-
-    from compute_worker.loaders.registry import pick_device, pick_dtype
 
     device = device or pick_device()
     dtype = dtype or pick_dtype(device)

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
+from compute_worker.loaders.device import pick_device, pick_dtype
 from compute_worker.models import CausalLM, ModelConfig, build_model
 from compute_worker.models.weights import HF_TABLES, load_weights
 from compute_worker.tokenizer import ChatTokenizer
@@ -81,8 +82,6 @@ def _generation_eos(path: Path) -> list[int]:
 
 def load_hf_dir(path: str | Path, device: torch.device | str | None = None,
                 dtype: torch.dtype | None = None) -> tuple[CausalLM, ChatTokenizer | None]:
-    from compute_worker.loaders.registry import pick_device, pick_dtype
-
     device = device or pick_device()
     dtype = dtype or pick_dtype(device)
     path = Path(path)

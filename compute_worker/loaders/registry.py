@@ -5,26 +5,17 @@ from pathlib import Path
 
 import torch
 
+from compute_worker.loaders.device import pick_device, pick_dtype
+from compute_worker.loaders.gguf_loader import load_gguf
+from compute_worker.loaders.hf_loader import load_hf_dir
 from compute_worker.models import CausalLM
 from compute_worker.tokenizer import ChatTokenizer
 
 DEFAULT_SPEC = "smollm2-135m"
 
 
-def pick_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def pick_dtype(device: torch.device | str) -> torch.dtype:
-    # bf16 halves memory and KV bytes on GPU; CPU bf16 matmuls are slow on most hosts, keep fp32.
-    return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
-
-
 def load_model(spec: str = DEFAULT_SPEC, device: torch.device | str | None = None,
                dtype: torch.dtype | None = None) -> tuple[CausalLM, ChatTokenizer | None]:
-    from compute_worker.loaders.gguf_loader import load_gguf
-    from compute_worker.loaders.hf_loader import load_hf_dir
-
     device = device or pick_device()
     dtype = dtype or pick_dtype(device)
     if spec in (DEFAULT_SPEC, "smollm2-135m-instruct", "default", ""):

@@ -182,17 +182,3 @@ class CausalLM(nn.Module):
             out[i, 0] = k.transpose(0, 1)
             out[i, 1] = v.transpose(0, 1)
         return out
-
-    @torch.no_grad()
-    def init_random_(self, seed: int = 0, std: float = 0.02) -> "CausalLM":
-        """Random weights (for tests and engine work without a checkpoint)."""
-        g = torch.Generator(device="cpu").manual_seed(seed)
-        for name, p in self.named_parameters():
-            if name.endswith("bias"):
-                vals = torch.randn(p.shape, generator=g) * std
-            elif p.ndim == 1:  # norm weights
-                vals = 1.0 + torch.randn(p.shape, generator=g) * 0.1
-            else:
-                vals = torch.randn(p.shape, generator=g) * std
-            p.copy_(vals.to(p.dtype))
-        return self

@@ -1,7 +1,7 @@
 """Architecture-neutral model configuration shared by models, loaders, KV store sizing and the scheduler."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -38,27 +38,8 @@ class ModelConfig:
         if self.num_heads % self.num_kv_heads:
             raise ValueError("num_heads must be a multiple of num_kv_heads")
 
-    @property
-    def is_gqa(self) -> bool:
-        return self.num_kv_heads < self.num_heads
-
-    @property
-    def uses_rope(self) -> bool:
-        return self.arch == "llama"
-
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         return self.num_layers * 2 * self.num_kv_heads * self.head_dim * dtype_bytes
 
     def hidden6_bytes_per_token(self, dtype_bytes: int) -> int:
         return self.num_layers * self.hidden_size * dtype_bytes
-
-    def prefers_hidden6(self) -> bool:
-        """Store tensor 6 instead of K/V only when it is smaller (MHA); GQA K/V is already small."""
-        return self.hidden6_bytes_per_token(1) < self.kv_bytes_per_token(1)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "ModelConfig":
-        return cls(**d)

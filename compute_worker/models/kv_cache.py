@@ -29,17 +29,6 @@ class KVCache:
         return cls(config.num_layers, config.num_kv_heads, config.head_dim,
                    dtype=dtype, device=device, capacity=capacity)
 
-    @classmethod
-    @torch.inference_mode()
-    def from_tensor(cls, kv: torch.Tensor, *, extra_capacity: int = 64) -> "KVCache":
-        """Adopt a restored [L, 2, H, T, D] tensor (copied), leaving room for the next turn."""
-        L, two, H, T, D = kv.shape
-        assert two == 2, kv.shape
-        cache = cls(L, H, D, dtype=kv.dtype, device=kv.device, capacity=T + extra_capacity)
-        cache.data[:, :, :, :T].copy_(kv)
-        cache.length = T
-        return cache
-
     # -- properties ------------------------------------------------------------------------
     @property
     def capacity(self) -> int:
@@ -61,10 +50,6 @@ class KVCache:
     def nbytes(self) -> int:
         """Bytes of the filled part (what saving this cache costs), not the allocation."""
         return self.length * self.bytes_per_token
-
-    @property
-    def allocated_nbytes(self) -> int:
-        return self.data.numel() * self.data.element_size()
 
     def __len__(self) -> int:
         return self.length
@@ -112,19 +97,6 @@ class KVCache:
         self.reserve(T)
         self.data[:, :, :, self.length:self.length + T].copy_(kv)
         self.length += T
-
-    def truncate(self, n: int) -> None:
-        if not 0 <= n <= self.length:
-            raise ValueError(f"cannot truncate cache of length {self.length} to {n}")
-        self.length = n
-
-    @torch.inference_mode()
-    def to_tensor(self, start: int = 0, end: int | None = None) -> torch.Tensor:
-        """A contiguous copy of tokens [start, end) as [L, 2, H, T, D]."""
-        end = self.length if end is None else end
-        if not 0 <= start <= end <= self.length:
-            raise ValueError(f"bad range [{start}, {end}) for cache of length {self.length}")
-        return self.data[:, :, :, start:end].clone()
 
     def to_token_major(self, start: int = 0, end: int | None = None) -> torch.Tensor:
         return kv_to_token_major(self.data[:, :, :, start:(self.length if end is None else end)])

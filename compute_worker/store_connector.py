@@ -1,9 +1,8 @@
-"""Restoring a session's KV from the store before a turn, and saving the turn's new KV after.
+"""The KV connector to Bidaw's KV store over gRPC (shared memory on the store's machine).
 
-Correctness of reuse: a prompt reuses stored KV only for the longest prefix whose token ids match
-what the KV was computed from, of the same model and format; everything after it is recomputed.
-At least the last prompt token is always computed, since its logits pick the first answer token.
-Any store failure degrades to recomputation, never to a wrong answer.
+Reuse: a prompt reuses stored KV only for the longest prefix whose token ids match what the KV
+was computed from, of the same model and format; everything after it is recomputed. Any store
+failure degrades to recomputation.
 
 A branch (TurnRequest.parent_session_id: a regenerated answer, an edited history, another
 conversation with the same beginning) may restore from its parent's KV when that matches more of
@@ -12,6 +11,7 @@ session holds none of that prefix itself.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
@@ -20,25 +20,13 @@ import grpc
 import torch
 
 import services.runtime.tracing as tracing
-from services.runtime.gen import common_pb2
 
 from compute_worker import kv_codec
 from compute_worker.kv_client import KVClient
+from compute_worker.kv_connector import KVConnector, Recompute, Restored, fresh_cache
 from compute_worker.kv_shards import KVShards
 
 log = logging.getLogger("bidaw.compute_worker")
-
-
-@dataclass
-class Restored:
-    cache: object  # KVCache holding the reused prefix
-    tokens: int = 0  # prompt tokens whose KV was restored
-    tier: int = common_pb2.TIER_NONE
-    format: int = common_pb2.KV_FORMAT_UNSPECIFIED
-    load_s: float = 0.0  # reading (and converting) the KV
-    convert_s: float = 0.0  # tensor 6 -> K/V
-    from_parent: bool = False  # restored from the parent session's KV
-    prefix6: bytes = b""  # tensor 6 of the restored prefix, kept for a branch's first save
 
 
 @dataclass
@@ -56,17 +44,20 @@ def common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-class KVSessionIO:
-    """`store`: one KV store client, KVShards (a session's shard by consistent hash), or None
-    (no store: every prompt is recomputed)."""
+def make_connector(store: KVClient | KVShards | None, model, model_name: str,
+                   kv_format: int) -> KVConnector:
+    """The connector to `store`: one store, KVShards (a session's shard by consistent hash), or
+    None (no store: Recompute)."""
+    if store is None:
+        return Recompute(model, kv_format)
+    return StoreConnector(store, model, model_name, kv_format)
 
-    def __init__(self, store: KVClient | KVShards | None, model, model_name: str,
-                 kv_format: int):
+
+class StoreConnector(KVConnector):
+    def __init__(self, store: KVClient | KVShards, model, model_name: str, kv_format: int):
+        super().__init__(model, kv_format)
         self.store = store
-        self.model = model
         self.model_name = model_name
-        self.kv_format = kv_format
-        self.bytes_per_token = kv_codec.bytes_per_token(model.config, kv_format, model.dtype)
 
     def _client(self, session_id: str, shards: list[str] | None) -> KVClient | None:
         if isinstance(self.store, KVShards):
@@ -84,17 +75,16 @@ class KVSessionIO:
         except grpc.RpcError as exc:
             log.warning("store lookup failed for %r (%s): recomputing", session_id, exc.code())
             return None
-        if (info.tier == common_pb2.TIER_NONE or info.model != self.model_name
+        if (info.tier == kv_codec.TIER_NONE or info.model != self.model_name
                 or info.format != self.kv_format or info.bytes_per_token != self.bytes_per_token):
             return None
         reuse = min(common_prefix(list(info.token_ids), prompt), len(prompt) - 1)
         return _Candidate(session_id, store, reuse) if reuse > 0 else None
 
-    def restore(self, session_id: str, prompt: list[int], shards: list[str] | None = None,
-                parent: str = "") -> Restored:
-        """The KV of the longest prefix of `prompt` stored for the session, or for `parent`
-        when that matches more (a tie keeps the session's own)."""
-        fresh = Restored(self.model.new_cache(len(prompt) + 64))
+    def restore(self, session_id: str, prompt: list[int], parent: str = "",
+                shards: list[str] | None = None) -> Restored:
+        """The session's own KV, or `parent`'s when that matches more (a tie keeps the own)."""
+        fresh = Restored(fresh_cache(self.model, prompt))
         start = time.monotonic()
         found = [c for c in (self._candidate(s, prompt, shards)
                              for s in dict.fromkeys(filter(None, (session_id, parent)))) if c]
@@ -113,32 +103,31 @@ class KVSessionIO:
             return fresh
         data = stored.data[:reuse * stored.bytes_per_token]
         convert_start = time.monotonic()
-        if stored.format == common_pb2.KV_FORMAT_TENSOR6:
-            with tracing.span("worker.tensor6_to_kv", tokens=reuse, kv_bytes=len(data)):
-                kv = kv_codec.kv_from_bytes(self.model, stored.format, data)
-        else:
+        tensor6 = stored.format == kv_codec.TENSOR6
+        with (tracing.span("worker.tensor6_to_kv", tokens=reuse, kv_bytes=len(data)) if tensor6
+              else contextlib.nullcontext()):
             kv = kv_codec.kv_from_bytes(self.model, stored.format, data)
         convert_s = time.monotonic() - convert_start
-        cache = self.model.new_cache(len(prompt) + 64)
+        cache = fresh_cache(self.model, prompt)
         cache.extend(kv)
         from_parent = best.session_id != session_id
-        tensor6 = stored.format == common_pb2.KV_FORMAT_TENSOR6
         return Restored(cache, reuse, stored.tier, stored.format, time.monotonic() - start,
                         convert_s if tensor6 else 0.0, from_parent,
                         bytes(data) if from_parent and tensor6 else b"")
 
-    def save_turn(self, session_id: str, tokens: list[int], restored: Restored, cache,
-                  hidden6: list[torch.Tensor], shards: list[str] | None = None) -> None:
-        """Save a turn's KV: what it computed, or for a turn restored from its parent the
-        session's whole KV (the restored prefix too)."""
-        if restored.from_parent:
-            self.save(session_id, tokens, 0, cache, hidden6, shards, prefix6=restored.prefix6)
+    def save(self, session_id: str, tokens: list[int], cache, hidden6: list[torch.Tensor],
+             restored: Restored | None = None, shards: list[str] | None = None) -> None:
+        """What the turn computed; for a turn restored from its parent, the session's whole KV
+        (the restored prefix too)."""
+        if restored is None or restored.from_parent:
+            prefix6 = restored.prefix6 if restored is not None else b""
+            self._write(session_id, tokens, 0, cache, hidden6, shards, prefix6)
         else:
-            self.save(session_id, tokens, restored.tokens, cache, hidden6, shards)
+            self._write(session_id, tokens, restored.tokens, cache, hidden6, shards)
 
-    def save(self, session_id: str, tokens: list[int], start: int, cache,
-             hidden6: list[torch.Tensor], shards: list[str] | None = None,
-             prefix6: bytes = b"") -> None:
+    def _write(self, session_id: str, tokens: list[int], start: int, cache,
+               hidden6: list[torch.Tensor], shards: list[str] | None,
+               prefix6: bytes = b"") -> None:
         """Write the KV of tokens [start, len(cache)) of `tokens` to the store. Tensor 6:
         `hidden6` holds the fed tokens only; `prefix6`, the bytes of those before them that
         this write must include (start 0 with a restored prefix)."""
@@ -146,7 +135,7 @@ class KVSessionIO:
         store = self._client(session_id, shards)
         if store is None or end <= start:
             return
-        if self.kv_format == common_pb2.KV_FORMAT_TENSOR6:
+        if self.kv_format == kv_codec.TENSOR6:
             data = prefix6 + kv_codec.to_bytes(torch.cat(hidden6))  # fed tokens after prefix6
         else:
             data = kv_codec.to_bytes(cache.to_token_major(start, end))

@@ -1,0 +1,141 @@
+"""One turn, start to end: prompt -> restore KV -> stream tokens -> save KV -> summary.
+
+Runs in the caller's thread (one per turn): the KV restore and save overlap with the engine's
+batch steps (unless the engine's StepGate makes restores exclusive), and only the batching
+itself happens in the engine.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Iterator
+
+import services.runtime.tracing as tracing
+from services.runtime.metrics import TIER_LABELS
+
+from compute_worker.detokenizer import Detokenizer
+from compute_worker.engine import Engine
+from compute_worker.kv_codec import TENSOR6
+from compute_worker.kv_connector import KVConnector, Restored
+from compute_worker.prompt import prompt_ids
+from compute_worker.sampling import Sampler
+from compute_worker.sequence import DONE, Sequence
+from compute_worker.turn_summary import TurnSummary
+
+_CANCELLED = object()  # TurnRunner._turns_by_key: the turn was cancelled before it started
+
+
+class TurnRunner:
+    def __init__(self, engine: Engine, connector: KVConnector, tokenizer,
+                 default_max_tokens: int = 256):
+        self.engine = engine
+        self.connector = connector
+        self.tokenizer = tokenizer
+        self.default_max_tokens = default_max_tokens
+        self._turns_by_key: dict[str, object] = {}  # cancellable turns (None: not yet)
+        self._keys_lock = threading.Lock()
+
+    @property
+    def max_context(self) -> int:
+        return self.engine.model.config.max_position
+
+    def cancel(self, key: str) -> bool:
+        """Stop the turn run under `key` (its client left): it leaves the batch before the next
+        step, between two prefill chunks or two decode tokens, and its KV is not saved. A turn
+        still restoring its KV stops once the restore returns. False if no such turn runs."""
+        with self._keys_lock:
+            if key not in self._turns_by_key:
+                return False
+            seq = self._turns_by_key[key]
+            self._turns_by_key[key] = _CANCELLED
+        if isinstance(seq, Sequence):
+            seq.cancelled = True
+            seq.out.put(DONE)  # wake the caller's thread now, not at its next token
+        return True
+
+    def run(self, turn, since_arrival_s: float = 0.0, queue_s: float = 0.0,
+            kv_stores: list[str] | None = None, key: str = "") -> Iterator:
+        """Yields (token_ids, text, None) as tokens come, then ([], '', TurnSummary).
+        `turn`: a TurnRequest (or anything with its fields). `kv_stores`: the store shards the
+        scheduler sent (None: the connector's own). `key`: a unique name under which cancel()
+        stops this turn."""
+        if key:
+            with self._keys_lock:
+                self._turns_by_key[key] = None
+        try:
+            yield from self._run(turn, since_arrival_s, queue_s, kv_stores, key)
+        finally:
+            if key:
+                with self._keys_lock:
+                    self._turns_by_key.pop(key, None)
+
+    def _started(self, key: str, seq: Sequence) -> bool:
+        """Make `seq` cancellable under `key`; False if it was cancelled already."""
+        if not key:
+            return True
+        with self._keys_lock:
+            if self._turns_by_key.get(key) is _CANCELLED:
+                return False
+            self._turns_by_key[key] = seq
+            return True
+
+    def _restore(self, turn, prompt: list[int], kv_stores) -> Restored:
+        with tracing.span("worker.kv_restore", prompt_tokens=len(prompt)) as span:
+            with self.engine.gate.restoring():
+                restored = self.connector.restore(turn.session_id, prompt,
+                                                  turn.parent_session_id, kv_stores)
+            span.set_attributes({
+                "bidaw.cached_tokens": restored.tokens, "bidaw.tier": TIER_LABELS[restored.tier],
+                "bidaw.kv_bytes": restored.tokens * self.connector.bytes_per_token,
+                "bidaw.format": "tensor6" if restored.format == TENSOR6 else "kv",
+                "bidaw.hit": restored.tokens > 0})
+        return restored
+
+    def _sequence(self, turn, prompt: list[int], restored: Restored, arrived: float) -> Sequence:
+        cfg = self.engine.model.config
+        return Sequence(
+            session_id=turn.session_id, prompt=prompt, cache=restored.cache,
+            pending=prompt[restored.tokens:], sampler=Sampler.for_turn(turn, cfg.vocab_size),
+            detok=Detokenizer(self.tokenizer),
+            max_new=min(turn.max_tokens or self.default_max_tokens,
+                        self.max_context - len(prompt)),
+            eos=set() if turn.ignore_eos else set(cfg.eos_token_ids),
+            stops=[s for s in turn.stop if s], arrived=arrived,
+            want_hidden6=self.connector.kv_format == TENSOR6)
+
+    def _run(self, turn, since_arrival_s: float, queue_s: float, kv_stores, key: str):
+        arrived = time.monotonic() - since_arrival_s
+        ctx = tracing.current()
+        prompt = prompt_ids(turn, self.tokenizer, self.engine.model.config.vocab_size,
+                            self.max_context)
+        restored = self._restore(turn, prompt, kv_stores)
+        seq = self._sequence(turn, prompt, restored, arrived)
+        if not self._started(key, seq):
+            return
+        enqueued = time.monotonic()
+        self.engine.add(seq)
+        try:
+            while (item := seq.out.get()) is not DONE:
+                yield item[0], item[1], None
+        finally:
+            seq.cancelled = True  # a caller that leaves early frees the batch slot
+        if not seq.finished:
+            return  # cancelled: nothing to save, no summary
+        if seq.error is not None:
+            raise seq.error
+        # Prefill and decode ran batched in the engine's thread: record them after the fact.
+        first, done = seq.arrived + seq.ttft, time.monotonic()
+        tracing.record_span("worker.prefill", enqueued, first, parent=ctx,
+                            tokens=len(prompt) - restored.tokens)
+        tracing.record_span("worker.decode", first, done, parent=ctx,
+                            tokens=len(seq.generated), finish_reason=seq.finish_reason)
+        with tracing.span("worker.kv_save",
+                          tokens=len(prompt) + len(seq.generated) - restored.tokens):
+            self.connector.save(turn.session_id, prompt + seq.generated, seq.cache,
+                                seq.hidden6, restored, kv_stores)
+        yield [], "", TurnSummary(
+            prompt_tokens=len(prompt), cached_tokens=restored.tokens,
+            completion_tokens=len(seq.generated), kv_tier=restored.tier,
+            kv_format=restored.format, ttft_s=seq.ttft, queue_s=queue_s,
+            kv_load_s=restored.load_s, convert_s=restored.convert_s,
+            finish_reason=seq.finish_reason, latency_s=time.monotonic() - arrived)
