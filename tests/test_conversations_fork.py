@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from compute_worker.engine import Engine
-from compute_worker.kv_io import KVSessionIO
+from compute_worker.store_connector import make_connector
+from compute_worker.turn_runner import TurnRunner
 from services.runtime.gen import common_pb2
 from tests.test_engine_batching import answer, opt_model, store, turn  # noqa: F401 (fixtures)
 
@@ -21,8 +22,8 @@ def branch(session, parent, ids, max_tokens=12):
 
 @pytest.mark.parametrize("fmt", [T6, KV], ids=["tensor6", "kv"])
 def test_branch_reuses_the_parent_prefix_then_its_own_whole_kv(opt_model, store, fmt):  # noqa: F811
-    engine = Engine(opt_model, None, KVSessionIO(store, opt_model, f"opt-{fmt}", fmt))
-    recompute = Engine(opt_model, None, KVSessionIO(None, opt_model, "opt", fmt))
+    engine = TurnRunner(Engine(opt_model), make_connector(store, opt_model, f"opt-{fmt}", fmt), None)
+    recompute = TurnRunner(Engine(opt_model), make_connector(None, opt_model, "opt", fmt), None)
     gen = torch.Generator().manual_seed(7)
     history = torch.randint(3, 512, (50,), generator=gen).tolist()
     other = torch.randint(3, 512, (8,), generator=gen).tolist()
@@ -49,7 +50,7 @@ def test_branch_reuses_the_parent_prefix_then_its_own_whole_kv(opt_model, store,
 
 
 def test_a_session_prefers_whichever_kv_matches_more(opt_model, store):  # noqa: F811
-    engine = Engine(opt_model, None, KVSessionIO(store, opt_model, "opt", T6))
+    engine = TurnRunner(Engine(opt_model), make_connector(store, opt_model, "opt", T6), None)
     gen = torch.Generator().manual_seed(8)
     base = torch.randint(3, 512, (30,), generator=gen).tolist()
     answer(engine, turn("long", base + [5] * 20))

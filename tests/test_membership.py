@@ -9,7 +9,8 @@ import time
 import pytest
 
 from compute_worker.engine import Engine
-from compute_worker.kv_io import KVSessionIO
+from compute_worker.store_connector import make_connector
+from compute_worker.turn_runner import TurnRunner
 from services.client.chat_client import ChatClient
 from services.runtime.gen import scheduler_pb2
 from tests.cluster import ServiceProcess
@@ -85,7 +86,7 @@ def test_workers_and_store_shards_join_and_leave_during_a_replay(cluster, tmp_pa
     assert stats().workers == 1 and worker_2.proc.poll() is None and store_b.proc.poll() is None
     # Every answer equals the one computed from scratch; KV was reused along the way.
     model, tok = smollm
-    reference = Engine(model, tok, KVSessionIO(None, model, "ref", 1))
+    reference = TurnRunner(Engine(model), make_connector(None, model, "ref", 1), tok)
     from services.runtime.gen import common_pb2
 
     for (s, t), (prompt, answer, _) in sorted(records.items()):

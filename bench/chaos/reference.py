@@ -16,12 +16,13 @@ class Reference:
             import torch
 
             from compute_worker.engine import Engine
-            from compute_worker.kv_io import KVSessionIO
+            from compute_worker.store_connector import make_connector
+            from compute_worker.turn_runner import TurnRunner
             from compute_worker.loaders.registry import load_model
 
             torch.set_num_threads(1)
             model, tok = load_model(self.model_name, device="cpu")
-            self._engine = Engine(model, tok, KVSessionIO(None, model, "chaos-ref", 1))
+            self._engine = TurnRunner(Engine(model), make_connector(None, model, "chaos-ref", 1), tok)
         return self._engine
 
     def answer(self, prompt: list[int], max_tokens: int) -> list[int]:
