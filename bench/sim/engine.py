@@ -21,7 +21,7 @@ from bench.sim.systems import SystemSpec, make_tiers, system_spec
 from bench.sim.tiers import DRAM, SSD
 from bench.sim.workload import Workload
 from compute_worker.tensor_choice import TENSOR6
-from scheduler.policy import KV_DRAM, KV_NONE, KV_SSD, make_queue
+from scheduler.policy import KV_DRAM, KV_NONE, KV_SSD, QueueConfig
 
 class TimedSimulation:
     def __init__(self, workload: Workload, cost: CostModel, spec: SystemSpec,
@@ -31,8 +31,7 @@ class TimedSimulation:
         self.w, self.cost, self.spec, self.end_oracle = workload, cost, spec, end_oracle
         self.progress = progress
         loads = max_concurrent_loads or cost.max_concurrent_loads
-        qkw = {"prefetch_window": spec.prefetch_window} if spec.queue == "fcfs" else {}
-        self.queue = make_queue(spec.queue, max_concurrent_loads=loads, **qkw)
+        self.queue = QueueConfig(spec.queue, loads, spec.prefetch_window).build()
         self.tensor = cost.tensors.tensor if spec.tensor == "auto" else spec.tensor
         self.stored_bpt = cost.stored_bytes_per_token(self.tensor)
         self.store = make_tiers(spec, cost, policy_kwargs or {})
