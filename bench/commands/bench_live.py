@@ -150,6 +150,8 @@ def _run_all(names, plan, sizes, opts, repeat: int, records_dir: str | None, say
     from bench.replay.report import bench_row, summarize
     from bench.replay.systems import SYSTEMS
 
+    for name in names:  # what each system stands for, before its figures
+        say(f"{name:16s} {SYSTEMS[name].about}")
     per_run: dict[str, list[dict]] = {name: [] for name in names}
     first = {}
     for rep in range(repeat):
