@@ -35,6 +35,7 @@ class ReturnModel:
         self._total = float(prior_weight)
         self._default = prior
         self._pending: OrderedDict[Key, float] = OrderedDict()  # key -> first turn, oldest first
+        self.resolved = 0
 
     def started(self, key: Key, now: float) -> None:
         """`key` finished its first turn at `now`."""
@@ -76,3 +77,4 @@ class ReturnModel:
         g = self._gamma
         self._back = self._back * g + back
         self._total = self._total * g + 1.0
+        self.resolved += 1
