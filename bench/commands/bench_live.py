@@ -99,7 +99,8 @@ def _run(args: argparse.Namespace) -> int:
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     say(describe(plan))
     say(f"working set (all KV stored) {ws.total_bytes / 2**20:.0f} MiB, live peak "
-        f"{ws.peak_bytes / 2**20:.0f} MiB, median reuse {ws.reuse_bytes_median / 2**20:.1f} MiB; "
+        f"{ws.peak_bytes / 2**20:.0f} MiB, median reuse {ws.reuse_bytes_median / 2**20:.1f} MiB "
+        f"over {ws.reuses} returning turns; "
         f"DRAM {sizes.dram_bytes / 2**20:.0f} MiB ({ws.total_bytes / sizes.dram_bytes:.2f}x, live "
         f"peak {ws.peak_bytes / sizes.dram_bytes:.2f}x), ideal "
         f"{sizes.ideal_dram_bytes / 2**20:.0f} MiB, SSD cap "

@@ -25,6 +25,7 @@ class WorkingSet:
     peak_bytes: int          # most KV awaiting reuse at one time
     total_bytes: int         # all KV stored by the end (every session's final size): the working set
     reuse_bytes_median: int  # median KV a returning turn needs loaded
+    reuses: int              # turns that continue a session
     reuse_bytes_p90: int = 0
 
 
@@ -54,7 +55,7 @@ def working_set(plan: Plan, bytes_per_token: int, turn_s_per_token: float = 0.0)
         peak = max(peak, live)
     reuse.sort()
     return WorkingSet(peak, sum(final.values()), int(statistics.median(reuse)) if reuse else 0,
-                      reuse[int(0.9 * (len(reuse) - 1))] if reuse else 0)
+                      len(reuse), reuse[int(0.9 * (len(reuse) - 1))] if reuse else 0)
 
 
 @dataclass(frozen=True)
