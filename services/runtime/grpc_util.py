@@ -82,7 +82,6 @@ class Server:
         process-wide one by default; "" or None: none checked)."""
         self.name = name
         token = cluster_token() if token is PROCESS else token
-        self.authenticated = bool(token)
         # The check comes first: an unauthenticated call reaches no handler and no tracing.
         guard = (TokenCheck(token),) if token else ()
         self.max_concurrent_rpcs = max_concurrent_rpcs
