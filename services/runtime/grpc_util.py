@@ -1,5 +1,9 @@
 """gRPC bootstrap shared by every service: servers with health checking, channels, limits,
-keepalives, and the cluster token on every internal call (services/runtime/cluster_auth.py)."""
+keepalives, and the cluster token on every internal call (services/runtime/cluster_auth.py).
+
+The top of services/runtime's import graph for gRPC: it builds on tls.py (credentials, the
+process-wide TLS), cluster_auth.py (the token interceptors, the process-wide token) and
+tracing.py (span interceptors); none of them imports it."""
 from __future__ import annotations
 
 import os
