@@ -49,11 +49,9 @@ def probe_target(args: list[str]) -> tuple[str, str, str] | None:
         return "http", f"127.0.0.1:{ns.port}", "/health"
     if ns.command != "serve":
         return None
-    from services.cli.serve import SERVICES, _load
-    from services.runtime.config import load_config
+    from services.cli.serve import service_config
 
-    config_ref, _, env_prefix, _ = SERVICES[ns.service]
-    config = load_config(_load(config_ref), ns, env_prefix=env_prefix)
+    config = service_config(ns)
     target = f"127.0.0.1:{_port(config.listen)}"
     if ns.service in HTTP_SERVICES:
         return "http", target, "/health"
@@ -68,12 +66,10 @@ def tls_files(args: list[str]):
     ns = build_parser().parse_args(args)
     if ns.command != "serve" or ns.service in HTTP_SERVICES:
         return None
-    from services.cli.serve import SERVICES, _load
-    from services.runtime.config import load_config
+    from services.cli.serve import service_config
     from services.runtime.tls import TLSFiles
 
-    config_ref, _, env_prefix, _ = SERVICES[ns.service]
-    return TLSFiles.from_config(load_config(_load(config_ref), ns, env_prefix=env_prefix))
+    return TLSFiles.from_config(service_config(ns))
 
 
 def check(kind: str, target: str, what: str, timeout: float = 3.0, tls=None) -> bool:

@@ -4,13 +4,10 @@ the test's own clients (services.runtime.grpc_util.channel) are authenticated wi
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
+import pathlib
 
-from services.runtime.cluster_auth import write_token_file
-from services.runtime.grpc_util import ensure_token, wait_healthy
-from services.launch.launcher import free_port
+from services.launch.service_process import ServiceProcess as Launched, free_port
+from services.runtime.cluster_auth import ensure_token, write_token_file
 
 
 def token_file(directory) -> str:
@@ -21,20 +18,20 @@ def token_file(directory) -> str:
 
 
 class ServiceProcess:
+    """`bidaw serve KIND --listen` a free port, started at once (the launcher's process)."""
+
     def __init__(self, kind: str, log_dir, *flags: str, env: dict | None = None):
         self.kind = kind
         self.port = free_port()
         self.target = f"127.0.0.1:{self.port}"
         self.log_path = os.path.join(log_dir, f"{kind}-{self.port}.log")
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "services.cli.main", "serve", kind, "--listen", self.target,
-             "--cluster-token-file", token_file(log_dir), *flags], stdout=log,
-            stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "RAY_AUTH_MODE": "disabled", **(env or {})})
+        self._service = Launched(kind, kind, ["--listen", self.target, "--cluster-token-file",
+                                              token_file(log_dir), *flags],
+                                 "127.0.0.1", self.port, pathlib.Path(self.log_path), env or {})
+        self.proc = self._service.launch()
 
     def wait(self, timeout: float = 120) -> "ServiceProcess":
-        wait_healthy(self.target, timeout, alive=lambda: self.proc.poll() is None)
+        self._service.wait_ready(timeout)
         return self
 
     def log(self) -> str:
@@ -43,10 +40,5 @@ class ServiceProcess:
 
     def stop(self, timeout: float = 30) -> None:
         """SIGTERM (a clean leave: deregisters, drains), SIGKILL if it hangs."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        self._service.terminate()
+        self._service.reap(timeout)

@@ -26,3 +26,14 @@ def test_fault_mid_replay_gives_right_answers_and_loses_no_acknowledged_kv(fault
     assert result["lost_acknowledged_kv"] == 0
     assert result["errors"] == 0
     assert result["checks"]["probe_writes_acknowledged"] > 0
+
+
+def test_every_fault_is_registered_in_order():
+    """`bidaw chaos --faults` lists ORDER; the runner builds each from FAULTS."""
+    from bench.chaos.faults import ORDER, BaseFault
+    from bench.chaos.runner import FAULTS, load
+
+    assert list(FAULTS) == ORDER
+    assert all(isinstance(load(name), BaseFault) for name in ORDER)
+    with pytest.raises(ValueError, match="unknown fault"):
+        load("store-kil")

@@ -7,12 +7,28 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 
-from bench.chaos import faults as fault_registry
 from bench.chaos.conversations import Replay, plan_for
 from bench.chaos.probes import ProbeWriter, lost_ssd_kv, stored_tokens, wrong_live_kv
+from bench.chaos.faults import (ORDER, NotRun, actor_kill, attacker, disk_full, long_wait,
+                                partition, redis_restart, scheduler_kill, service_crash,
+                                slow_disk, ssd_corrupt, store_kill, worker_kill)
 from bench.chaos.reference import Reference
 from bench.chaos.topology import Topology
 from services.runtime.gen import common_pb2
+
+
+FAULTS = {"store-kill": store_kill.Fault, "worker-kill": worker_kill.Fault,
+          "actor-kill": actor_kill.Fault, "scheduler-kill": scheduler_kill.Fault,
+          "ssd-corrupt": ssd_corrupt.Fault, "disk-full": disk_full.Fault,
+          "slow-disk": slow_disk.Fault, "redis-restart": redis_restart.Fault,
+          "partition": partition.Fault, "service-crash": service_crash.Fault,
+          "attacker": attacker.Fault, "long-wait": long_wait.Fault}
+
+
+def load(name: str):
+    if name not in FAULTS:
+        raise ValueError(f"unknown fault {name!r}; known: {', '.join(ORDER)}")
+    return FAULTS[name]()
 
 
 @dataclass
@@ -37,7 +53,7 @@ def _say(verbose: bool, msg: str) -> None:
 
 def run_fault(name: str, turns: int, reference: Reference, workdir: str | None = None,
               verbose: bool = False, inject_after: float = 0.35) -> dict:
-    fault = fault_registry.load(name)
+    fault = load(name)
     own = workdir is None
     ctx = Context(workdir or tempfile.mkdtemp(prefix=f"chaos-{name}-"))
     result = {"name": name, "injected": 0, "turns": 0, "wrong_answers": 0,
@@ -47,7 +63,7 @@ def run_fault(name: str, turns: int, reference: Reference, workdir: str | None =
     try:
         try:
             fault.setup(ctx)
-        except fault_registry.NotRun as why:
+        except NotRun as why:
             _say(verbose, f"{name}: not run: {why}")
             result["not_run"] = str(why)
             return {**result, "problems": [], "checks": {}}

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from scheduler.config import SchedulerConfig
+from services.gateway.config import GatewayConfig
 from services.launch.launcher import LocalDeployment
+from services.runtime.config import config_flags
 
 
 @dataclass
@@ -25,10 +28,10 @@ def start(data_dir: str, limits: LoadLimits, max_tokens: int) -> LocalDeployment
     dep = LocalDeployment(
         data_dir=data_dir, dram_bytes=limits.dram_bytes, ssd_bytes=limits.ssd_bytes,
         default_max_tokens=max_tokens,
-        extra_args={"gateway": ["--max-in-flight", str(limits.max_in_flight),
-                                "--max-waiting", str(limits.max_waiting),
-                                "--request-timeout-s", str(limits.request_timeout_s)],
-                    "scheduler": ["--max-queue", str(limits.max_queue)]})
+        extra_args={"gateway": config_flags(GatewayConfig, max_in_flight=limits.max_in_flight,
+                                            max_waiting=limits.max_waiting,
+                                            request_timeout_s=limits.request_timeout_s),
+                    "scheduler": config_flags(SchedulerConfig, max_queue=limits.max_queue)})
     return dep.start()
 
 

@@ -1,36 +1,24 @@
 """The `bidaw` command: one entry point whose subcommands live in small modules.
 
-Each module listed in COMMANDS exposes `register(sub, groups)`; it adds its parser(s) to `sub`
+Each module in COMMANDS exposes `register(sub, groups)`; it adds its parser(s) to `sub`
 (or to a group such as groups["bench"]) and sets `func` to a handler taking the parsed args and
 returning an exit code. Modules import heavy dependencies inside their handlers so `--help` is fast.
 """
 from __future__ import annotations
 
 import argparse
-import importlib
 import signal
 import sys
 
-COMMANDS = [
-    "services.cli.serve",
-    "services.cli.up",
-    "services.cli.chat",
-    "services.cli.demo",
-    "services.cli.certs",
-    "services.cli.token",
-    "bench.commands.trace",
-    "bench.commands.simulate",
-    "bench.commands.bench_policies",
-    "bench.commands.bench_store",
-    "bench.commands.replay",
-    "bench.commands.bench_live",
-    "bench.commands.bench_cache_replay",
-    "bench.commands.bench_compute",
-    "bench.commands.bench_gateway",
-    "bench.commands.bench_sessions",
-    "bench.commands.chaos",
-    "bench.commands.load",
-]
+from bench.commands import (bench_cache_replay, bench_compute, bench_gateway, bench_live,
+                            bench_policies, bench_sessions, bench_store, chaos, load, replay,
+                            simulate, trace)
+from services.cli import certs, chat, demo, serve, token, up
+
+# in the order `bidaw --help` lists them
+COMMANDS = (serve, up, chat, demo, certs, token, trace, simulate, bench_policies, bench_store,
+            replay, bench_live, bench_cache_replay, bench_compute, bench_gateway, bench_sessions,
+            chaos, load)
 
 
 class DefaultsFormatter(argparse.HelpFormatter):
@@ -68,13 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     bench = sub.add_parser("bench", help="benchmarks that print figures")
     groups = {"bench": bench.add_subparsers(dest="bench_command", required=True, metavar="BENCH")}
-    for name in COMMANDS:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:  # a real import error inside an existing module
-                raise
-            continue  # a command not built yet
+    for module in COMMANDS:
         module.register(sub, groups)
     return parser
 

@@ -4,73 +4,93 @@ Every service gets structured logs, tracing (when OTEL_* asks for it; see docs/o
 and, where its config has `metrics_listen`, a Prometheus /metrics endpoint."""
 from __future__ import annotations
 
-import importlib
+from dataclasses import dataclass
 
+from compute_worker.config import WorkerConfig
+from kv_store.config import StoreConfig
+from scheduler.config import SchedulerConfig
+from services.gateway.config import GatewayConfig
 from services.runtime.config import add_config_args, load_config
 
-# name -> (config class, serve function, env prefix, help)
+
+@dataclass(frozen=True)
+class Service:
+    config: type
+    env_prefix: str
+    trace_name: str  # service.name of the process's spans
+    help: str
+
+
 SERVICES = {
-    "store": ("kv_store.config:StoreConfig", "kv_store.main:serve", "BIDAW_STORE_",
-              "the KV store: DRAM and SSD tiers, eviction, the Awareness stream"),
-    "scheduler": ("scheduler.config:SchedulerConfig", "scheduler.main:serve",
-                  "BIDAW_SCHEDULER_", "the scheduler: queues turns and dispatches them"),
-    "worker": ("compute_worker.config:WorkerConfig", "compute_worker.main:serve",
-               "BIDAW_WORKER_", "a compute worker: the model in a Ray actor"),
-    "gateway": ("services.gateway.config:GatewayConfig", "services.gateway.main:serve",
-                "BIDAW_GATEWAY_", "the OpenAI-compatible HTTP API in front of the scheduler"),
+    "store": Service(StoreConfig, "BIDAW_STORE_", "kv-store",
+                     "the KV store: DRAM and SSD tiers, eviction, the Awareness stream"),
+    "scheduler": Service(SchedulerConfig, "BIDAW_SCHEDULER_", "scheduler",
+                         "the scheduler: queues turns and dispatches them"),
+    "worker": Service(WorkerConfig, "BIDAW_WORKER_", "compute-worker",
+                      "a compute worker: the model in a Ray actor"),
+    "gateway": Service(GatewayConfig, "BIDAW_GATEWAY_", "gateway",
+                       "the OpenAI-compatible HTTP API in front of the scheduler"),
 }
-# service.name of each process's spans
-TRACE_NAMES = {"store": "kv-store", "scheduler": "scheduler", "worker": "compute-worker",
-               "gateway": "gateway"}
-
-
-def _load(ref: str):
-    module, name = ref.split(":")
-    return getattr(importlib.import_module(module), name)
 
 
 def register(sub, groups) -> None:
     parser = sub.add_parser("serve", help="run one service in the foreground")
     services = parser.add_subparsers(dest="service", required=True, metavar="SERVICE")
-    for name, (config_ref, _, env, help_text) in SERVICES.items():
-        p = services.add_parser(name, help=help_text,
-                                description=f"{help_text}. Every flag can also be set with "
-                                f"{env}<NAME> or a --config YAML file.")
-        add_config_args(p, _load(config_ref))
+    for name, svc in SERVICES.items():
+        p = services.add_parser(name, help=svc.help,
+                                description=f"{svc.help}. Every flag can also be set with "
+                                f"{svc.env_prefix}<NAME> or a --config YAML file.")
+        add_config_args(p, svc.config)
         p.set_defaults(func=run)
 
 
+def service_config(args):
+    """The config of `bidaw serve <args.service>`: defaults < --config YAML < env < flags."""
+    svc = SERVICES[args.service]
+    return load_config(svc.config, args, env_prefix=svc.env_prefix)
+
+
+def _serve(name: str, config) -> None:
+    # Imported here, not above: each service's stack (gRPC servers, Ray, torch, the HTTP app)
+    # costs seconds to import, which `bidaw --help` must not pay.
+    if name == "store":
+        from kv_store.main import serve
+    elif name == "scheduler":
+        from scheduler.main import serve
+    elif name == "worker":
+        from compute_worker.main import serve
+    else:
+        from services.gateway.main import serve
+    serve(config)
+
+
 def run(args) -> int:
+    from services.runtime.cluster_auth import configure_token
+    from services.runtime.grpc_util import keepalive_s
+    from services.runtime.malloc import tune as tune_malloc
+    from services.runtime.membership_auth import require_token
     from services.runtime.metrics import start_metrics_server
     from services.runtime.process import setup_logging
+    from services.runtime.tls import TLSConfigError, TLSFiles, configure_tls
     from services.runtime.tracing import init_tracing
 
-    config_ref, serve_ref, env, _ = SERVICES[args.service]
     try:
-        config = load_config(_load(config_ref), args, env_prefix=env)
+        config = service_config(args)
     except ValueError as exc:
         raise SystemExit(f"bidaw serve {args.service}: {exc}")
-    from services.runtime.grpc_util import configure_tls
-    from services.runtime.tls import TLSConfigError, TLSFiles
-
     try:  # before any server or channel exists; the gateway only dials (no cert needed)
         configure_tls(TLSFiles.from_config(config), server=args.service != "gateway")
     except TLSConfigError as exc:
         raise SystemExit(f"bidaw serve {args.service}: {exc}")
-    from services.runtime.grpc_util import configure_token, keepalive_s
-    from services.runtime.membership_auth import require_token
-
     try:  # read and checked now, before any server or channel exists
         configure_token(require_token(config, args.service))
         keepalive_s()
     except ValueError as exc:
         raise SystemExit(f"bidaw serve {args.service}: {exc}")
     setup_logging(args.service)
-    init_tracing(TRACE_NAMES[args.service])  # before any gRPC server or channel exists
+    init_tracing(SERVICES[args.service].trace_name)  # before any gRPC server or channel exists
     if args.service != "gateway":  # the gateway serves its own, on its event loop
         start_metrics_server(getattr(config, "metrics_listen", ""), args.service)
-    from services.runtime.malloc import tune as tune_malloc
-
     tune_malloc()  # long-running, many threads, varied KV-sized buffers: see services/runtime/malloc.py
-    _load(serve_ref)(config)
+    _serve(args.service, config)
     return 0

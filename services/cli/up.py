@@ -1,6 +1,25 @@
 """`bidaw up`: the embedded single-machine deployment, until Ctrl-C."""
 from __future__ import annotations
 
+from compute_worker.config import WorkerConfig
+from kv_store.config import StoreConfig
+from scheduler.config import SchedulerConfig
+from services.gateway.config import GatewayConfig
+from services.runtime.config import field_default, field_help
+
+# (flag, config type, field): settings of one service that `bidaw up` passes on when given
+SERVICE_OPTIONS = [("--dram-bytes", StoreConfig, "dram_bytes"),
+                   ("--ssd-bytes", StoreConfig, "ssd_bytes"),
+                   ("--eviction", StoreConfig, "eviction"),
+                   ("--policy", SchedulerConfig, "policy"),
+                   ("--model", WorkerConfig, "model")]
+
+
+def _listen(config: type) -> tuple[str, int]:
+    """The host and port of a service's default --listen: `bidaw up` serves on the usual ones."""
+    host, port = field_default(config, "listen").rsplit(":", 1)
+    return host, int(port)
+
 
 def register(sub, groups) -> None:
     p = sub.add_parser("up", help="run KV store, compute worker, scheduler and the OpenAI API "
@@ -11,23 +30,21 @@ def register(sub, groups) -> None:
                        "backoff); Ctrl-C stops them cleanly. API keys: set "
                        "BIDAW_GATEWAY_API_KEYS=tenant:key,... (without keys the API is open "
                        "and served on loopback only).")
-    p.add_argument("--data-dir", default="./data", help="SSD tier and logs (default: ./data)")
-    p.add_argument("--host", default="127.0.0.1", help="address to serve on")
-    p.add_argument("--port", type=int, default=8000,
+    p.add_argument("--data-dir", default="./data", help="SSD tier and logs")
+    p.add_argument("--host", default=_listen(GatewayConfig)[0], help="address to serve on")
+    p.add_argument("--port", type=int, default=_listen(GatewayConfig)[1],
                    help="OpenAI-compatible HTTP port: http://HOST:PORT/v1")
-    p.add_argument("--scheduler-port", type=int, default=50052, help="scheduler gRPC port")
-    p.add_argument("--store-port", type=int, default=50051, help="KV store gRPC port")
-    p.add_argument("--worker-port", type=int, default=50053, help="compute worker gRPC port")
+    p.add_argument("--scheduler-port", type=int, default=_listen(SchedulerConfig)[1],
+                   help="scheduler gRPC port")
+    p.add_argument("--store-port", type=int, default=_listen(StoreConfig)[1], help="KV store gRPC port")
+    p.add_argument("--worker-port", type=int, default=_listen(WorkerConfig)[1],
+                   help="compute worker gRPC port")
     p.add_argument("--metrics-port-base", type=int, default=0, metavar="N", help="/metrics of the KV store, "
                    "worker and scheduler on ports N, N+1, N+2 (the gateway's is on --port; "
                    "default 0: free ports, printed at start)")
-    p.add_argument("--dram-bytes", default="2GiB", help="DRAM tier capacity")
-    p.add_argument("--ssd-bytes", default="64GiB", help="SSD tier capacity")
-    p.add_argument("--eviction", default="bidaw-size",
-                   help="DRAM eviction policy: bidaw-size, bidaw, lru, fifo, queue-aware")
-    p.add_argument("--policy", default="bidaw", choices=["fcfs", "bidaw"],
-                   help="scheduling policy")
-    p.add_argument("--model", default="smollm2-135m", help="model to serve")
+    # Given only when set: the services' own defaults (their config types) apply otherwise.
+    for flag, cls, name in SERVICE_OPTIONS:
+        p.add_argument(flag, dest=name, default=None, help=field_help(cls, name))
     p.add_argument("--served-model-name", nargs="+", default=[], metavar="NAME",
                    help="names the API answers to, as vLLM's (the first is reported; "
                    "default: the model's short name and, for the stock model, its HF repo id)")
@@ -41,12 +58,12 @@ def run(args) -> int:
     from services.launch.launcher import LocalDeployment
     from services.runtime.process import wait_for_signal
 
+    given = {name: getattr(args, name) for _, _, name in SERVICE_OPTIONS
+             if getattr(args, name) is not None}
     dep = LocalDeployment(data_dir=args.data_dir, host=args.host, store_port=args.store_port,
                           scheduler_port=args.scheduler_port, worker_port=args.worker_port,
                           gateway_port=args.port, metrics_port_base=args.metrics_port_base,
-                          dram_bytes=args.dram_bytes, ssd_bytes=args.ssd_bytes,
-                          eviction=args.eviction, policy=args.policy, model=args.model,
-                          served_model_name=args.served_model_name,
+                          served_model_name=args.served_model_name, **given,
                           tls_dir=args.tls_dir, quiet=not args.verbose,
                           on_restart=lambda line: print(f"[supervisor] {line}", flush=True))
     print("starting KV store, compute worker, scheduler, gateway ...", flush=True)

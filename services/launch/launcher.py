@@ -1,79 +1,44 @@
-"""The embedded single-machine deployment: KV store, compute worker, scheduler and the HTTP
-gateway as four processes on loopback, started in dependency order and stopped in reverse."""
+"""The one launcher of local deployments: KV store, compute worker(s), scheduler and (optionally)
+the HTTP gateway, each a `bidaw serve` process on loopback, started in dependency order and
+stopped in reverse. `bidaw up`, the demo, load, live replay, the benchmarks and the chaos runner
+(bench/chaos/topology.py) all start theirs here.
+
+The services' settings are fields of their config types (kv_store/config.py StoreConfig and the
+others): the defaults below are those types' own, and every flag passed is built from a field
+name by services.runtime.config.config_flags, so a misspelt setting fails here, not in a child."""
 from __future__ import annotations
 
-import os
 import pathlib
-import signal
-import socket
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
-from services.runtime.cluster_auth import write_token_file
-from services.gateway.config import model_flags
-from services.runtime.grpc_util import configure_token, ensure_token, wait_healthy
+from compute_worker.config import WorkerConfig
+from kv_store.config import StoreConfig
+from scheduler.config import SchedulerConfig
+from services.gateway.config import GatewayConfig, model_flags
+from services.launch.service_process import (ServiceProcess, free_port, private_dir,
+                                             private_file, wait_http)
 from services.launch.supervisor import RestartPolicy, Supervisor
+from services.runtime.cluster_auth import configure_token, ensure_token, write_token_file
+from services.runtime.config import config_flags, field_default
 from services.runtime.tls import TLSFiles
 
-
-def wait_http(url: str, timeout: float, alive=lambda: True) -> None:
-    """Block until GET `url` answers 200; TimeoutError after `timeout` or once `alive()` fails."""
-    import time
-    import urllib.request
-
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2.0) as reply:
-                if reply.status == 200:
-                    return
-        except OSError:
-            pass
-        if time.monotonic() > deadline or not alive():
-            raise TimeoutError(f"{url} not healthy after {timeout:.0f}s")
-        time.sleep(0.2)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A free port below the kernel's ephemeral range (32768+) and above Ray's worker ports
-    (10002-19999), so nothing that binds port 0 meanwhile (Ray's own servers) can take it."""
-    import random
-
-    for _ in range(200):
-        port = random.randrange(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-            return port
-    raise OSError("no free port in 20000-32000")
-
-
-def private_dir(path: pathlib.Path) -> pathlib.Path:
-    """`path` as a directory only its owner can enter (0700), made if missing."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
-    return path
-
-
-def private_file(path: pathlib.Path):
-    """`path` opened for appending, mode 0600 (logs may quote prompts)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    os.fchmod(fd, 0o600)
-    return os.fdopen(fd, "ab")
+__all__ = ["LocalDeployment", "free_port", "private_dir", "private_file", "wait_http"]
+CONFIGS = {"store": StoreConfig, "worker": WorkerConfig, "scheduler": SchedulerConfig,
+           "gateway": GatewayConfig}
 
 
 @dataclass
 class LocalDeployment:
-    data_dir: str = "./data"
+    data_dir: str  # logs/, run/ (the cluster token), kv/ (the SSD tier) unless store_data_dir
     host: str = "127.0.0.1"
     store_port: int = 0  # 0: pick a free port
     scheduler_port: int = 0
-    worker_port: int = 0
+    worker_port: int = 0  # the first worker's
     gateway_port: int = 0
+    workers: int = 1  # compute workers: "worker" when one, else "worker0", "worker1", ...
+    gateway: bool = True  # False: no HTTP gateway (clients dial the scheduler)
     gateway_api_keys: str = ""  # tenant:key,...; passed by env so keys stay out of `ps`
     # A directory written by `bidaw certs`: every gRPC hop uses mTLS with its files.
     tls_dir: str = ""
@@ -81,45 +46,54 @@ class LocalDeployment:
     # The services read it from run/cluster-token (0600 in a 0700 directory), not from `ps`,
     # and this process (a client of them: tests, benchmarks) uses it too.
     cluster_token: str = field(default="", repr=False)
-    metrics: bool = True  # /metrics of store, worker and scheduler on free ports
+    metrics: bool = True  # /metrics of store, worker(s) and scheduler on free ports
     metrics_port_base: int = 0  # N: those /metrics on ports N, N+1, N+2 (0: free ports)
-    dram_bytes: str = "2GiB"
-    ssd_bytes: str = "64GiB"
-    eviction: str = "bidaw-size"
-    policy: str = "bidaw"
-    model: str = "smollm2-135m"
+    dram_bytes: str | int = field_default(StoreConfig, "dram_bytes")
+    ssd_bytes: str | int = field_default(StoreConfig, "ssd_bytes")
+    eviction: str = field_default(StoreConfig, "eviction")
+    store_data_dir: str = ""  # the store's SSD tier ("": data_dir/kv)
+    scheduler_store: str = ""  # what the scheduler dials for the store ("": the store; a proxy)
+    policy: str = field_default(SchedulerConfig, "policy")
+    model: str = field_default(WorkerConfig, "model")
     served_model_name: list[str] = field(default_factory=list)  # empty: the model's defaults
-    default_max_tokens: int = 256
+    default_max_tokens: int = field_default(WorkerConfig, "default_max_tokens")
     use_store: bool = True  # False: workers recompute every prompt (the no-cache baseline)
     quiet: bool = True  # service logs go to data_dir/logs instead of the terminal
-    # Extra flags per service, e.g. {"store": ["--promote-concurrency", "4"]}.
+    # Extra flags per service kind, e.g. {"store": ["--promote-concurrency", "4"]}.
     extra_args: dict[str, list[str]] = field(default_factory=dict)
     extra_env: dict[str, str] = field(default_factory=dict)
     # Restart a service that dies while the deployment runs (same flags, ports, data dir).
     supervise: bool = True
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
     on_restart: Callable[[str], None] | None = None  # told each exit and restart (default: log)
-    procs: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
 
     def __post_init__(self):
+        self.store_data_dir = self.store_data_dir or str(pathlib.Path(self.data_dir) / "kv")
         self.store_port = self.store_port or free_port(self.host)
-        self.worker_port = self.worker_port or free_port(self.host)
+        names = self.worker_names()
+        self.worker_ports = [self.worker_port or free_port(self.host)] + [
+            free_port(self.host) for _ in names[1:]]
+        self.worker_port = self.worker_ports[0]
         self.scheduler_port = self.scheduler_port or free_port(self.host)
         self.gateway_port = self.gateway_port or free_port(self.host)
         self.metrics_ports = {name: (self.metrics_port_base + i if self.metrics_port_base
                                      else free_port(self.host)) if self.metrics else 0
-                              for i, name in enumerate(("store", "worker", "scheduler"))}
-        self._commands: dict[str, tuple[list[str], dict[str, str]]] = {}
+                              for i, name in enumerate(("store", *names, "scheduler"))}
+        self.services: dict[str, ServiceProcess] = {}
         self.supervisor: Supervisor | None = None
+
+    def worker_names(self) -> list[str]:
+        return ["worker"] if self.workers == 1 else [f"worker{i}" for i in range(self.workers)]
+
+    @property
+    def procs(self) -> list[tuple[str, subprocess.Popen]]:
+        """(name, process) of every service running, in start order."""
+        return [(n, s.proc) for n, s in self.services.items() if s.proc is not None]
 
     @property
     def tls(self) -> TLSFiles | None:
         """What a client of this deployment's gRPC services needs (None: plaintext)."""
         return TLSFiles.from_dir(self.tls_dir) if self.tls_dir else None
-
-    def _security_args(self) -> list[str]:
-        tls = self.tls
-        return ["--tls-cert", tls.cert, "--tls-key", tls.key, "--tls-ca", tls.ca] if tls else []
 
     @property
     def run_dir(self) -> pathlib.Path:
@@ -147,6 +121,10 @@ class LocalDeployment:
         return f"{self.host}:{self.worker_port}"
 
     @property
+    def worker_targets(self) -> list[str]:
+        return [f"{self.host}:{p}" for p in self.worker_ports]
+
+    @property
     def scheduler_target(self) -> str:
         return f"{self.host}:{self.scheduler_port}"
 
@@ -158,60 +136,51 @@ class LocalDeployment:
     @property
     def metrics_urls(self) -> dict[str, str]:
         urls = {n: f"http://{self.host}:{p}/metrics" for n, p in self.metrics_ports.items() if p}
-        return {**urls, "gateway": f"http://{self.host}:{self.gateway_port}/metrics"}
+        return {**urls, "gateway": f"http://{self.host}:{self.gateway_port}/metrics"} \
+            if self.gateway else urls
 
     def _metrics_args(self, name: str) -> list[str]:
         port = self.metrics_ports[name]
         return ["--metrics-listen", f"{self.host}:{port}"] if port else []
 
-    def _spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> None:
-        env = {**os.environ, "RAY_AUTH_MODE": "disabled", **self.extra_env, **(env or {})}
-        args = [*args, "--cluster-token-file", self.token_file, *self._security_args(),
-                *self.extra_args.get(name, [])]
-        self._commands[name] = ([sys.executable, "-m", "services.cli.main", "serve", name, *args], env)
-        self.procs.append((name, self._launch(name)))
+    def _settings(self) -> list[tuple[str, str, int, dict]]:
+        """(name, kind, port, config field values) of every service, in start order."""
+        store = {"data_dir": self.store_data_dir, "dram_bytes": self.dram_bytes,
+                 "ssd_bytes": self.ssd_bytes, "eviction": self.eviction}
+        worker = {"store": self.store_target if self.use_store else "", "model": self.model,
+                  "default_max_tokens": self.default_max_tokens}
+        scheduler = {"store": self.scheduler_store or self.store_target,
+                     "workers": self.worker_targets, "policy": self.policy}
+        return [("store", "store", self.store_port, store),
+                *((n, "worker", p, worker) for n, p in zip(self.worker_names(),
+                                                           self.worker_ports)),
+                ("scheduler", "scheduler", self.scheduler_port, scheduler),
+                *([("gateway", "gateway", self.gateway_port,
+                    {"scheduler": self.scheduler_target})] if self.gateway else [])]
 
-    def _launch(self, name: str) -> subprocess.Popen:
-        """Start (or restart) a service with the command it was first given."""
-        command, env = self._commands[name]
-        logs = private_dir(pathlib.Path(self.data_dir) / "logs")
-        out = private_file(logs / f"{name}.log") if self.quiet else None
-        try:
-            return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT if out else
-                                    None, env=env, start_new_session=True)
-        finally:
-            if out is not None:
-                out.close()  # the child has its own copy
-
-    def _relaunch(self, name: str) -> subprocess.Popen:
-        proc = self._launch(name)
-        self.procs[:] = [(n, proc if n == name else p) for n, p in self.procs]
-        return proc
+    def _service(self, name: str, kind: str, port: int, values: dict) -> ServiceProcess:
+        tls = self.tls
+        args = [*config_flags(CONFIGS[kind], listen=f"{self.host}:{port}", **values,
+                              cluster_token_file=self.token_file),
+                *(config_flags(CONFIGS[kind], tls_cert=tls.cert, tls_key=tls.key, tls_ca=tls.ca)
+                  if tls else []),
+                *(self._metrics_args(name) if kind != "gateway" else
+                  model_flags(self.model, self.served_model_name)),
+                *self.extra_args.get(kind, [])]
+        env = {**self.extra_env}
+        if kind == "gateway" and self.gateway_api_keys:
+            env["BIDAW_GATEWAY_API_KEYS"] = self.gateway_api_keys
+        return ServiceProcess(name, kind, args, self.host, port,
+                              private_dir(pathlib.Path(self.data_dir) / "logs") / f"{name}.log",
+                              env, self.quiet)
 
     def start(self, timeout: float = 180.0) -> "LocalDeployment":
         self._write_token()
         try:
-            self._spawn("store", ["--listen", self.store_target, "--data-dir",
-                                  str(pathlib.Path(self.data_dir) / "kv"), "--dram-bytes",
-                                  str(self.dram_bytes), "--ssd-bytes", str(self.ssd_bytes),
-                                  "--eviction", self.eviction, *self._metrics_args("store")])
-            self._wait("store", self.store_target, timeout)
-            self._spawn("worker", ["--listen", self.worker_target, "--store",
-                                   self.store_target if self.use_store else "",
-                                   "--model", self.model, "--default-max-tokens",
-                                   str(self.default_max_tokens), *self._metrics_args("worker")])
-            self._wait("worker", self.worker_target, timeout)
-            self._spawn("scheduler", ["--listen", self.scheduler_target, "--store",
-                                      self.store_target, "--workers", self.worker_target,
-                                      "--policy", self.policy,
-                                      *self._metrics_args("scheduler")])
-            self._wait("scheduler", self.scheduler_target, timeout)
-            self._spawn("gateway", ["--listen", f"{self.host}:{self.gateway_port}",
-                                    "--scheduler", self.scheduler_target,
-                                    *model_flags(self.model, self.served_model_name)],
-                        {"BIDAW_GATEWAY_API_KEYS": self.gateway_api_keys} if self.gateway_api_keys
-                        else None)
-            self._wait("gateway", "", timeout)
+            for name, kind, port, values in self._settings():
+                self.services[name] = svc = self._service(name, kind, port, values)
+                svc.launch()
+                svc.wait_ready(timeout, self.tls)
             if self.supervise:
                 self.supervisor = Supervisor(self._relaunch, self.restart_policy,
                                              self.on_restart)
@@ -223,34 +192,27 @@ class LocalDeployment:
             raise
         return self
 
-    def _wait(self, name: str, target: str, timeout: float) -> None:
-        proc = dict(self.procs)[name]
-        try:
-            if name == "gateway":
-                wait_http(f"http://{self.host}:{self.gateway_port}/health", timeout,
-                          alive=lambda: proc.poll() is None)
-            else:
-                wait_healthy(target, timeout, alive=lambda: proc.poll() is None,
-                             tls=self.tls)
-        except TimeoutError:
-            log = pathlib.Path(self.data_dir) / "logs" / f"{name}.log"
-            tail = log.read_text()[-3000:] if log.exists() else ""
-            raise RuntimeError(f"{name} did not become healthy at {target}\n{tail}") from None
+    def _relaunch(self, name: str) -> subprocess.Popen:
+        return self.services[name].launch()
+
+    def kill9(self, name: str, group: bool = True) -> None:
+        """SIGKILL service `name` (with `group`: and everything it started, e.g. its Ray)."""
+        self.services[name].kill9(group)
+
+    def restart(self, name: str, timeout: float = 240.0) -> None:
+        """Start service `name` again with its flags, port and data directory (unsupervised)."""
+        svc = self.services[name]
+        svc.launch()
+        svc.wait_ready(timeout, self.tls)
 
     def stop(self, timeout: float = 20.0) -> None:
         if self.supervisor is not None:  # first: nothing stopped on purpose is restarted
             self.supervisor.stop()
             self.supervisor = None
-        for _, proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for _, proc in reversed(self.procs):
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        self.procs.clear()
+        for svc in reversed(self.services.values()):
+            svc.terminate()
+        for svc in reversed(self.services.values()):
+            svc.reap(timeout)
 
     def __enter__(self) -> "LocalDeployment":
         return self.start()

@@ -26,6 +26,31 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
+# The process-wide token ("": none; servers then check nothing), installed once at start and
+# used by every Server and channel that is not given one (services/runtime/grpc_util.py).
+_token = ""
+
+
+def configure_token(token: str) -> None:
+    """Use `token` for every Server and channel of this process from now on (services read it
+    from --cluster-token/--cluster-token-file at start; launchers from the file they made)."""
+    global _token
+    _token = token or ""
+
+
+def cluster_token() -> str:
+    """The process-wide cluster token ("" when none)."""
+    return _token
+
+
+def ensure_token() -> str:
+    """The process-wide token, made (random) and installed first if there is none: for a
+    launcher that starts services and then calls them itself (bidaw up, tests, chaos)."""
+    if not _token:
+        configure_token(new_token())
+    return _token
+
+
 def write_token_file(path: str, token: str | None = None, *, overwrite: bool = False) -> str:
     """Write `token` (a new one by default) to `path`, mode 0600 from the start (never readable
     by others, not even briefly); FileExistsError unless `overwrite`. Returns the token."""

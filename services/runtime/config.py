@@ -45,14 +45,45 @@ def _convert(field: dataclasses.Field, hint: typing.Any, raw: typing.Any) -> typ
     return raw if raw is None else str(raw)
 
 
+def field_default(cls: type, name: str) -> typing.Any:
+    """The default of field `name` of config dataclass `cls` (the one place it is written)."""
+    field = next((f for f in dataclasses.fields(cls) if f.name == name), None)
+    if field is None:
+        raise ValueError(f"{cls.__name__} has no field {name!r}")
+    return field.default if field.default is not dataclasses.MISSING else field.default_factory()
+
+
+def field_help(cls: type, name: str) -> str:
+    """Field `name`'s help text, ending with its default (a size in binary units)."""
+    field = next(f for f in dataclasses.fields(cls) if f.name == name)
+    default = field_default(cls, name)
+    if name.endswith("_bytes") and isinstance(default, int) and default:
+        unit = next((u for u in ("TiB", "GiB", "MiB", "KiB") if default % _UNITS[u.lower()] == 0),
+                    "")
+        default = f"{default // _UNITS[unit.lower()]}{unit}" if unit else default
+    return f"{field.metadata.get('help', '')} (default: {default})"
+
+
+def config_flags(cls: type, **values: typing.Any) -> list[str]:
+    """The flags that give config `cls` these field values (what a launcher passes to
+    `bidaw serve`); ValueError for a name that is not one of its fields."""
+    flags = []
+    for name, value in values.items():
+        field_default(cls, name)  # a field of cls, or ValueError
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, (list, tuple)):
+            value = ",".join(map(str, value))
+        flags += [_flag(name), str(value)]
+    return flags
+
+
 def add_config_args(parser: argparse.ArgumentParser, cls: type) -> None:
     """Add one flag per field of the config dataclass `cls`, plus `--config FILE.yaml`."""
     parser.add_argument("--config", metavar="FILE", help="YAML file with the same keys as the flags")
     for field in dataclasses.fields(cls):
-        help_text = field.metadata.get("help", "")
-        default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
         parser.add_argument(_flag(field.name), dest=f"cfg_{field.name}", default=None,
-                            metavar=field.name.upper(), help=f"{help_text} (default: {default})")
+                            metavar=field.name.upper(), help=field_help(cls, field.name))
 
 
 def load_config(cls: type, args: argparse.Namespace | None = None, env_prefix: str = "",

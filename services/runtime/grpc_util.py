@@ -1,5 +1,9 @@
 """gRPC bootstrap shared by every service: servers with health checking, channels, limits,
-keepalives, and the cluster token on every internal call (services/runtime/cluster_auth.py)."""
+keepalives, and the cluster token on every internal call (services/runtime/cluster_auth.py).
+
+The top of services/runtime's import graph for gRPC: it builds on tls.py (credentials, the
+process-wide TLS), cluster_auth.py (the token interceptors, the process-wide token) and
+tracing.py (span interceptors); none of them imports it."""
 from __future__ import annotations
 
 import os
@@ -9,9 +13,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from services.runtime import tracing
-from services.runtime.cluster_auth import TokenCheck, TokenSender, aio_senders
+from services.runtime.cluster_auth import TokenCheck, TokenSender, aio_senders, cluster_token
 from services.runtime.rpc_errors import GUARD
-from services.runtime.tls import TLSFiles, TLSMaterial, load as load_tls
+from services.runtime.tls import TLSFiles, TLSMaterial, load as load_tls, process_material
+# Re-exported: callers outside services/runtime install the process-wide settings through here.
+from services.runtime.cluster_auth import configure_token, ensure_token  # noqa: F401,E402
+from services.runtime.tls import configure_tls, tls_files  # noqa: F401,E402
 
 # KV moves in chunks of at most 2 MiB; the 4 MiB default message limit stays as it is.
 CHUNK_BYTES = 2 << 20
@@ -54,53 +61,15 @@ def server_options() -> list[tuple[str, int]]:
         ("grpc.http2.max_ping_strikes", 2),
     ]
 
-# The process-wide TLS setting, installed once at start (configure_tls) and used by every Server
-# and channel() that is not given one: the services then need no TLS plumbing of their own.
-PROCESS = object()  # the `tls=` default: use the process-wide setting
-_tls: TLSMaterial | None = None
-_tls_files: TLSFiles | None = None
-_token = ""  # the process-wide cluster token ("" : none; servers then check nothing)
-
-
-def configure_token(token: str) -> None:
-    """Use `token` for every Server and channel of this process from now on (services read it
-    from --cluster-token/--cluster-token-file at start; launchers from the file they made)."""
-    global _token
-    _token = token or ""
-
-
-def cluster_token() -> str:
-    """The process-wide cluster token ("" when none)."""
-    return _token
-
-
-def ensure_token() -> str:
-    """The process-wide token, made (random) and installed first if there is none: for a
-    launcher that starts services and then calls them itself (bidaw up, tests, chaos)."""
-    from services.runtime.cluster_auth import new_token
-
-    if not _token:
-        configure_token(new_token())
-    return _token
-
-
-def configure_tls(files: TLSFiles | None, *, server: bool = True) -> None:
-    """Check `files` and use them for every Server and channel of this process from now on
-    (None: plaintext). `server`: this process serves, so it needs a cert and key, and a CA
-    given means mTLS. TLSConfigError (naming the flag) when they cannot work."""
-    global _tls, _tls_files
-    _tls = load_tls(files, server=server) if files is not None and files.enabled else None
-    _tls_files = files if _tls is not None else None
-
-
-def tls_files() -> TLSFiles | None:
-    """The process-wide TLS files (for a child process, e.g. the Ray engine actor)."""
-    return _tls_files
+# The `tls=`/`token=` default of every Server and channel: the process-wide setting that
+# configure_tls (services/runtime/tls.py) and configure_token (cluster_auth.py) installed at start,
+# so the services need no TLS or token plumbing of their own.
+PROCESS = object()
 
 
 def _material(tls, server: bool) -> TLSMaterial | None:
     if tls is PROCESS:
-        return _tls
+        return process_material()
     if isinstance(tls, TLSFiles):
         return load_tls(tls, server=server) if tls.enabled else None
     return tls  # a TLSMaterial or None (plaintext)
@@ -116,8 +85,7 @@ class Server:
         """`token`: the cluster token every call but the health service's must carry (the
         process-wide one by default; "" or None: none checked)."""
         self.name = name
-        token = _token if token is PROCESS else token
-        self.authenticated = bool(token)
+        token = cluster_token() if token is PROCESS else token
         # The check comes first: an unauthenticated call reaches no handler and no tracing.
         guard = (TokenCheck(token),) if token else ()
         self.max_concurrent_rpcs = max_concurrent_rpcs

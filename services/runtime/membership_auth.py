@@ -5,7 +5,7 @@ that merely reaches the scheduler cannot add itself as a worker nor remove real 
 """
 from __future__ import annotations
 
-from services.runtime.cluster_auth import METADATA_KEY  # noqa: F401 - the metadata key, for callers and tests
+from services.runtime.cluster_auth import METADATA_KEY, cluster_token
 
 _resolved: dict[tuple[str, str], str] = {}
 
@@ -56,9 +56,7 @@ def require_token(config, service: str) -> str:
 
 def server_token(config):
     """What a service's Server checks: its config's token, else the process-wide one."""
-    from services.runtime.grpc_util import PROCESS
-
-    return config_token(config) or PROCESS
+    return config_token(config) or cluster_token()
 
 
 def call_metadata(token: str) -> tuple[tuple[str, str], ...] | None:

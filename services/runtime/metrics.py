@@ -19,7 +19,6 @@ log = logging.getLogger("bidaw.metrics")
 
 # Seconds: from a sub-millisecond queue wait to a multi-minute long answer.
 LATENCY_BUCKETS = (.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 25, 60, 120, 300)
-BYTES_BUCKETS = tuple(2 ** i for i in range(16, 36, 2))  # 64 KiB .. 16 GiB
 
 # -- turns (observed where a TurnSummary passes: gateway, scheduler, worker) ------------------
 TTFT = Histogram("bidaw_ttft_seconds", "Arrival at the scheduler to the first token, by the "

@@ -26,14 +26,6 @@ class BadRequest(ValueError):
     code = grpc.StatusCode.INVALID_ARGUMENT
 
 
-class OutOfRange(BadRequest):
-    code = grpc.StatusCode.OUT_OF_RANGE
-
-
-class TooLarge(BadRequest):
-    code = grpc.StatusCode.RESOURCE_EXHAUSTED
-
-
 class _Unparsable:
     """What a tolerant deserializer returns for bytes that are not the expected message."""
     __slots__ = ("reason",)

@@ -14,6 +14,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from services.runtime.cluster_auth import configure_token
+from services.runtime.membership_auth import resolve_token
+
 CERT_FILE, KEY_FILE, CA_FILE = "tls.crt", "tls.key", "ca.crt"  # as `bidaw certs` names them
 TOKEN_FILE_ENV = "BIDAW_CLUSTER_TOKEN_FILE"  # the client commands' --cluster-token-file
 
@@ -130,6 +133,30 @@ def load(files: TLSFiles, *, server: bool) -> TLSMaterial:
     return TLSMaterial(cert, key, ca, files.server_name, mutual=server and ca is not None)
 
 
+# The process-wide TLS setting (None: plaintext), installed once at start and used by every
+# Server and channel that is not given one (services/runtime/grpc_util.py).
+_process: TLSMaterial | None = None
+_process_files: TLSFiles | None = None
+
+
+def configure_tls(files: TLSFiles | None, *, server: bool = True) -> None:
+    """Check `files` and use them for every Server and channel of this process from now on
+    (None: plaintext). `server`: this process serves, so it needs a cert and key, and a CA
+    given means mTLS. TLSConfigError (naming the flag) when they cannot work."""
+    global _process, _process_files
+    _process = load(files, server=server) if files is not None and files.enabled else None
+    _process_files = files if _process is not None else None
+
+
+def process_material() -> TLSMaterial | None:
+    return _process
+
+
+def tls_files() -> TLSFiles | None:
+    """The process-wide TLS files (for a child process, e.g. the Ray engine actor)."""
+    return _process_files
+
+
 def add_client_args(parser, env_prefix: str = "BIDAW_CLIENT_TLS_") -> None:
     """--tls-dir/--tls-cert/--tls-key/--tls-ca for a command that only dials (chat, replay);
     each defaults to env <env_prefix>DIR/CERT/KEY/CA."""
@@ -149,9 +176,6 @@ def add_client_args(parser, env_prefix: str = "BIDAW_CLIENT_TLS_") -> None:
 def configure_client(args, command: str) -> None:
     """Install the TLS and cluster token of add_client_args' flags process-wide; SystemExit
     naming the flag."""
-    from services.runtime.grpc_util import configure_tls, configure_token
-    from services.runtime.membership_auth import resolve_token
-
     files = TLSFiles.from_dir(args.tls_dir) if args.tls_dir else TLSFiles()
     files = TLSFiles(args.tls_cert or files.cert, args.tls_key or files.key,
                      args.tls_ca or files.ca)

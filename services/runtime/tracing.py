@@ -191,9 +191,3 @@ def intercept_channel(channel: grpc.Channel) -> grpc.Channel:
 
     return grpc.intercept_channel(channel, ClientInterceptor(_tracer, UNTRACED_METHODS))
 
-
-def channel(target: str) -> grpc.Channel:
-    """A traced channel with the project's limits (services.runtime.grpc_util.channel already is one)."""
-    from services.runtime.grpc_util import channel as make
-
-    return make(target)

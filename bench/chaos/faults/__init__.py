@@ -1,4 +1,5 @@
-"""One module per fault. Each exposes NAME and a class `Fault` with:
+"""One module per fault, each a class `Fault` (listed by name in bench/chaos/runner.py's FAULTS, in
+ORDER; the registry lives there because every fault module imports BaseFault from here) with:
 - `setup(ctx)`: before the topology starts (flags, side processes such as Redis or a proxy);
 - `inject(ctx) -> int`: during the replay: inject the fault and recover from it (restart, heal),
   returning how many faults it injected;
@@ -11,8 +12,6 @@ never allowed), `ssd_snapshot` (KV on SSD before the fault must be there after i
 may fill a dict `checks` with what it measured (reported with the run's)."""
 from __future__ import annotations
 
-import importlib
-
 ORDER = ["store-kill", "worker-kill", "actor-kill", "scheduler-kill", "ssd-corrupt",
          "disk-full", "slow-disk", "redis-restart", "partition", "service-crash",
          "attacker", "long-wait"]
@@ -20,12 +19,6 @@ ORDER = ["store-kill", "worker-kill", "actor-kill", "scheduler-kill", "ssd-corru
 
 class NotRun(Exception):
     """Raised by `setup` when this machine cannot run the fault (the reason is reported)."""
-
-
-def load(name: str):
-    if name not in ORDER:
-        raise ValueError(f"unknown fault {name!r}; known: {', '.join(ORDER)}")
-    return importlib.import_module(f"bench.chaos.faults.{name.replace('-', '_')}").Fault()
 
 
 class BaseFault:

@@ -1,0 +1,149 @@
+"""One service of a local deployment as a child process: `bidaw serve KIND FLAGS` in a session of
+its own (so it and whatever it starts, e.g. Ray, can be signalled as a group), its output in a
+private log file, restartable with the same command (so on the same port and data directory)."""
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+from services.runtime.grpc_util import wait_healthy
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A free port below the kernel's ephemeral range (32768+) and above Ray's worker ports
+    (10002-19999), so nothing that binds port 0 meanwhile (Ray's own servers) can take it."""
+    import random
+
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise OSError("no free port in 20000-32000")
+
+
+def private_dir(path: pathlib.Path) -> pathlib.Path:
+    """`path` as a directory only its owner can enter (0700), made if missing."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
+def private_file(path: pathlib.Path):
+    """`path` opened for appending, mode 0600 (logs may quote prompts)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "ab")
+
+
+def wait_http(url: str, timeout: float, alive=lambda: True) -> None:
+    """Block until GET `url` answers 200; TimeoutError after `timeout` or once `alive()` fails."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2.0) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.monotonic() > deadline or not alive():
+            raise TimeoutError(f"{url} not healthy after {timeout:.0f}s")
+        time.sleep(0.2)
+
+
+@dataclass
+class ServiceProcess:
+    name: str  # "store", "worker0", ...: its log is logs/NAME.log
+    kind: str  # what `bidaw serve` runs: store, worker, scheduler or gateway
+    args: list[str]  # the flags; a fault may change them before a restart
+    host: str
+    port: int
+    log: pathlib.Path
+    env: dict[str, str] = field(default_factory=dict)
+    quiet: bool = True  # output to `log` (False: the terminal)
+    proc: subprocess.Popen | None = None
+
+    @property
+    def target(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def launch(self) -> subprocess.Popen:
+        """Start (or start again) `bidaw serve KIND` with the current flags."""
+        out = private_file(self.log) if self.quiet else None
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "services.cli.main", "serve", self.kind, *self.args],
+                stdout=out, stderr=subprocess.STDOUT if out else None,
+                env={**os.environ, "RAY_AUTH_MODE": "disabled", **self.env},
+                start_new_session=True)
+        finally:
+            if out is not None:
+                out.close()  # the child has its own copy
+        return self.proc
+
+    def wait_ready(self, timeout: float, tls=None) -> None:
+        """Until it serves (gRPC health, or the gateway's GET /health); RuntimeError with its
+        log's tail when it does not in `timeout` or dies first."""
+        try:
+            if self.kind == "gateway":
+                wait_http(f"http://{self.target}/health", timeout, alive=self.alive)
+            else:
+                wait_healthy(self.target, timeout, alive=self.alive, tls=tls)
+        except TimeoutError:
+            tail = self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+            raise RuntimeError(f"{self.name} did not become healthy at {self.target}\n"
+                               f"{tail}") from None
+
+    def kill9(self, group: bool = True) -> None:
+        """SIGKILL: the process (and, with `group`, everything it started, e.g. its Ray)."""
+        if not self.alive():
+            return
+        try:
+            if group:
+                os.killpg(self.pid, signal.SIGKILL)
+            else:
+                os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+    def terminate(self) -> None:
+        """SIGTERM (a clean leave), after SIGCONT in case a fault left it stopped."""
+        if self.alive():
+            try:
+                os.kill(self.pid, signal.SIGCONT)
+                self.proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    def reap(self, timeout: float) -> None:
+        """Wait up to `timeout` for it to exit, then SIGKILL whatever is left of its group."""
+        if self.proc is None:
+            return
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        try:  # whatever it left behind (Ray) goes too
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        self.proc = None
