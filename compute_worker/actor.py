@@ -38,7 +38,8 @@ def resolve_format(name: str, config) -> int:
 def _configure_process(config: EngineConfig) -> None:
     import torch
 
-    from services.runtime.grpc_util import configure_tls, configure_token
+    from services.runtime.cluster_auth import configure_token
+    from services.runtime.tls import configure_tls
     from services.runtime.malloc import tune as tune_malloc
 
     tune_malloc()  # before the model and KV buffers are allocated (services/runtime/malloc.py)

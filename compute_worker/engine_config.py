@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.runtime.grpc_util import cluster_token, tls_files
+from services.runtime.cluster_auth import cluster_token
+from services.runtime.tls import tls_files
 from services.runtime.membership_auth import config_token
 from services.runtime.tls import TLSFiles
 

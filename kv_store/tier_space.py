@@ -54,12 +54,15 @@ class TierSpace:
             return True
         now = time.monotonic()
         exclude = self.leases.held(now) | keep | self.writer.keys() | self.signals.waiting(now)
-        return self.dram.make_room(need, now, exclude, on_evict=self._evicted_from_dram)
-
-    def _evicted_from_dram(self, session_id: str) -> None:
-        self.counters.dram_evictions += 1
-        metrics.EVICTIONS.labels("dram").inc()
-        self.events.publish(self.index.location(session_id))
+        evicted = []
+        room = self.dram.make_room(need, now, exclude, on_evict=evicted.append)
+        if evicted:  # per victim: the policy's choice and freeing its pages
+            metrics.EVICTION_DECISION.observe((time.monotonic() - now) / len(evicted))
+        for session_id in evicted:
+            self.counters.dram_evictions += 1
+            metrics.EVICTIONS.labels("dram").inc()
+            self.events.publish(self.index.location(session_id))
+        return room
 
     def dram_segments(self, session_id: str, start_token: int,
                       nbytes: int) -> list[Segment] | None:

@@ -414,9 +414,9 @@ def test_reference_checker_catches(breakage, expected):
 # -- configuration reaches real config fields -------------------------------------------------------
 
 def _services():
-    from services.cli.serve import SERVICES, _load
+    from services.cli.serve import SERVICES
 
-    return {prefix: (name, _load(ref)) for name, (ref, _, prefix, _) in SERVICES.items()}
+    return {svc.env_prefix: (name, svc.config) for name, svc in SERVICES.items()}
 
 
 def bidaw_command(container: dict) -> list[str] | None:

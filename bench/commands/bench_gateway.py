@@ -150,7 +150,7 @@ def _echo_gateway(env: dict[str, str] | None = None):
     import tempfile
 
     from services.runtime.cluster_auth import write_token_file
-    from services.runtime.grpc_util import ensure_token
+    from services.runtime.cluster_auth import ensure_token
     from services.launch.launcher import free_port, wait_http
 
     token = ensure_token()  # before the echo scheduler: it checks the token, the gateway sends it

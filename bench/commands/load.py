@@ -78,7 +78,7 @@ def run(args) -> int:
                      turn_timeout_s=args.turn_timeout, api_key=args.api_key)
     if args.target:
         if args.cluster_token_file:
-            from services.runtime.grpc_util import configure_token
+            from services.runtime.cluster_auth import configure_token
             from services.runtime.membership_auth import resolve_token
 
             try:

@@ -16,9 +16,6 @@ from services.runtime import tracing
 from services.runtime.cluster_auth import TokenCheck, TokenSender, aio_senders, cluster_token
 from services.runtime.rpc_errors import GUARD
 from services.runtime.tls import TLSFiles, TLSMaterial, load as load_tls, process_material
-# Re-exported: callers outside services/runtime install the process-wide settings through here.
-from services.runtime.cluster_auth import configure_token, ensure_token  # noqa: F401,E402
-from services.runtime.tls import configure_tls, tls_files  # noqa: F401,E402
 
 # KV moves in chunks of at most 2 MiB; the 4 MiB default message limit stays as it is.
 CHUNK_BYTES = 2 << 20
