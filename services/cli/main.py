@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _interrupt(signum, frame):
+def _interrupt(*_signal):
     raise KeyboardInterrupt
 
 

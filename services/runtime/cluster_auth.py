@@ -74,7 +74,7 @@ def token_matches(metadata, expected: str) -> bool:
 
 # -- server side ----------------------------------------------------------------------------
 
-def _refuse(request_or_iterator, context):
+def _refuse(_request, context):
     context.abort(grpc.StatusCode.UNAUTHENTICATED, REFUSAL)
 
 
