@@ -7,6 +7,7 @@ import threading
 import time
 
 from kv_store import errors
+from kv_store.path_parts import PathParts
 from kv_store.events import EventHub
 from kv_store.leases import Leases
 from kv_store.persist import Persister
@@ -22,21 +23,8 @@ from kv_store.tiers.ssd_writer import OrderedWriter
 
 
 class ReadPath:
-    def __init__(self, index: SessionIndex, dram: DramTier, space: TierSpace,
-                 persister: Persister, writer: OrderedWriter, leases: Leases,
-                 counters: StoreCounters, events: EventHub, lock: threading.RLock,
-                 session_locks: SessionLocks, lease_seconds: float):
-        self.index = index
-        self.dram = dram
-        self.space = space
-        self.persister = persister
-        self.writer = writer
-        self.leases = leases
-        self.counters = counters
-        self.events = events
-        self._lock = lock
-        self._session_lock = session_locks
-        self.lease_seconds = lease_seconds
+    def __init__(self, parts: PathParts):
+        self.parts = parts
         self._holds: dict[str, ReadHandle] = {}  # shm read lease -> the regions it keeps
         # session -> pin taken when its promotion landed: the load was asked for by a queued
         # turn, so the KV stays in DRAM until that turn reads it (or the pin expires).
@@ -48,91 +36,91 @@ class ReadPath:
         check_session_id(session_id)
         if max_tokens < 0:
             raise errors.invalid("max_tokens is negative")
-        self.index.refresh(session_id)
-        with self._lock:  # the turn a promotion was for is reading: its pin has done its job
+        self.parts.index.refresh(session_id)
+        with self.parts.lock:  # the turn a promotion was for is reading: its pin has done its job
             hold = self._promoted.pop(session_id, None)
             if hold is not None:
-                self.leases.release(hold)
+                self.parts.leases.release(hold)
         while True:
             handle = self._read_dram(session_id, max_tokens)
             if handle is not None:
                 return handle
-            with self._session_lock(session_id):
+            with self.parts.session_locks(session_id):
                 handle = self._read_dram(session_id, max_tokens)  # loaded while we waited
                 if handle is not None:
                     return handle
-                if not self.writer.busy(session_id):
+                if not self.parts.writer.busy(session_id):
                     return self._load_from_ssd(session_id, max_tokens, admit=True)
-            self.writer.wait(session_id)  # its SSD copy is on the way: read it once it is
+            self.parts.writer.wait(session_id)  # its SSD copy is on the way: read it once it is
 
     def _read_dram(self, session_id: str, max_tokens: int) -> ReadHandle | None:
-        with self._lock:
-            meta = self.index.metas.get(session_id)
+        with self.parts.lock:
+            meta = self.parts.index.metas.get(session_id)
             if meta is None:
-                self.counters.misses += 1
+                self.parts.counters.misses += 1
                 raise errors.not_found(f"no KV stored for session {session_id!r}")
-            if session_id not in self.dram:
+            if session_id not in self.parts.dram:
                 return None
             want = meta.num_tokens if max_tokens == 0 else min(max_tokens, meta.num_tokens)
-            self.counters.dram_hits += 1
-            self.dram.touch(session_id, time.monotonic())
+            self.parts.counters.dram_hits += 1
+            self.parts.dram.touch(session_id, time.monotonic())
             served = SessionMeta(session_id, meta.format, meta.bytes_per_token, meta.model,
                                  meta.token_ids[:want])
-            pieces = self.dram.pieces(session_id, served.num_bytes)
-            return ReadHandle(served, Tier.DRAM, shm=pieces, arena=self.dram.arena,
-                              on_release=lambda: self.space.release_pieces(pieces))
+            pieces = self.parts.dram.pieces(session_id, served.num_bytes)
+            return ReadHandle(served, Tier.DRAM, shm=pieces, arena=self.parts.dram.arena,
+                              on_release=lambda: self.parts.space.release_pieces(pieces))
 
     def _load_from_ssd(self, session_id: str, max_tokens: int, admit: bool) -> ReadHandle:
         """Read the session file (verified) into a new DRAM segment, or aligned memory when
         DRAM has no room; the caller holds the session lock."""
         for _ in range(3):
-            got = self.persister.read_session(session_id, admit)
+            got = self.parts.persister.read_session(session_id, admit)
             if got is not None:
                 break
         else:
             raise errors.unavailable(f"session {session_id!r} kept changing while read")
         result, segments, buffer, version = got
         log_ = result.log
-        with self._lock:
+        with self.parts.lock:
             if log_.meta is None:
-                self.counters.misses += 1
+                self.parts.counters.misses += 1
                 if segments:
-                    self.space.release_segments(segments)
+                    self.parts.space.release_segments(segments)
                 raise errors.not_found(f"KV of session {session_id!r} failed its checksum "
                                        "and was dropped; recompute")
-            self.counters.ssd_hits += 1
-            self.counters.ssd_bytes_read += result.valid_end
-            self.index.touch_ssd(session_id)
+            self.parts.counters.ssd_hits += 1
+            self.parts.counters.ssd_bytes_read += result.valid_end
+            self.parts.index.touch_ssd(session_id)
             served = log_.meta.copy()
-            if segments and self.index.versions.get(session_id) == version \
-                    and not self.writer.busy(session_id):
-                self.dram.put(session_id, _image_pieces(segments, log_.pieces), time.monotonic())
+            if segments and self.parts.index.versions.get(session_id) == version \
+                    and not self.parts.writer.busy(session_id):
+                self.parts.dram.put(session_id, _image_pieces(segments, log_.pieces), time.monotonic())
             log_.cut(served.num_tokens if max_tokens == 0 else max_tokens)
             served.token_ids = log_.meta.token_ids
             if segments:
                 pieces = _image_pieces(segments, log_.pieces)
                 for piece in pieces:
-                    self.dram.arena.ref(piece.segment)
-                self.space.release_segments(segments)  # the creators' references
-                handle = ReadHandle(served, Tier.SSD, shm=pieces, arena=self.dram.arena,
-                                    on_release=lambda: self.space.release_pieces(pieces))
+                    self.parts.dram.arena.ref(piece.segment)
+                self.parts.space.release_segments(segments)  # the creators' references
+                handle = ReadHandle(served, Tier.SSD, shm=pieces, arena=self.parts.dram.arena,
+                                    on_release=lambda: self.parts.space.release_pieces(pieces))
             else:
                 handle = ReadHandle(served, Tier.SSD, buffer=buffer,
                                     spans=[(p.offset, p.length) for p in log_.pieces])
-            loc = self.index.location(session_id)
-        self.events.publish(loc)
+            loc = self.parts.index.location(session_id)
+        self.parts.events.publish(loc)
         return handle
 
     def open_shm_read(self, session_id: str, max_tokens: int,
                       lease_seconds: float) -> tuple[ReadHandle, str]:
         """A read whose bytes stay in shared memory for a co-located worker, under a lease that
         keeps its regions until released or expired."""
-        with self._lock:
-            need = 0 if session_id in self.dram else self.index.ssd.file_bytes.get(session_id, 0)
-            too_big = need > self.dram.capacity
+        with self.parts.lock:
+            need = 0 if session_id in self.parts.dram else self.parts.index.ssd.file_bytes.get(session_id, 0)
+            too_big = need > self.parts.dram.capacity
             # Make room before reading: a read that lands outside shared memory would be read
             # from the SSD a second time by the stream the worker falls back to.
-            no_room = not too_big and need > 0 and not self.space.make_room(need,
+            no_room = not too_big and need > 0 and not self.parts.space.make_room(need,
                                                                             keep={session_id})
         if too_big or no_room:  # say so before reading it: the stream will read it once
             raise errors.precondition(
@@ -144,19 +132,19 @@ class ReadPath:
             handle.release()
             raise errors.precondition(f"KV of session {session_id!r} does not fit in shared "
                                       "memory now; read it over the gRPC stream")
-        with self._lock:
-            lease_id = self.leases.acquire(session_id, time.monotonic(),
-                                           lease_seconds or self.lease_seconds, pin=False)
+        with self.parts.lock:
+            lease_id = self.parts.leases.acquire(session_id, time.monotonic(),
+                                           lease_seconds or self.parts.lease_seconds, pin=False)
             self._holds[lease_id] = handle
-            self.counters.shm_reads += 1
+            self.parts.counters.shm_reads += 1
         return handle, lease_id
 
     # -- holds (under the store lock) -------------------------------------------------------
 
     def hold_promoted(self, session_id: str, seconds: float) -> None:
         """Pin a promoted session in DRAM until its turn reads it, at most `seconds`."""
-        if self._promoted.get(session_id) not in self.leases:
-            self._promoted[session_id] = self.leases.acquire(session_id, time.monotonic(),
+        if self._promoted.get(session_id) not in self.parts.leases:
+            self._promoted[session_id] = self.parts.leases.acquire(session_id, time.monotonic(),
                                                              seconds)
 
     def release_hold(self, lease_id: str) -> None:
@@ -165,7 +153,7 @@ class ReadPath:
             handle.release()
 
     def drop_expired_holds(self) -> None:
-        for lease_id in [lid for lid in self._holds if lid not in self.leases]:
+        for lease_id in [lid for lid in self._holds if lid not in self.parts.leases]:
             self._holds.pop(lease_id).release()
 
     def close(self) -> None:

@@ -36,6 +36,7 @@ from kv_store.leases import Leases
 from kv_store.persist import Persister
 from kv_store.promoter import Promoter
 from kv_store.promotions import Promotions
+from kv_store.path_parts import PathParts
 from kv_store.read_path import ReadPath
 from kv_store.session_index import SessionIndex
 from kv_store.store_state import SessionLocks, StoreCounters, Tier, check_session_id
@@ -85,10 +86,10 @@ class KVStore:
                           self._lock)
         persister = Persister(self.ssd, self.catalog, self.index, space, self.counters,
                               self._lock)
-        paths = (self.index, self.dram, space, persister, self.writer, self.leases,
-                 self.counters, self.events, self._lock, locks, config.lease_seconds)
-        self.reads = ReadPath(*paths)
-        self.writes = WritePath(*paths)
+        parts = PathParts(self.index, self.dram, space, persister, self.writer, self.leases,
+                          self.counters, self.events, self._lock, locks, config.lease_seconds)
+        self.reads = ReadPath(parts)
+        self.writes = WritePath(parts)
         self.promotions = Promotions(self.index, self.reads, space, self.promoter, self.events,
                                      self._lock, config.promotion_hold_seconds)
         self.promoter.start(self.promotions.load)

@@ -9,6 +9,7 @@ import time
 from concurrent.futures import CancelledError, Future
 
 from kv_store import errors
+from kv_store.path_parts import PathParts
 from kv_store.events import EventHub, Location
 from kv_store.leases import Leases
 from kv_store.persist import Persister
@@ -22,29 +23,16 @@ from kv_store.tiers.ssd_writer import OrderedWriter
 
 
 class WritePath:
-    def __init__(self, index: SessionIndex, dram: DramTier, space: TierSpace,
-                 persister: Persister, writer: OrderedWriter, leases: Leases,
-                 counters: StoreCounters, events: EventHub, lock: threading.RLock,
-                 session_locks: SessionLocks, lease_seconds: float):
-        self.index = index
-        self.dram = dram
-        self.space = space
-        self.persister = persister
-        self.writer = writer
-        self.leases = leases
-        self.counters = counters
-        self.events = events
-        self._lock = lock
-        self._session_lock = session_locks
-        self.lease_seconds = lease_seconds
+    def __init__(self, parts: PathParts):
+        self.parts = parts
         # prepared co-located write: region name -> (session, payload, lease)
         self._prepared: dict[str, tuple[str, Payload, str]] = {}
 
     def new_payload(self, session_id: str, start_token: int, nbytes: int) -> Payload:
         """Memory for a write's bytes: DRAM segments when the tier will keep them."""
-        with self._lock:
-            segments = self.space.dram_segments(session_id, start_token, nbytes)
-        return Payload(nbytes, self.dram.arena, segments) if segments else Payload(nbytes)
+        with self.parts.lock:
+            segments = self.parts.space.dram_segments(session_id, start_token, nbytes)
+        return Payload(nbytes, self.parts.dram.arena, segments) if segments else Payload(nbytes)
 
     def prepare_shm_write(self, session_id: str, start_token: int, nbytes: int,
                           lease_seconds: float) -> tuple[str, list[ShmPiece]]:
@@ -53,29 +41,29 @@ class WritePath:
         check_session_id(session_id)
         if nbytes <= 0:
             raise errors.invalid("num_bytes must be positive")
-        with self._lock:
-            segments = self.space.dram_segments(session_id, start_token, nbytes)
+        with self.parts.lock:
+            segments = self.parts.space.dram_segments(session_id, start_token, nbytes)
             if segments is None:
                 raise errors.exhausted("this write cannot go to shared memory now (no room, or "
                                        "the session is not in DRAM); send it over the stream")
-            lease_id = self.leases.acquire(session_id, time.monotonic(),
-                                           lease_seconds or self.lease_seconds, pin=False)
-            payload = Payload(nbytes, self.dram.arena, segments)
+            lease_id = self.parts.leases.acquire(session_id, time.monotonic(),
+                                           lease_seconds or self.parts.lease_seconds, pin=False)
+            payload = Payload(nbytes, self.parts.dram.arena, segments)
             self._prepared[segments[0].name] = (session_id, payload, lease_id)
             return segments[0].name, payload.pieces()
 
     def take_prepared(self, region: str, session_id: str, nbytes: int) -> Payload:
-        with self._lock:
+        with self.parts.lock:
             entry = self._prepared.pop(region, None)
             if entry is None:
                 raise errors.precondition(f"no prepared region {region!r} (expired?)")
             owner, payload, lease_id = entry
-            self.leases.release(lease_id)
+            self.parts.leases.release(lease_id)
             if owner != session_id or payload.nbytes != nbytes:
-                payload.release(self.dram.arena.unref)
+                payload.release(self.parts.dram.arena.unref)
                 raise errors.invalid(f"region {region!r} was prepared for {payload.nbytes} "
                                      f"bytes of session {owner!r}")
-            self.counters.shm_writes += 1
+            self.parts.counters.shm_writes += 1
             return payload
 
     def write(self, session_id: str, start_token: int, token_ids: list[int], format: int,
@@ -85,12 +73,12 @@ class WritePath:
         Returns the session's location and whether the write is durable on SSD."""
         try:
             self._check_write(session_id, format, bytes_per_token, token_ids, payload.nbytes)
-            self.index.refresh(session_id)
+            self.parts.index.refresh(session_id)
         except errors.StoreError:
             self.release_payload(payload)
             raise
-        with self._session_lock(session_id):
-            with self._lock:
+        with self.parts.session_locks(session_id):
+            with self.parts.lock:
                 try:
                     base, same = self._write_base(session_id, start_token, format,
                                                   bytes_per_token, model)
@@ -101,19 +89,19 @@ class WritePath:
                                    base.token_ids[:start_token] + list(token_ids))
                 in_dram = self._apply_to_dram(session_id, same, start_token * bytes_per_token,
                                               payload)
-                self.index.record_write(session_id, meta)
-                fut = self.writer.submit(
+                self.parts.index.record_write(session_id, meta)
+                fut = self.parts.writer.submit(
                     session_id,
-                    lambda: self.persister.persist(session_id, start_token, list(token_ids),
+                    lambda: self.parts.persister.persist(session_id, start_token, list(token_ids),
                                                    format, bytes_per_token, model, payload),
                     on_cancel=lambda: self.release_payload(payload))
-                loc = self.index.location(session_id)
-            self.events.publish(loc)
+                loc = self.parts.index.location(session_id)
+            self.parts.events.publish(loc)
             if not wait_durable and in_dram:
                 return loc, False
             self._wait(fut)
-            with self._lock:
-                return self.index.location(session_id), True
+            with self.parts.lock:
+                return self.parts.index.location(session_id), True
 
     @staticmethod
     def _check_write(session_id: str, format: int, bytes_per_token: int, token_ids: list[int],
@@ -132,7 +120,7 @@ class WritePath:
     def _write_base(self, session_id: str, start_token: int, format: int, bytes_per_token: int,
                     model: str) -> tuple[SessionMeta, bool]:
         """The state a write builds on, and whether it extends the stored entry."""
-        old = self.index.metas.get(session_id)
+        old = self.parts.index.metas.get(session_id)
         if old is not None and not old.compatible(format, bytes_per_token, model) \
                 and start_token > 0:
             raise errors.precondition(f"session {session_id!r} holds KV of another model or "
@@ -151,16 +139,16 @@ class WritePath:
         """Put the write's segment into the session's DRAM entry; True if the entry holds the
         whole session afterwards."""
         if not payload.segments:
-            self.dram.drop(session_id)  # DRAM could not take the new bytes: SSD keeps it all
+            self.parts.dram.drop(session_id)  # DRAM could not take the new bytes: SSD keeps it all
             return False
         pieces = payload.pieces()
         now = time.monotonic()
-        if same_entry and session_id in self.dram:
-            self.dram.write_at(session_id, offset, pieces, now)
+        if same_entry and session_id in self.parts.dram:
+            self.parts.dram.write_at(session_id, offset, pieces, now)
             return True
-        self.dram.drop(session_id)
+        self.parts.dram.drop(session_id)
         if offset == 0:
-            self.dram.put(session_id, pieces, now)
+            self.parts.dram.put(session_id, pieces, now)
             return True
         return False
 
@@ -172,18 +160,18 @@ class WritePath:
                                  "dropped; look the session up and write again") from None
 
     def release_payload(self, payload: Payload) -> None:
-        self.space.release_payload(payload)
+        self.parts.space.release_payload(payload)
 
     # -- prepared regions (under the store lock) --------------------------------------------
 
     def drop_expired_prepared(self) -> None:
         for region, (_, payload, lease_id) in list(self._prepared.items()):
-            if lease_id not in self.leases:
+            if lease_id not in self.parts.leases:
                 del self._prepared[region]
-                payload.release(self.dram.arena.unref)
+                payload.release(self.parts.dram.arena.unref)
 
     def close(self) -> None:
         for _, payload, _ in self._prepared.values():
-            payload.release(self.dram.arena.unref)
+            payload.release(self.parts.dram.arena.unref)
         self._prepared.clear()
 

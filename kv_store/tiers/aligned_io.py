@@ -51,18 +51,22 @@ class DirectFile:
         self.fd = os.open(self.path, self.flags & ~(os.O_CREAT | os.O_TRUNC | os.O_EXCL))
         self.direct = False
 
+    def _io(self, call, buffers: list, offset: int) -> int:
+        """`call(fd, buffers, offset)`, once more without O_DIRECT if the kernel refuses it."""
+        try:
+            return call(self.fd, buffers, offset)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL or not self.direct:
+                raise
+        self._fallback()
+        return call(self.fd, buffers, offset)
+
     def pwrite_all(self, buffers: list, offset: int) -> int:
         """Write every buffer back to back at `offset`, retrying short writes."""
         views = [memoryview(b).cast("B") for b in buffers if len(b)]
         total = 0
         while views:
-            try:
-                n = os.pwritev(self.fd, views[:IOV_MAX], offset + total)
-            except OSError as exc:
-                if exc.errno == errno.EINVAL and self.direct:
-                    self._fallback()
-                    continue
-                raise
+            n = self._io(os.pwritev, views[:IOV_MAX], offset + total)
             if n == 0:
                 raise OSError(errno.EIO, "write made no progress")
             total += n
@@ -78,13 +82,7 @@ class DirectFile:
         view = memoryview(view).cast("B")
         got = 0
         while got < len(view):
-            try:
-                n = os.preadv(self.fd, [view[got:]], offset + got)
-            except OSError as exc:
-                if exc.errno == errno.EINVAL and self.direct:
-                    self._fallback()
-                    continue
-                raise
+            n = self._io(os.preadv, [view[got:]], offset + got)
             if n == 0:
                 break
             got += n
