@@ -27,6 +27,11 @@ Policies:
   30: CachedAttention's look-ahead prefetch; 0: unlimited). `ssd_aware=False`: the queue
   ignores where KV is (never loads; the worker reads SSD inside its step, as vLLM + LMCache do).
 
+Load or recompute (`restore_choice`): for a turn whose KV is on SSD,
+`decide_restore(KVOnSSD(...), ComputeSide(...))` picks WAIT_FOR_LOAD, RECOMPUTE or SPLIT (load a
+prefix, recompute the rest; SPLIT_REVERSED with `suffix_loads=True`) by the earliest expected
+first token that delays no turn ahead; see its docstring for the model.
+
 Costs: add, load_finished, pop_ready O(log n); remove O(log n) amortised; upcoming(n) O(n α);
 next_load O(n) vectorised for "bidaw" (one numpy argmax, tens of µs at 10,000 queued; R's order
 changes with time so no static key exists), O(log n + window) for "fcfs".
@@ -37,7 +42,12 @@ from scheduler.policy.fcfs_queue import FCFSQueue
 from scheduler.policy.registry import QUEUE_POLICIES, QueueConfig, make_queue
 from scheduler.policy.request import (KV_DRAM, KV_LOADING, KV_LOCATIONS, KV_NONE, KV_SSD,
                                       LOADING, READY, WAITING, QueuedRequest)
+from scheduler.policy.restore_choice import (RECOMPUTE, SPLIT, SPLIT_REVERSED, WAIT_FOR_LOAD,
+                                             ComputeSide, KVOnSSD, Option, PrefillCost,
+                                             RestoreChoice, decide_restore)
 
 __all__ = ["RequestQueue", "DualQueue", "FCFSQueue", "QUEUE_POLICIES", "QueueConfig",
            "make_queue", "QueuedRequest", "KV_NONE", "KV_DRAM", "KV_SSD", "KV_LOADING", "KV_LOCATIONS",
-           "READY", "WAITING", "LOADING"]
+           "READY", "WAITING", "LOADING",
+           "decide_restore", "KVOnSSD", "ComputeSide", "PrefillCost", "RestoreChoice", "Option",
+           "WAIT_FOR_LOAD", "RECOMPUTE", "SPLIT", "SPLIT_REVERSED"]
