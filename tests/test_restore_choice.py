@@ -86,6 +86,16 @@ def test_copy_bound_step_recomputes_the_tail_while_the_head_crosses_pcie():
     assert r.best.gpu_s < r[WAIT_FOR_LOAD].gpu_s  # it even frees the GPU sooner
 
 
+def test_tensor6_restore_flops_are_compute_of_the_restored_tokens():
+    # 0.2 ms per restored token: WAIT's step is 10 * 0.5 ms + 1000 * 0.2 ms on a GPU busy 2 s
+    gpu = PrefillCost(0.0, 0.0005, restore_s_per_token=0.0002)
+    r = decide_restore(KV, ComputeSide(gpu, new_tokens=10, slot_free_s=2.0))
+    assert r[WAIT_FOR_LOAD].gpu_s == pytest.approx(0.205)
+    assert r.best.name == WAIT_FOR_LOAD and r.best.ttft_s == pytest.approx(2.205)
+    # SPLIT at k: 0.5 ms * (1010 - k) + 0.2 ms * k, least at k = 999, still above WAIT
+    assert (r[SPLIT].k, r[SPLIT].ttft_s) == (999, pytest.approx(2.0 + 0.0055 + 0.1998))
+
+
 def test_a_turn_ahead_that_becomes_ready_is_never_delayed():
     # a turn ahead is ready at 0.2 s: recomputing over [0, 0.505) would hold it 0.305 s
     compute = ComputeSide(GPU, new_tokens=10, ahead_ready_s=(0.2,))
@@ -136,7 +146,7 @@ def test_bad_input_names_the_field(make, field):
 # ---- properties ---------------------------------------------------------------------------
 
 costs = st.builds(PrefillCost, st.floats(0, 0.01), st.floats(1e-5, 1e-3),
-                  st.floats(0, 1e-7), st.floats(0, 1e-4))
+                  st.floats(0, 1e-7), st.floats(0, 1e-4), st.floats(0, 1e-4))
 tokens = st.integers(1, 300)
 rates = st.floats(1e5, 1e8)
 
@@ -170,7 +180,8 @@ def test_more_idle_compute_never_makes_recompute_or_the_best_option_worse(
     busy = decide_restore(kv, ComputeSide(cost, q, w), reverse)
     freer = decide_restore(kv, ComputeSide(cost, q, w * idle), reverse)
     faster_gpu = PrefillCost(cost.overhead_s, cost.s_per_token / speedup,
-                             cost.s_per_token_pair / speedup, cost.copy_s_per_token)
+                             cost.s_per_token_pair / speedup, cost.copy_s_per_token,
+                             cost.restore_s_per_token / speedup)
     quicker = decide_restore(kv, ComputeSide(faster_gpu, q, w), reverse)
     tol = 1e-9
     for better in (freer, quicker):

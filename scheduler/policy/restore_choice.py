@@ -6,8 +6,9 @@ Notation: n = `kv.tokens` (the history on SSD), q = `compute.new_tokens`, W = `s
 (when the GPU has served the turns ahead and could start this one), A = the SSD time of the
 loads queued ahead of this one, β = SSD seconds per token of this KV (so the whole KV lands at
 A + nβ = `kv.load_s`, the store's estimate). One prefill step costs, as in
-bench.sim.cost_profile, its compute overlapped layer by layer with the DRAM→GPU copy of the
-restored KV:  step(new, ctx, copied) = a + max(b·new + c·(new·ctx + new(new+1)/2), p·copied).
+bench.sim.cost_profile, its compute (with tensor 6's K/V restore, r per restored token) overlapped
+layer by layer with the DRAM→GPU copy of the restored KV:
+step(new, ctx, copied) = a + max(b·new + c·(new·ctx + new(new+1)/2) + r·copied, p·copied).
 
 The options and their expected first-token times:
 
@@ -59,21 +60,25 @@ def _check(owner: str, **values: float) -> None:
 
 @dataclass(frozen=True)
 class PrefillCost:
-    """One prefill step: a + max(b·new + c·attention pairs, p·tokens copied DRAM→GPU)."""
+    """One prefill step: a + max(b·new + c·attention pairs + r·copied, p·copied), where
+    `copied` restored tokens cross DRAM→GPU."""
     overhead_s: float           # a: per engine step
     s_per_token: float          # b: the linear (matmul) part
     s_per_token_pair: float = 0.0  # c: attention, per (query, key) pair, causal
     copy_s_per_token: float = 0.0  # p: DRAM→GPU copy of restored KV (0: free)
+    restore_s_per_token: float = 0.0  # r: tensor 6 → K/V per restored token (0: stored as K/V)
 
     def __post_init__(self) -> None:
         _check("PrefillCost", overhead_s=self.overhead_s, s_per_token=self.s_per_token,
-               s_per_token_pair=self.s_per_token_pair, copy_s_per_token=self.copy_s_per_token)
+               s_per_token_pair=self.s_per_token_pair, copy_s_per_token=self.copy_s_per_token,
+               restore_s_per_token=self.restore_s_per_token)
 
     def step_s(self, new, ctx, copied):
         """Seconds of one step computing `new` tokens that attend to `ctx` earlier ones, while
         `copied` restored tokens cross PCIe; scalars or numpy arrays alike."""
         pairs = new * ctx + new * (new + 1) / 2
-        compute = self.s_per_token * new + self.s_per_token_pair * pairs
+        compute = (self.s_per_token * new + self.s_per_token_pair * pairs
+                   + self.restore_s_per_token * copied)
         return self.overhead_s + np.maximum(compute, self.copy_s_per_token * copied)
 
 
