@@ -26,25 +26,43 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     sy.add_argument("--json", action="store_true", help="print the trace's statistics as JSON")
     sy.set_defaults(func=_synth)
 
-    tr = tsub.add_parser("transform", help="derive a trace: mix in one-shot sessions (seeded)")
+    tr = tsub.add_parser("transform", help="derive a trace: mix in one-shot sessions, shuffle "
+                         "answer lengths, make users machine-paced (seeded; applied in that order)")
     tr.add_argument("file", help="trace file")
     tr.add_argument("--format", default="auto", help="auto, bidaw, mooncake or sharegpt")
     tr.add_argument("--out", required=True, help="output file, the paper's format ('-' for stdout)")
-    tr.add_argument("--add-one-shot", type=_fraction, required=True, metavar="F",
+    tr.add_argument("--add-one-shot", type=_fraction, metavar="F",
                     help="add single-turn sessions that never return until they are a fraction F "
                     "of all turns (0 <= F < 1); sizes from the trace's first turns")
+    tr.add_argument("--shuffle-answers", action="store_true",
+                    help="permute answer lengths across all turns: the answer/think-time signal "
+                    "destroyed, arrivals and query lengths kept")
+    tr.add_argument("--machine-paced", type=_unit_fraction, metavar="F",
+                    help="a fraction F of users (0 <= F <= 1) send each next turn 1 s after the "
+                    "previous one, whatever the answer")
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--json", action="store_true", help="print the trace's statistics as JSON")
     tr.set_defaults(func=_transform)
 
 
-def _fraction(text: str) -> float:
+def _number(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+
+
+def _fraction(text: str) -> float:
+    value = _number(text)
     if not 0.0 <= value < 1.0:
         raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
+
+
+def _unit_fraction(text: str) -> float:
+    value = _number(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
     return value
 
 
@@ -83,9 +101,20 @@ def _write(turns: list, out: str, as_json: bool) -> None:
 
 def _transform(args: argparse.Namespace) -> int:
     from bench.traces import load_trace
+    from bench.traces.no_signal import machine_paced, shuffle_answers
     from bench.traces.one_shot import add_one_shot
 
-    turns = add_one_shot(load_trace(args.file, args.format), args.add_one_shot, args.seed)
+    if args.add_one_shot is None and not args.shuffle_answers and args.machine_paced is None:
+        print("bidaw trace transform: give --add-one-shot F, --shuffle-answers or "
+              "--machine-paced F", file=sys.stderr)
+        return 2
+    turns = load_trace(args.file, args.format)
+    if args.add_one_shot is not None:
+        turns = add_one_shot(turns, args.add_one_shot, args.seed)
+    if args.shuffle_answers:
+        turns = shuffle_answers(turns, args.seed)
+    if args.machine_paced is not None:
+        turns = machine_paced(turns, args.machine_paced, args.seed)
     _write(turns, args.out, args.json)
     return 0
 

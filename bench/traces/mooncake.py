@@ -1,8 +1,17 @@
 """Mooncake's jsonl traces: {"timestamp" (ms), "input_length", "output_length", "hash_ids"}.
 
-Mooncake has no session ids. Its hash ids are chained block hashes (a block's id depends on the
-whole prefix), so a request continues an earlier one when the earlier request's hash ids are a
-prefix of its own; we take the longest such earlier request. Unmatched requests start a session.
+Mooncake has no session ids; conversations are inferred from the hash ids of 512-token blocks
+(an id names a block *and* everything before it). A later turn's input is the earlier turn's
+input + answer + the new query, so its ids extend the earlier request's *full* blocks
+(input_length // 512 of them), while the earlier request's last, partial block is re-cut and
+gets a new id. So a request continues the conversation of the earlier request whose full blocks
+are the longest proper prefix of its ids (the most recent such request on ties), and starts a new
+conversation when there is none. A prefix made only of the leading blocks every request shares
+(the system prompt, block 0 in the FAST'25 conversation trace) does not count: it would join
+every conversation into one.
+
+Cost: one dict from a request's full-block chain to the latest request with that chain, keyed by
+a rolling hash of the prefix (O(1) a block), so loading is O(total blocks).
 """
 from __future__ import annotations
 
@@ -11,46 +20,72 @@ from pathlib import Path
 
 from bench.traces.turn import Turn
 
+BLOCK_TOKENS = 512
 
-def load_mooncake(path: str | Path) -> list[Turn]:
+
+def _read(path: str | Path) -> list[dict]:
     records = []
     with open(path, "r", encoding="utf-8") as f:
         for line in f:
             line = line.strip()
             if line:
                 records.append(json.loads(line))
-    records.sort(key=lambda r: r.get("timestamp", 0))
+    records.sort(key=lambda r: r.get("timestamp", 0))  # stable: file order on equal times
+    return records
 
-    ends: dict[int, list[tuple[int, int]]] = {}  # last hash id -> [(prefix length, request index)]
+
+def shared_prefix(blocks: list[list]) -> int:
+    """How many leading blocks every request (with blocks) has in common."""
+    lists = [b for b in blocks if b]
+    if not lists:
+        return 0
+    n = min(len(b) for b in lists)
+    first = lists[0]
+    for b in lists[1:]:
+        while n and b[:n] != first[:n]:
+            n -= 1
+    return n
+
+
+def _prefix_keys(blocks: list) -> list[int]:
+    """keys[k] identifies blocks[:k + 1] (a hash chained over the prefix)."""
+    keys, key = [], 0
+    for b in blocks:
+        key = hash((key, b))
+        keys.append(key)
+    return keys
+
+
+def load_mooncake(path: str | Path) -> list[Turn]:
+    records = _read(path)
+    blocks = [list(r.get("hash_ids") or []) for r in records]
+    shared = shared_prefix(blocks)
+    latest: dict[int, int] = {}  # key of a full-block chain -> latest request index with it
     session_of: list[int] = []
-    rounds_in: dict[int, int] = {}
+    rounds: list[int] = []  # turns so far, per session
     turns: list[Turn] = []
-    prev_context: dict[int, int] = {}  # session -> input + output tokens of its last request
     for i, rec in enumerate(records):
-        hashes = list(rec.get("hash_ids") or [])
-        parent = _longest_prefix_parent(hashes, ends, records)
+        mine, keys = blocks[i], _prefix_keys(blocks[i])
+        parent = None
+        for k in range(len(mine) - 1, shared, -1):  # a proper prefix, beyond the shared one
+            j = latest.get(keys[k - 1])
+            if j is not None and blocks[j][:k] == mine[:k]:  # guard against a hash collision
+                parent = j
+                break
+        inp, out = int(rec.get("input_length", 0)), int(rec.get("output_length", 0))
         if parent is None:
-            session = len(rounds_in)
-            rounds_in[session] = 0
+            session, query = len(rounds), inp
+            rounds.append(0)
         else:
             session = session_of[parent]
-        rnd = rounds_in[session]
-        rounds_in[session] = rnd + 1
+            prev = records[parent]
+            # The new query is what the context gained beyond the earlier request and its answer.
+            query = max(inp - int(prev.get("input_length", 0)) - int(prev.get("output_length", 0)), 0)
         session_of.append(session)
-        if hashes:
-            ends.setdefault(hashes[-1], []).append((len(hashes), i))
-        inp, out = int(rec.get("input_length", 0)), int(rec.get("output_length", 0))
-        # The new query is what the context gained beyond the previous request and its answer.
-        query = inp - prev_context.get(session, 0)
-        prev_context[session] = inp + out
-        turns.append(Turn(session, float(rec.get("timestamp", 0)) / 1000.0, max(query, 0), out, rnd))
+        turns.append(Turn(session, float(rec.get("timestamp", 0)) / 1000.0, query, out,
+                          rounds[session]))
+        rounds[session] += 1
+        full = min(inp // BLOCK_TOKENS, len(mine))
+        if full:
+            latest[keys[full - 1]] = i
     return turns
-
-
-def _longest_prefix_parent(hashes: list, ends: dict, records: list) -> int | None:
-    for j in range(len(hashes) - 1, -1, -1):
-        for length, idx in reversed(ends.get(hashes[j], ())):
-            # A proper prefix: every block of the earlier request matches ours.
-            if length == j + 1 and length < len(hashes) and records[idx]["hash_ids"] == hashes[:length]:
-                return idx
-    return None
