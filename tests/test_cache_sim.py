@@ -270,3 +270,26 @@ def test_bidaw_closes_the_gap_on_other_windows(part1_sampled, window, cap):
     base = max(res[n].hit_rate for n in ("fifo", "lru", "queue-aware"))
     gap = res["belady"].hit_rate - base
     assert res["bidaw"].hit_rate >= base + 0.80 * gap
+
+
+def test_simulate_cli_with_ssd_time(capsys):
+    from services.cli.main import main
+
+    argv = ["simulate", "--cache-only", "--trace", str(SAMPLE), "--format", "bidaw",
+            "--policies", "lru,bidaw-size,bidaw-prefetch", "--dram-gib", "20", "--window", "0:200",
+            "--sample-users", "1.0", "--json"]
+    assert main(argv + ["--ssd-gbps", "1.5", "--time-scale", "0.3"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["ssd_gbps"], out["time_scale"]) == (1.5, 0.3)
+    for name, m in out["policies"].items():
+        assert m["ssd_read_bytes"] >= m["speculative_read_bytes"] >= 0
+        assert m["ssd_read_bytes"] > 0
+        if name != "bidaw-prefetch":
+            assert m["speculative_read_bytes"] == 0
+    # without --ssd-gbps: today's mode (no SSD fields) and bidaw-prefetch is refused by name
+    assert main(argv[:7] + ["lru"] + argv[8:]) == 0
+    assert "ssd_read_bytes" not in json.loads(capsys.readouterr().out)["policies"]["lru"]
+    with pytest.raises(SystemExit, match="--ssd-gbps"):
+        main(argv)
+    with pytest.raises(SystemExit, match="--ssd-gbps"):
+        main(argv + ["--ssd-gbps", "0"])
