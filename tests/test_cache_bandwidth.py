@@ -65,3 +65,36 @@ def test_promotion_turns_a_miss_into_a_hit_and_counts_its_bytes():
     # with no horizon the read starts at u1's expected return, too late to finish in time
     late = _replay(turns, "bidaw-prefetch", 0.1, horizon_s=0.0, **kw)
     assert (late.prefetches, late.prefetch_hits, late.misses) == (1, 0, 1)
+
+
+def test_reads_in_order_demand_first_at_most_one_promotion_ahead(monkeypatch):
+    """On a real excerpt: reads never overlap, a promotion never starts while a demand read
+    waits, and a demand read starts when it is asked for or when the read ahead of it ends."""
+    from pathlib import Path
+
+    from bench.sim import cache_bandwidth as cb
+    from bench.traces import load_trace
+
+    turns = load_trace(Path(__file__).parent / "data" / "bidaw_sample.txt")
+    log = prepare_accesses(turns)
+    events = []
+    begin = cb._SsdReplay.begin
+
+    def spy(self, r, at):
+        events.append((at, r.speculative, r.arrival, bool(self.demand)))
+        begin(self, r, at)
+        events[-1] += (r.done,)
+
+    monkeypatch.setattr(cb._SsdReplay, "begin", spy)
+    cap = 20 << 30
+    policy = make_bandwidth_policy("bidaw-prefetch", cap, 2 << 30, horizon_s=30.0)
+    res = replay_bandwidth(log, policy, cap, 4.0, 0.3, 2 << 30, None, end_oracle=False)
+    assert res.prefetches > 10 and res.prefetch_hits > 0 and res.misses > 10
+    prev_done = float("-inf")
+    for at, speculative, arrival, waiting, done in events:
+        assert at >= prev_done
+        if speculative:
+            assert not waiting and arrival is None
+        else:
+            assert at == max(arrival, prev_done) or at == prev_done
+        prev_done = done

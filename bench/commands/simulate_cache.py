@@ -30,24 +30,29 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--kv-after-turn", action="store_true",
                    help="a turn's KV counts its own tokens, as the store holds it once saved (the "
                    "paper's scripts count previous rounds only, so a one-turn session holds nothing)")
-    g.add_argument("--ssd-gbps", type=float,
-                   help="model SSD reads at this many GB/s (10^9 B/s), at the trace's pace divided "
-                   "by --time-scale: a hit counts only if the KV is in DRAM when the turn arrives; "
-                   "enables policy bidaw-prefetch")
+    g.add_argument("--ssd-gbps",
+                   help="model SSD reads at this many GB/s (10^9 B/s; a comma list sweeps it), at "
+                   "the trace's pace divided by --time-scale: a hit counts only if the KV is in "
+                   "DRAM when the turn arrives; enables policy bidaw-prefetch")
 
 
 def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float] | None,
         policy_kwargs: dict[str, dict]) -> dict:
     names = [n.strip() for n in args.policies.split(",") if n.strip()]
-    ssd = getattr(args, "ssd_gbps", None)
+    ssd_text = getattr(args, "ssd_gbps", None)
+    try:
+        ssds = [float(x) for x in ssd_text.split(",") if x.strip()] if ssd_text else []
+    except ValueError:
+        raise SystemExit(f"--ssd-gbps wants GB/s values, comma-separated; got {ssd_text!r}") from None
+    ssd = ssds[0] if ssds else None
     known = POLICY_NAMES + ((PREFETCH_POLICY,) if ssd is not None else ())
     unknown = [n for n in names if n not in known]
     if unknown:
         hint = f" ({PREFETCH_POLICY} needs --ssd-gbps)" if PREFETCH_POLICY in unknown else ""
         raise SystemExit(f"unknown policies {unknown}; known: {', '.join(known)}{hint}")
     scale = getattr(args, "time_scale", 1.0)
-    if ssd is not None and (ssd <= 0 or scale <= 0):
-        raise SystemExit(f"--ssd-gbps and --time-scale must be > 0 (got {ssd}, {scale})")
+    if ssds and (min(ssds) <= 0 or scale <= 0):
+        raise SystemExit(f"--ssd-gbps and --time-scale must be > 0 (got {ssd_text}, {scale})")
     capacities = [float(x) for x in str(args.dram_gib).split(",") if x.strip()]
     log = prepare_accesses(turns, args.kv_bytes_per_token, args.max_kv_tokens, args.sample_users,
                            args.partial_users, args.kv_after_turn)
@@ -55,8 +60,8 @@ def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float]
     watermark = int(args.watermark_gib * GIB)
     runs = []
     replayed, seconds = 0, 0.0
-    bar = _progress(len(capacities) * len(names))
-    for cap in capacities:
+    bar = _progress(len(capacities) * len(names) * max(len(ssds), 1))
+    for ssd, cap in [(g, c) for g in (ssds or [None]) for c in capacities]:
         policies: dict[str, dict] = {}
         for name in names:
             kwargs = policy_kwargs.get(name, {})
@@ -74,21 +79,25 @@ def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float]
             policies[name] = res.as_dict()
             bar.update(1)
         _add_gap_closed(policies)
-        runs.append({"dram_gib": cap, "policies": policies})
+        runs.append({"dram_gib": cap, **({"ssd_gbps": ssd} if ssd is not None else {}),
+                     "policies": policies})
     bar.close()
     result: dict[str, Any] = {"turns": len(log), "end_oracle": end_oracle,
-                              **({"ssd_gbps": ssd, "time_scale": scale} if ssd is not None else {}),
+                              **({"time_scale": scale} if ssds else {}),
                               "window": list(window) if window else None,
                               "turns_per_s": replayed / seconds if seconds > 0 else None}
     if len(runs) == 1:
-        result["dram_gib"] = capacities[0]
-        result["policies"] = runs[0]["policies"]
+        result.update(runs[0])
     else:
         result["runs"] = runs
     if args.plot:
         from bench.sim.cache_plots import plot_cache_only
 
         result["plots"] = plot_cache_only(runs, log, window, args.plot, capacities)
+        if len(ssds) > 1:
+            from bench.sim.cache_plots import plot_hit_rate_vs_ssd
+
+            result["plots"].append(plot_hit_rate_vs_ssd(runs, args.plot, scale))
     return result
 
 
@@ -117,10 +126,11 @@ def _ssd_text(m: dict) -> str:
 
 
 def print_human(result: dict) -> None:
-    runs = result.get("runs") or [{"dram_gib": result["dram_gib"], "policies": result["policies"]}]
+    runs = result.get("runs") or [result]
     print(f"turns={result['turns']} end_oracle={result['end_oracle']} window={result['window']}")
     for run in runs:
-        print(f"DRAM {run['dram_gib']:g} GiB")
+        ssd = f", SSD {run['ssd_gbps']:g} GB/s at x{result['time_scale']:g}" if "ssd_gbps" in run else ""
+        print(f"DRAM {run['dram_gib']:g} GiB{ssd}")
         for name, m in run["policies"].items():
             gap = m.get("gap_closed")
             gap_text = f"  gap_closed={100 * gap:6.1f}%" if gap is not None else ""
