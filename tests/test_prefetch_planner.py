@@ -25,9 +25,11 @@ def test_past_its_latest_return_a_candidate_is_dropped():
     p = PrefetchPlanner(horizon_s=10.0)
     p.evicted("a", (50.0, 90.0), now=0.0)
     assert p.next(95.0) is None
-    assert "a" not in p and not p.is_blocked("a")   # never promoted: not blocked
+    assert "a" not in p
     p.evicted("b", (50.0, 90.0), now=100.0)          # evicted already past it: not a candidate
     assert "b" not in p
+    p.evicted("a", (150.0, 190.0), now=100.0)        # never promoted: not blocked
+    assert "a" in p
 
 
 def test_a_promoted_session_that_does_not_return_is_blocked_until_it_does():
@@ -38,7 +40,6 @@ def test_a_promoted_session_that_does_not_return_is_blocked_until_it_does():
     p.evicted("a", (50.0, 90.0), now=60.0)  # pushed out again before its latest return
     assert "a" in p                          # still plausible: a candidate again
     assert p.next(95.0) is None              # its latest return passed without it
-    assert p.is_blocked("a")
     p.evicted("a", (150.0, 190.0), now=100.0)
     assert "a" not in p                      # blocked, whatever its window says
     p.returned("a")

@@ -74,6 +74,3 @@ class PrefetchPlanner:
 
     def __contains__(self, key: object) -> bool:
         return key in self._queue
-
-    def is_blocked(self, key: Key) -> bool:
-        return key in self._blocked
