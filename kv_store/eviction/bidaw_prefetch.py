@@ -7,7 +7,8 @@ expected back (`return_window`: a central and a high quantile of its next gap), 
 is worth the DRAM of the entry it would push out (`prefetch_allowed`: only if the policy's next
 victim is stale or scores worse, i.e. is less likely to be reused in time), and to take it in
 without counting an access (`admit_prefetched`: no think time observed, the idle clock keeps
-running, so the user's real return is what the model learns from). Pure: time is an argument.
+running, so the user's real return is what the model learns from; a promoted session not back
+by the high quantile is stale, evicted first). Pure: time is an argument.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from kv_store.eviction.think_time_model import ThinkTimeModel
 class BidawPrefetchPolicy(BidawSizePolicy):
     name = "bidaw-prefetch"
 
-    def __init__(self, horizon_s: float = 10.0, return_quantile: float = 0.5,
+    def __init__(self, horizon_s: float = 30.0, return_quantile: float = 0.5,
                  high_quantile: float = 0.9, **kwargs) -> None:
         if not 0.0 < return_quantile < high_quantile < 1.0:
             raise ValueError("bidaw-prefetch needs 0 < return_quantile < high_quantile < 1 "
@@ -93,3 +94,10 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         self._entered[key] = self._seq
         s.size = size
         self._rank(key, s)
+        if self.stale_quantile is not None:
+            # a guess: if the user is not back by the window's end, it goes first (else an ended
+            # session would hold DRAM until the far stale deadline); a return re-ranks it
+            latest = self.return_window(key)[1]
+            deadline, order = self._stale.priority(key)
+            if latest < deadline:
+                self._stale.set(key, (latest, order))

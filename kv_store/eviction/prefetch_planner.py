@@ -18,7 +18,7 @@ from kv_store.eviction.lazy_heap import LazyHeap
 
 
 class PrefetchPlanner:
-    def __init__(self, horizon_s: float = 10.0) -> None:
+    def __init__(self, horizon_s: float = 30.0) -> None:
         if horizon_s < 0:
             raise ValueError(f"prefetch horizon must be >= 0 seconds, got {horizon_s}")
         self.horizon_s = horizon_s
