@@ -110,3 +110,18 @@ def test_promotion_takes_dram_only_from_entries_ranked_less_likely_to_be_hit():
 def test_bad_quantiles_are_refused():
     with pytest.raises(ValueError, match="quantile"):
         BidawPrefetchPolicy(return_quantile=0.9, high_quantile=0.5)
+
+
+def test_a_promotion_not_back_by_its_high_quantile_goes_first():
+    pol = _policy()
+    for key, answer in (("guess", 8), ("other", 8)):
+        pol.admit(key, 100, 0.0)
+        pol.observe_answer(key, answer, 0.0)
+    pol.remove("guess")
+    pol.admit_prefetched("guess", 100, 20.0)
+    latest = pol.return_window("guess")[1]
+    assert pol.victim(latest - 1.0) == "other"   # inside its window: ranked as bidaw-size would
+    assert pol.victim(latest + 0.5) == "guess"   # past it: the failed guess goes first
+    pol.touch("guess", 100, latest + 1.0)        # it came back after all: ranked afresh
+    pol.observe_answer("guess", 8, latest + 1.0)
+    assert pol.victim(latest + 2.0) == "other"
