@@ -7,6 +7,7 @@ import time
 from typing import Any
 
 from bench.sim.cache import GIB, prepare_accesses, replay
+from bench.sim.cache_bandwidth import PREFETCH_POLICY, make_bandwidth_policy, replay_bandwidth
 from bench.traces.turn import Turn
 from kv_store.eviction.registry import POLICY_NAMES, make_policy
 
@@ -29,14 +30,29 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--kv-after-turn", action="store_true",
                    help="a turn's KV counts its own tokens, as the store holds it once saved (the "
                    "paper's scripts count previous rounds only, so a one-turn session holds nothing)")
+    g.add_argument("--ssd-gbps",
+                   help="model SSD reads at this many GB/s (10^9 B/s; a comma list sweeps it), at "
+                   "the trace's pace divided by --time-scale: a hit counts only if the KV is in "
+                   "DRAM when the turn arrives; enables policy bidaw-prefetch")
 
 
 def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float] | None,
         policy_kwargs: dict[str, dict]) -> dict:
     names = [n.strip() for n in args.policies.split(",") if n.strip()]
-    unknown = [n for n in names if n not in POLICY_NAMES]
+    ssd_text = getattr(args, "ssd_gbps", None)
+    try:
+        ssds = [float(x) for x in ssd_text.split(",") if x.strip()] if ssd_text else []
+    except ValueError:
+        raise SystemExit(f"--ssd-gbps wants GB/s values, comma-separated; got {ssd_text!r}") from None
+    ssd = ssds[0] if ssds else None
+    known = POLICY_NAMES + ((PREFETCH_POLICY,) if ssd is not None else ())
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise SystemExit(f"unknown policies {unknown}; known: {', '.join(POLICY_NAMES)}")
+        hint = f" ({PREFETCH_POLICY} needs --ssd-gbps)" if PREFETCH_POLICY in unknown else ""
+        raise SystemExit(f"unknown policies {unknown}; known: {', '.join(known)}{hint}")
+    scale = getattr(args, "time_scale", 1.0)
+    if ssds and (min(ssds) <= 0 or scale <= 0):
+        raise SystemExit(f"--ssd-gbps and --time-scale must be > 0 (got {ssd_text}, {scale})")
     capacities = [float(x) for x in str(args.dram_gib).split(",") if x.strip()]
     log = prepare_accesses(turns, args.kv_bytes_per_token, args.max_kv_tokens, args.sample_users,
                            args.partial_users, args.kv_after_turn)
@@ -44,32 +60,44 @@ def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float]
     watermark = int(args.watermark_gib * GIB)
     runs = []
     replayed, seconds = 0, 0.0
-    bar = _progress(len(capacities) * len(names))
-    for cap in capacities:
+    bar = _progress(len(capacities) * len(names) * max(len(ssds), 1))
+    for ssd, cap in [(g, c) for g in (ssds or [None]) for c in capacities]:
         policies: dict[str, dict] = {}
         for name in names:
-            policy = make_policy(name, int(cap * GIB), watermark, **policy_kwargs.get(name, {}))
+            kwargs = policy_kwargs.get(name, {})
             t0 = time.perf_counter()
-            res = replay(log, policy, int(cap * GIB), watermark, window, end_oracle, args.lookahead)
+            if ssd is None:
+                policy = make_policy(name, int(cap * GIB), watermark, **kwargs)
+                res = replay(log, policy, int(cap * GIB), watermark, window, end_oracle,
+                             args.lookahead)
+            else:
+                policy = make_bandwidth_policy(name, int(cap * GIB), watermark, **kwargs)
+                res = replay_bandwidth(log, policy, int(cap * GIB), ssd, scale, watermark, window,
+                                       end_oracle, args.lookahead)
             seconds += time.perf_counter() - t0
             replayed += res.accesses
             policies[name] = res.as_dict()
             bar.update(1)
         _add_gap_closed(policies)
-        runs.append({"dram_gib": cap, "policies": policies})
+        runs.append({"dram_gib": cap, **({"ssd_gbps": ssd} if ssd is not None else {}),
+                     "policies": policies})
     bar.close()
     result: dict[str, Any] = {"turns": len(log), "end_oracle": end_oracle,
+                              **({"time_scale": scale} if ssds else {}),
                               "window": list(window) if window else None,
                               "turns_per_s": replayed / seconds if seconds > 0 else None}
     if len(runs) == 1:
-        result["dram_gib"] = capacities[0]
-        result["policies"] = runs[0]["policies"]
+        result.update(runs[0])
     else:
         result["runs"] = runs
     if args.plot:
         from bench.sim.cache_plots import plot_cache_only
 
         result["plots"] = plot_cache_only(runs, log, window, args.plot, capacities)
+        if len(ssds) > 1:
+            from bench.sim.cache_plots import plot_hit_rate_vs_ssd
+
+            result["plots"].append(plot_hit_rate_vs_ssd(runs, args.plot, scale))
     return result
 
 
@@ -90,17 +118,25 @@ def _progress(total: int):
                 file=sys.stderr)
 
 
+def _ssd_text(m: dict) -> str:
+    if "ssd_read_bytes" not in m:
+        return ""
+    return (f"  ssd_read={m['ssd_read_bytes'] / 1e9:.1f}GB "
+            f"speculative={m['speculative_read_bytes'] / 1e9:.1f}GB")
+
+
 def print_human(result: dict) -> None:
-    runs = result.get("runs") or [{"dram_gib": result["dram_gib"], "policies": result["policies"]}]
+    runs = result.get("runs") or [result]
     print(f"turns={result['turns']} end_oracle={result['end_oracle']} window={result['window']}")
     for run in runs:
-        print(f"DRAM {run['dram_gib']:g} GiB")
+        ssd = f", SSD {run['ssd_gbps']:g} GB/s at x{result['time_scale']:g}" if "ssd_gbps" in run else ""
+        print(f"DRAM {run['dram_gib']:g} GiB{ssd}")
         for name, m in run["policies"].items():
             gap = m.get("gap_closed")
             gap_text = f"  gap_closed={100 * gap:6.1f}%" if gap is not None else ""
             print(f"  {name:12s} hit_rate={100 * m['hit_rate']:5.1f}%  "
                   f"byte_hit_rate={100 * m['byte_hit_rate']:5.1f}%  "
                   f"all_turns={100 * m['turn_hit_rate']:5.1f}%  hits={m['hits']} "
-                  f"misses={m['misses']}{gap_text}")
+                  f"misses={m['misses']}{gap_text}{_ssd_text(m)}")
     for path in result.get("plots", []):
         print(f"wrote {path}")

@@ -11,8 +11,9 @@ def plot_cache_only(runs: list[dict[str, Any]], log: AccessLog, window: tuple[fl
                     out_dir: str, capacities: list[float]) -> list[str]:
     os.makedirs(out_dir, exist_ok=True)
     paths = []
-    if len(runs) > 1:
-        paths.append(plot_hit_rate_vs_dram(runs, os.path.join(out_dir, "hit_rate_vs_dram.png")))
+    first = [r for r in runs if r.get("ssd_gbps") == runs[0].get("ssd_gbps")]  # one bandwidth
+    if len(first) > 1:
+        paths.append(plot_hit_rate_vs_dram(first, os.path.join(out_dir, "hit_rate_vs_dram.png")))
     paths.append(plot_answer_vs_reuse(log, window, os.path.join(out_dir, "answer_vs_reuse.png"),
                                       capacities))
     return paths
@@ -39,6 +40,29 @@ def plot_hit_rate_vs_dram(runs: list[dict[str, Any]], path: str) -> str:
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel("%")
     axes[0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def plot_hit_rate_vs_ssd(runs: list[dict[str, Any]], out_dir: str, time_scale: float) -> str:
+    """Hit rate at arrival vs SSD bandwidth, one line per policy and DRAM size."""
+    plt = _pyplot()
+    path = os.path.join(out_dir, "hit_rate_vs_ssd.png")
+    caps = sorted({r["dram_gib"] for r in runs}, reverse=True)
+    fig, axes = plt.subplots(1, len(caps), figsize=(5 * len(caps), 4), sharey=True, squeeze=False)
+    for cap, ax in zip(caps, axes[0]):
+        mine = sorted((r for r in runs if r["dram_gib"] == cap), key=lambda r: r["ssd_gbps"])
+        for name in mine[0]["policies"]:
+            ax.plot([r["ssd_gbps"] for r in mine],
+                    [100 * r["policies"][name]["hit_rate"] for r in mine], marker="o", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(f"SSD bandwidth (GB/s), pace x{time_scale:g}")
+        ax.set_title(f"hit rate at arrival, DRAM {cap:g} GiB")
+        ax.grid(True, alpha=0.3)
+    axes[0][0].set_ylabel("%")
+    axes[0][0].legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -1,0 +1,242 @@
+"""Cache-only replay with SSD time (`--ssd-gbps G [--time-scale X]`).
+
+The replay of bench/sim/cache.py, with one change: KV that is not in DRAM is read from SSD, and
+a read takes time. Real time is trace time / X (X < 1: a slower pace), so a read of B bytes at
+G GB/s (10^9 bytes/s) lasts B·X / (G·10^9) trace seconds; the policies keep the trace's clock.
+- one queue of reads, one at a time, not preempted; demand reads first, FIFO; a speculative read
+  (promotion, `bidaw-prefetch` only) starts only when no demand read waits, so a demand read is
+  delayed by at most the one speculative read in flight when it arrives;
+- a turn is a hit only if its KV is in DRAM when it ARRIVES; a miss queues a demand read (none if
+  its KV is already being read, e.g. by a promotion still in flight) and the KV enters DRAM when
+  the read completes (the policy then sees the access, at the turn's arrival time, and its
+  answer), evicting as in the replay; with the end oracle a read for a session that has ended is
+  still done (the turn needed it) but the KV is freed at once;
+- promotion: when the SSD is idle, the planner's candidate (the evicted session expected back
+  soonest, within the horizon) is read if the policy lets it take DRAM; a refusal waits for the
+  next turn;
+- bytes are counted for reads started inside the window.
+"""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from bench.sim.cache import AccessLog, CacheResult
+from kv_store.eviction.base import EvictionPolicy
+from kv_store.eviction.bidaw_prefetch import BidawPrefetchPolicy
+from kv_store.eviction.ledger import TierLedger
+from kv_store.eviction.prefetch_planner import PrefetchPlanner
+from kv_store.eviction.registry import make_policy
+
+GB = 1e9
+PREFETCH_POLICY = "bidaw-prefetch"
+
+
+@dataclass
+class BandwidthResult(CacheResult):
+    ssd_read_bytes: int = 0            # demand + speculative
+    speculative_read_bytes: int = 0
+    prefetches: int = 0
+    prefetch_hits: int = 0             # turns that hit KV promoted before they arrived
+    prefetch_hit_bytes: int = 0
+
+    def as_dict(self) -> dict:
+        return {**super().as_dict(), "ssd_read_bytes": self.ssd_read_bytes,
+                "speculative_read_bytes": self.speculative_read_bytes,
+                "demand_read_bytes": self.ssd_read_bytes - self.speculative_read_bytes,
+                "prefetches": self.prefetches, "prefetch_hits": self.prefetch_hits,
+                "prefetch_hit_bytes": self.prefetch_hit_bytes}
+
+
+def make_bandwidth_policy(name: str, capacity: int, watermark: int, **kwargs) -> EvictionPolicy:
+    """`make_policy`, plus `bidaw-prefetch` (meaningful only with SSD time)."""
+    if name == PREFETCH_POLICY:
+        policy = BidawPrefetchPolicy(**kwargs)
+        policy.set_capacity(capacity, watermark)
+        return policy
+    return make_policy(name, capacity, watermark, **kwargs)
+
+
+class _Read:
+    __slots__ = ("key", "size", "done", "speculative", "arrival", "answer")
+
+    def __init__(self, key, size: int, speculative: bool) -> None:
+        self.key, self.size, self.speculative = key, size, speculative
+        self.done = 0.0
+        self.arrival: float | None = None   # the turn that needed it (None: nobody yet)
+        self.answer = 0
+
+
+class _SsdReplay:
+    """The replay's state: DRAM (the ledger), the SSD's read queue, the planner if any."""
+
+    def __init__(self, log: AccessLog, policy: EvictionPolicy, dram_bytes: int, per_byte: float,
+                 watermark: int, window: tuple[float, float], end_oracle: bool, lookahead: int):
+        self.log, self.policy, self.per_byte = log, policy, per_byte
+        self.start, self.end = window
+        self.end_oracle, self.lookahead = end_oracle, lookahead
+        self.dram = TierLedger(policy, dram_bytes, watermark)
+        self.limit = dram_bytes - watermark
+        self.planner = (PrefetchPlanner(policy.horizon_s)
+                        if isinstance(policy, BidawPrefetchPolicy) else None)
+        self.res = BandwidthResult()
+        self.evicted: dict = {}      # key -> bytes on SSD (its next turn is a miss)
+        self.stored: dict = {}       # key -> KV bytes its latest turn saved (prefetch only)
+        self.ended: set = set()      # ended (end oracle) while a read for it was pending
+        self.reads: dict = {}        # key -> its _Read, queued or in flight
+        self.demand: deque = deque()
+        self.busy: _Read | None = None
+        self.free_at = float("-inf")  # when the SSD last became idle
+        self.refused = False          # a promotion was refused: wait for the next turn
+        self.unused: set = set()      # promoted, not hit yet
+        self.clock = 0.0              # the time of the event being handled
+
+    # ---- DRAM -----------------------------------------------------------------------------
+    def on_evict(self, k) -> None:
+        self.unused.discard(k)
+        if self.planner is None:
+            self.evicted[k] = 0
+        else:
+            self.evicted[k] = self.stored[k]
+            self.planner.evicted(k, self.policy.return_window(k), self.clock)
+
+    def make_room(self, now: float) -> None:
+        if self.dram.used > self.limit:
+            self.dram.make_room(0, now, on_evict=self.on_evict)
+
+    # ---- the SSD --------------------------------------------------------------------------
+    def begin(self, r: _Read, at: float) -> None:
+        r.done = at + r.size * self.per_byte
+        self.busy = r
+        if self.start <= at < self.end:
+            self.res.ssd_read_bytes += r.size
+            if r.speculative:
+                self.res.speculative_read_bytes += r.size
+                self.res.prefetches += 1
+
+    def finish(self, r: _Read) -> None:
+        k, t = r.key, r.done
+        self.clock = t
+        self.busy, self.free_at = None, t
+        del self.reads[k]
+        self.evicted.pop(k, None)
+        if k in self.ended:
+            self.ended.discard(k)
+            return
+        if r.arrival is None:                    # nobody asked yet: a promotion
+            self.policy.admit_prefetched(k, r.size, t)
+            self.dram.sizes[k] = r.size          # the ledger's admit would count an access
+            self.dram.used += r.size
+            self.unused.add(k)
+        else:                                    # the turn that missed gets its access now
+            self.dram.admit(k, r.size, r.arrival)
+            self.policy.observe_answer(k, r.answer, r.arrival)
+        self.make_room(t)
+
+    def try_prefetch(self, at: float) -> bool:
+        k = self.planner.next(at)
+        if k is None:
+            return False
+        size = self.evicted[k]
+        need = self.dram.used + size - self.limit
+        if need > 0 and not self.policy.prefetch_allowed(k, size, at, need, self.dram.size):
+            self.refused = True
+            return False
+        self.planner.promoted(k)
+        r = self.reads[k] = _Read(k, size, True)
+        self.begin(r, at)
+        return True
+
+    def advance(self, t: float) -> None:
+        """Run the SSD up to `t`: complete reads, start the next (demand first)."""
+        while True:
+            if self.busy is not None:
+                if self.busy.done > t:
+                    return
+                self.finish(self.busy)
+                continue
+            if self.demand:
+                self.begin(self.demand.popleft(), self.free_at)
+                continue
+            if self.planner is None or self.refused:
+                return
+            e = self.planner.eligible_at()
+            if e is None or e > t:
+                return
+            self.clock = max(self.free_at, e)
+            if not self.try_prefetch(self.clock):
+                return
+
+    # ---- the turns ------------------------------------------------------------------------
+    def run(self) -> BandwidthResult:
+        log, policy, dram, res, planner = self.log, self.policy, self.dram, self.res, self.planner
+        times, users, sizes, answers, nexts, lasts = (log.times, log.users, log.sizes,
+                                                       log.answers, log.next_index, log.last)
+        set_next_use = getattr(policy, "set_next_use", None)
+        resident, reads, n = dram.sizes, self.reads, len(times)
+        i = 0
+        for i in range(n):
+            now = times[i]
+            if now >= self.end:
+                break
+            self.advance(now)
+            self.clock, self.refused = now, False
+            u, size, counted = users[i], sizes[i], now >= self.start
+            if set_next_use is not None:
+                set_next_use(u, nexts[i])
+            if planner is not None:  # known once the turn is done: the next turn's history
+                self.stored[u] = sizes[nexts[i]] if nexts[i] < n else size
+                planner.returned(u)
+            pending = reads.get(u)
+            if u in resident:
+                if counted:
+                    res.hits += 1
+                    res.hit_bytes += size
+                    if u in self.unused:
+                        res.prefetch_hits += 1
+                        res.prefetch_hit_bytes += size
+                self.unused.discard(u)
+                dram.touch(u, now, size)
+                policy.observe_answer(u, answers[i], now)
+            elif pending is not None or u in self.evicted:
+                if counted:
+                    res.misses += 1
+                    res.miss_bytes += size
+                if pending is None:
+                    pending = reads[u] = _Read(u, size, False)
+                    self.demand.append(pending)
+                pending.arrival, pending.answer = now, answers[i]
+            else:
+                if counted:
+                    res.firsts += 1
+                dram.admit(u, size, now)
+                policy.observe_answer(u, answers[i], now)
+            if self.end_oracle and lasts[i]:
+                if u in reads:
+                    self.ended.add(u)
+                dram.remove(u)
+                if planner is not None:
+                    planner.forget(u)
+            if dram.used > self.limit:
+                policy.observe_queue(users[i + 1:i + 1 + self.lookahead], now)
+                dram.make_room(0, now, on_evict=self.on_evict)
+            if self.busy is None:
+                self.free_at = max(self.free_at, now)
+                self.advance(now)
+        res.evictions = dram.evictions
+        res.accesses = i
+        return res
+
+
+def replay_bandwidth(log: AccessLog, policy: EvictionPolicy, dram_bytes: int, ssd_gbps: float,
+                     time_scale: float = 1.0, watermark_bytes: int = 2 << 30,
+                     window: tuple[float, float] | None = None, end_oracle: bool = True,
+                     lookahead: int = 30) -> BandwidthResult:
+    """Replay `log` through `policy` with DRAM of `dram_bytes` and an SSD of `ssd_gbps` GB/s at
+    the trace's pace / `time_scale`; counts inside `window`."""
+    if ssd_gbps <= 0 or time_scale <= 0:
+        raise ValueError(f"--ssd-gbps and --time-scale must be > 0 (got {ssd_gbps}, {time_scale})")
+    per_byte = time_scale / (ssd_gbps * GB)      # trace seconds per byte read
+    win = window if window is not None else (float("-inf"), float("inf"))
+    return _SsdReplay(log, policy, dram_bytes, per_byte, watermark_bytes, win, end_oracle,
+                      lookahead).run()

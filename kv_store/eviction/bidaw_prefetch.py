@@ -1,0 +1,103 @@
+"""Bidaw-prefetch: bidaw-size's eviction, plus what promotion needs from the same prediction.
+
+Eviction is bidaw-size's, unchanged. Predictive promotion (SSD -> DRAM before the user returns)
+asks the policy three things, all answered from the one return-time model it evicts with (its
+ThinkTimeModel, per answer length, scaled by the user's own pace): when an evicted session is
+expected back (`return_window`: a central and a high quantile of its next gap), whether its KV
+is worth the DRAM of the entry it would push out (`prefetch_allowed`: only if the policy's next
+victim is stale or scores worse, i.e. is less likely to be reused in time), and to take it in
+without counting an access (`admit_prefetched`: no think time observed, the idle clock keeps
+running, so the user's real return is what the model learns from; a promoted session not back
+by the high quantile is stale, evicted first). Pure: time is an argument.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from kv_store.eviction.base import Key
+from kv_store.eviction.bidaw_size import BidawSizePolicy
+from kv_store.eviction.think_time_model import ThinkTimeModel
+
+
+class BidawPrefetchPolicy(BidawSizePolicy):
+    name = "bidaw-prefetch"
+
+    def __init__(self, horizon_s: float = 30.0, return_quantile: float = 0.5,
+                 high_quantile: float = 0.9, **kwargs) -> None:
+        if not 0.0 < return_quantile < high_quantile < 1.0:
+            raise ValueError("bidaw-prefetch needs 0 < return_quantile < high_quantile < 1 "
+                             f"(got {return_quantile}, {high_quantile})")
+        super().__init__(**kwargs)
+        self.horizon_s = horizon_s  # promote once the expected return is this close (PrefetchPlanner)
+        self.return_quantile = return_quantile
+        self.high_quantile = high_quantile
+        # the same model bidaw-size builds, asked for two more quantiles (defaults already held)
+        self.think = ThinkTimeModel(extra_quantiles=(self.stale_quantile, return_quantile,
+                                                     high_quantile))
+
+    def return_window(self, key: Key) -> tuple[float, float] | None:
+        """(expected return, latest plausible return) of `key`'s next turn in the policy's clock:
+        its last activity plus the `return_quantile` / `high_quantile` of the think time after
+        its latest answer, at its own pace. None for a session the policy does not know."""
+        s = self._sessions.get(key)
+        if s is None or s.last is None:
+            return None
+        q = self.think.stats(s.answer).quantiles
+        f = math.exp(s.pace)
+        return s.last + q[self.return_quantile] * f, s.last + q[self.high_quantile] * f
+
+    def score(self, key: Key, now: float) -> float:
+        """The eviction score (larger goes first): expected remaining wait × size^β."""
+        s = self._sessions.get(key)
+        if s is None:
+            return math.inf
+        beta = self.size_exponent
+        return self.expected_remaining(s, now) * (s.size ** beta if beta != 1.0 else s.size)
+
+    def prefetch_allowed(self, key: Key, size: int, now: float, need: int,
+                         size_of: Callable[[Key], int]) -> bool:
+        """Whether `key` (not in the tier) may push out the `need` bytes of the policy's next
+        victims (`size_of`: their bytes). Each entry is worth 1 / its expected remaining wait
+        (the rate at which it is expected to be hit; a stale one nothing): the victims together
+        must be worth less than `key`, so one large promotion never costs several likelier hits.
+        A look only: nothing is evicted."""
+        s = self._sessions.get(key)
+        if s is None:
+            return False
+        gain = 1.0 / max(self.expected_remaining(s, now), 1e-3)
+        chosen, seen, lost = self._victim, set(), 0.0
+        try:
+            while need > 0:
+                v = self.victim(now, seen)
+                if v is None:
+                    return True
+                stale = (self.stale_quantile is not None and v in self._stale
+                         and self._stale.priority(v)[0] <= now)
+                if not stale:
+                    lost += 1.0 / max(self.expected_remaining(self._sessions.get(v), now), 1e-3)
+                    if lost >= gain:
+                        return False
+                seen.add(v)
+                need -= size_of(v)
+            return True
+        finally:
+            self._victim = chosen  # a look, not an eviction: the return model must not see it
+
+    def admit_prefetched(self, key: Key, size: int, now: float) -> None:
+        """`key` enters the tier by promotion: ranked as bidaw-size would, but no access."""
+        s = self._sessions.get(key)
+        if s is None:  # forgotten meanwhile: an ordinary entry
+            self.admit(key, size, now)
+            return
+        self._seq += 1
+        self._entered[key] = self._seq
+        s.size = size
+        self._rank(key, s)
+        if self.stale_quantile is not None:
+            # a guess: if the user is not back by the window's end, it goes first (else an ended
+            # session would hold DRAM until the far stale deadline); a return re-ranks it
+            latest = self.return_window(key)[1]
+            deadline, order = self._stale.priority(key)
+            if latest < deadline:
+                self._stale.set(key, (latest, order))

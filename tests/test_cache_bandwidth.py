@@ -1,0 +1,100 @@
+"""Cache-only replay with SSD time (bench/sim/cache_bandwidth.py) on hand-made traces."""
+from __future__ import annotations
+
+from bench.sim.cache import prepare_accesses
+from bench.sim.cache_bandwidth import make_bandwidth_policy, replay_bandwidth
+from bench.traces import Turn
+
+# 1 byte per token; a read at 1e-9 GB/s moves 1 byte per second of real time, i.e. X trace
+# seconds per byte at time scale X.
+SLOW = 1e-9
+
+
+def _evict_then_return():
+    # u1 holds 60 B, u2's 70 B push it out at t=3 (capacity 100); u1 misses at t=10 (62 B
+    # queued), then comes back at t=20.
+    return [Turn(1, 0, 30, 30, 0), Turn(2, 1, 35, 35, 0), Turn(1, 2, 1, 1, 1),
+            Turn(2, 3, 1, 1, 1), Turn(1, 10, 1, 1, 2), Turn(1, 20, 1, 1, 3)]
+
+
+def _replay(turns, name, scale, cap=100, max_kv=10_000, **kw):
+    log = prepare_accesses(turns, kv_bytes_per_token=1, max_kv_tokens=max_kv)
+    policy = make_bandwidth_policy(name, cap, 0, protect_queue=0, **kw) if name.startswith(
+        "bidaw") else make_bandwidth_policy(name, cap, 0, **kw)
+    return replay_bandwidth(log, policy, cap, SLOW, scale, 0, None, end_oracle=False, lookahead=0)
+
+
+def test_quick_return_hits_only_if_the_read_finished():
+    fast = _replay(_evict_then_return(), "lru", 0.1)   # 62 B × 0.1 s: done at 16.2 < 20
+    assert (fast.hits, fast.misses) == (3, 1)
+    slow = _replay(_evict_then_return(), "lru", 0.2)   # done at 22.4 > 20: a miss, no new read
+    assert (slow.hits, slow.misses) == (2, 2)
+    for r in (fast, slow):
+        assert r.ssd_read_bytes == 62
+        assert r.speculative_read_bytes == 0
+
+
+def test_demand_reads_queue_fifo():
+    # u3's 100 B push out u1 and u2 (60 B each, LRU); both miss 1 s apart. At 1 s/byte u1's
+    # 62 B read ends at 72 and u2's starts only then, ending at 134: u2 misses again at 80
+    # (no second read), u1 hits at 140.
+    turns = [Turn(1, 0, 30, 30, 0), Turn(2, 0.5, 30, 30, 0), Turn(1, 1, 1, 1, 1),
+             Turn(2, 1.5, 1, 1, 1), Turn(3, 2, 60, 40, 0), Turn(3, 3, 1, 1, 1),
+             Turn(1, 10, 1, 1, 2), Turn(2, 11, 1, 1, 2),
+             Turn(2, 80, 1, 1, 3), Turn(1, 140, 1, 1, 3)]
+    r = _replay(turns, "lru", 1.0, cap=150)
+    assert r.ssd_read_bytes == 124
+    assert (r.hits, r.misses) == (4, 3)
+
+
+def test_promotion_turns_a_miss_into_a_hit_and_counts_its_bytes():
+    # u1 reads long answers (330 tokens: back after ~272 s by the think-time prior) and holds
+    # 340 B; u2's 100 B push it out at t=273 (capacity 400), u2 then goes quiet (stale soon).
+    # u1 comes back at t=560 needing 350 B (the cap): bidaw-size reads them on demand (a miss);
+    # bidaw-prefetch reads them ahead once u1's expected return is within the horizon, into
+    # u2's stale DRAM: a hit.
+    turns = [Turn(1, 0, 10, 330, 0), Turn(2, 270, 92, 8, 0), Turn(1, 272, 0, 330, 1),
+             Turn(2, 273, 0, 8, 1), Turn(1, 560, 0, 0, 2)]
+    kw = dict(cap=400, max_kv=350)
+    base = _replay(turns, "bidaw-size", 0.1, **kw)
+    pre = _replay(turns, "bidaw-prefetch", 0.1, horizon_s=60.0, **kw)
+    assert (base.misses, base.ssd_read_bytes, base.speculative_read_bytes) == (1, 350, 0)
+    assert (pre.prefetches, pre.prefetch_hits, pre.misses) == (1, 1, 0)
+    assert pre.speculative_read_bytes == pre.ssd_read_bytes == 350
+    assert pre.hits == base.hits + 1
+    # with no horizon the read starts at u1's expected return, too late to finish in time
+    late = _replay(turns, "bidaw-prefetch", 0.1, horizon_s=0.0, **kw)
+    assert (late.prefetches, late.prefetch_hits, late.misses) == (1, 0, 1)
+
+
+def test_reads_in_order_demand_first_at_most_one_promotion_ahead(monkeypatch):
+    """On a real excerpt: reads never overlap, a promotion never starts while a demand read
+    waits, and a demand read starts when it is asked for or when the read ahead of it ends."""
+    from pathlib import Path
+
+    from bench.sim import cache_bandwidth as cb
+    from bench.traces import load_trace
+
+    turns = load_trace(Path(__file__).parent / "data" / "bidaw_sample.txt")
+    log = prepare_accesses(turns)
+    events = []
+    begin = cb._SsdReplay.begin
+
+    def spy(self, r, at):
+        events.append((at, r.speculative, r.arrival, bool(self.demand)))
+        begin(self, r, at)
+        events[-1] += (r.done,)
+
+    monkeypatch.setattr(cb._SsdReplay, "begin", spy)
+    cap = 20 << 30
+    policy = make_bandwidth_policy("bidaw-prefetch", cap, 2 << 30, horizon_s=30.0)
+    res = replay_bandwidth(log, policy, cap, 4.0, 0.3, 2 << 30, None, end_oracle=False)
+    assert res.prefetches > 10 and res.prefetch_hits > 0 and res.misses > 10
+    prev_done = float("-inf")
+    for at, speculative, arrival, waiting, done in events:
+        assert at >= prev_done
+        if speculative:
+            assert not waiting and arrival is None
+        else:
+            assert at == max(arrival, prev_done) or at == prev_done
+        prev_done = done

@@ -1,0 +1,127 @@
+"""The promotion planner and what bidaw-prefetch exposes of its return-time model."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from kv_store.eviction.bidaw_prefetch import BidawPrefetchPolicy
+from kv_store.eviction.prefetch_planner import PrefetchPlanner
+
+
+def test_soonest_expected_return_within_the_horizon_goes_first():
+    p = PrefetchPlanner(horizon_s=10.0)
+    p.evicted("a", (50.0, 90.0), now=0.0)
+    p.evicted("b", (30.0, 200.0), now=0.0)
+    assert p.next(10.0) is None            # b is expected at 30: not within 10 s of t=10
+    assert p.eligible_at() == 20.0
+    assert p.next(20.0) == "b"
+    p.promoted("b")
+    assert p.next(45.0) == "a"
+    assert "b" not in p
+
+
+def test_past_its_latest_return_a_candidate_is_dropped():
+    p = PrefetchPlanner(horizon_s=10.0)
+    p.evicted("a", (50.0, 90.0), now=0.0)
+    assert p.next(95.0) is None
+    assert "a" not in p
+    p.evicted("b", (50.0, 90.0), now=100.0)          # evicted already past it: not a candidate
+    assert "b" not in p
+    p.evicted("a", (150.0, 190.0), now=100.0)        # never promoted: not blocked
+    assert "a" in p
+
+
+def test_a_promoted_session_that_does_not_return_is_blocked_until_it_does():
+    p = PrefetchPlanner(horizon_s=10.0)
+    p.evicted("a", (50.0, 90.0), now=0.0)
+    assert p.next(45.0) == "a"
+    p.promoted("a")
+    p.evicted("a", (50.0, 90.0), now=60.0)  # pushed out again before its latest return
+    assert "a" in p                          # still plausible: a candidate again
+    assert p.next(95.0) is None              # its latest return passed without it
+    p.evicted("a", (150.0, 190.0), now=100.0)
+    assert "a" not in p                      # blocked, whatever its window says
+    p.returned("a")
+    p.evicted("a", (150.0, 190.0), now=100.0)
+    assert p.next(145.0) == "a"
+
+
+def test_negative_horizon_is_refused():
+    with pytest.raises(ValueError, match="horizon"):
+        PrefetchPlanner(-1.0)
+
+
+def _policy() -> BidawPrefetchPolicy:
+    pol = BidawPrefetchPolicy(protect_queue=0)
+    pol.set_capacity(1000, 0)
+    return pol
+
+
+def test_return_window_is_the_eviction_model_turned_around():
+    pol = _policy()
+    pol.admit("u", 100, 0.0)
+    pol.observe_answer("u", 200, 0.0)
+    pol.touch("u", 300, 40.0)
+    pol.observe_answer("u", 200, 41.0)
+    s = pol._sessions.get("u")
+    q = pol.think.stats(200).quantiles   # the very model the policy evicts with
+    f = math.exp(s.pace)
+    assert s.pace != 0.0
+    lo, hi = pol.return_window("u")
+    assert lo == pytest.approx(41.0 + q[0.5] * f)
+    assert hi == pytest.approx(41.0 + q[0.9] * f)
+    assert pol.return_window("unknown") is None
+
+
+def test_promotion_enters_without_an_access():
+    pol = _policy()
+    pol.admit("u", 100, 0.0)
+    pol.observe_answer("u", 50, 0.0)
+    pol.remove("u")
+    before = [list(h) for h in pol.think._hist]
+    pol.admit_prefetched("u", 100, 30.0)
+    assert "u" in pol
+    assert pol._sessions.get("u").last == 0.0          # the idle clock keeps running
+    assert [list(h) for h in pol.think._hist] == before  # no think time learned
+    pol.touch("u", 100, 45.0)                           # the real return: learned from t=0
+    assert [list(h) for h in pol.think._hist] != before
+
+
+def test_promotion_takes_dram_only_from_entries_ranked_less_likely_to_be_hit():
+    pol = _policy()
+    for key, answer in (("soon", 8), ("late", 320)):
+        pol.admit(key, 100, 0.0)
+        pol.observe_answer(key, answer, 0.0)
+    pol.remove("soon")                     # 'soon' on SSD, expected back at ~29 s
+    size_of = {"late": 100, "late2": 100, "sooner": 100}.get
+    assert pol.prefetch_allowed("soon", 100, 5.0, 100, size_of)      # 'late': ~270 s away
+    pol.admit("late2", 100, 0.0)
+    pol.observe_answer("late2", 320, 0.0)
+    assert pol.prefetch_allowed("soon", 100, 5.0, 200, size_of)
+    pol.remove("late")
+    pol.remove("late2")
+    pol.admit("sooner", 100, 4.0)
+    pol.observe_answer("sooner", 0, 4.0)  # expected back at ~28 s: likelier than 'soon'
+    assert not pol.prefetch_allowed("soon", 100, 5.0, 100, size_of)
+    assert pol._victim is None             # a look: no eviction recorded
+
+
+def test_bad_quantiles_are_refused():
+    with pytest.raises(ValueError, match="quantile"):
+        BidawPrefetchPolicy(return_quantile=0.9, high_quantile=0.5)
+
+
+def test_a_promotion_not_back_by_its_high_quantile_goes_first():
+    pol = _policy()
+    for key, answer in (("guess", 8), ("other", 8)):
+        pol.admit(key, 100, 0.0)
+        pol.observe_answer(key, answer, 0.0)
+    pol.remove("guess")
+    pol.admit_prefetched("guess", 100, 20.0)
+    latest = pol.return_window("guess")[1]
+    assert pol.victim(latest - 1.0) == "other"   # inside its window: ranked as bidaw-size would
+    assert pol.victim(latest + 0.5) == "guess"   # past it: the failed guess goes first
+    pol.touch("guess", 100, latest + 1.0)        # it came back after all: ranked afresh
+    pol.observe_answer("guess", 8, latest + 1.0)
+    assert pol.victim(latest + 2.0) == "other"
