@@ -88,6 +88,7 @@ def test_engine_figures_on_a_tiny_model_give_every_key_consistently():
     assert out["decode_roofline_fraction"] == pytest.approx(
         per_token * by_dtype[dtype]["1"] / (out["memory_read_gbps"] * 1e9))
     assert set(out["decode_step_breakdown_ms"]) == {"1", "2"}
+    assert all(p["step_unprofiled"] > 0 for p in out["decode_step_breakdown_ms"].values())
     for parts in out["decode_step_breakdown_ms"].values():
         assert parts["attention"] > 0 and parts["matmuls"] > 0 and parts["sampling"] > 0
         assert parts["python_overhead"] >= 0  # no op counted twice

@@ -4,10 +4,11 @@ them (one packed forward, then one Sampler call per sequence).
 Attention is labelled by wrapping the models' `packed_attention` for the profile: it holds the
 per-sequence loop, the KV append and the SDPA kernel. Python overhead is what the step's wall
 time leaves outside every op (module calls, packing, the loop between ops), profiler overhead
-included, so the figures are rough shares, not the unprofiled step time.
+included, so the parts are rough shares; `step_unprofiled` is the same steps' time without it.
 """
 from __future__ import annotations
 
+import time
 from unittest import mock
 
 import torch
@@ -49,7 +50,7 @@ def _labelled(fn):
 def decode_step_breakdown(model, batch: int, steps: int = 5, prompt: int = 16) -> dict[str, float]:
     """ms per decode step of `batch` sequences with `prompt`-token contexts, by part."""
     gen = torch.Generator().manual_seed(11)
-    caches = [model.new_cache(prompt + steps + 2) for _ in range(batch)]
+    caches = [model.new_cache(prompt + 2 * steps + 2) for _ in range(batch)]
     samplers = [Sampler() for _ in range(batch)]
     first = [(torch.tensor(random_ids(model.config.vocab_size, prompt, gen)), c) for c in caches]
     outs = model.forward(first, logits_last_only=True)
@@ -62,11 +63,15 @@ def decode_step_breakdown(model, batch: int, steps: int = 5, prompt: int = 16) -
             with record_function(SAMPLING):
                 tokens[:] = [s(o.logits[-1]) for s, o in zip(samplers, outs)]
 
-    step()  # warm-up, unprofiled
+    step()  # warm-up
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    unprofiled_ms = (time.perf_counter() - start) * 1000 / steps
     wrapped = _labelled(base.packed_attention)
     with mock.patch.object(llama, "packed_attention", wrapped), \
             mock.patch.object(opt, "packed_attention", wrapped), \
             profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(steps):
             step()
-    return split_step_times(prof.events(), steps)
+    return {**split_step_times(prof.events(), steps), "step_unprofiled": unprofiled_ms}
