@@ -9,6 +9,7 @@ included, so the parts are rough shares; `step_unprofiled` is the same steps' ti
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from unittest import mock
 
 import torch
@@ -48,7 +49,14 @@ def _labelled(fn):
 
 
 def decode_step_breakdown(model, batch: int, steps: int = 5, prompt: int = 16) -> dict[str, float]:
-    """ms per decode step of `batch` sequences with `prompt`-token contexts, by part."""
+    """ms per decode step of `batch` sequences with `prompt`-token contexts, by part. The steps
+    run on a thread of their own, as the engine's do (on a CPU the main thread's idle OpenMP
+    workers change a step's time)."""
+    with ThreadPoolExecutor(1, thread_name_prefix="bench-decode-steps") as pool:
+        return pool.submit(_profiled_steps, model, batch, steps, prompt).result()
+
+
+def _profiled_steps(model, batch: int, steps: int, prompt: int) -> dict[str, float]:
     gen = torch.Generator().manual_seed(11)
     caches = [model.new_cache(prompt + 2 * steps + 2) for _ in range(batch)]
     samplers = [Sampler() for _ in range(batch)]
