@@ -31,7 +31,7 @@ from kv_store.compute_signals import ComputeSignals
 from kv_store.config import StoreConfig
 from kv_store.events import EventHub
 from kv_store.eviction.ledger import TierLedger
-from kv_store.eviction.registry import NEEDS_FUTURE, make_policy
+from kv_store.eviction.registry import NEEDS_FUTURE, NEEDS_SSD_TIME, make_policy
 from kv_store.leases import Leases
 from kv_store.persist import Persister
 from kv_store.promoter import Promoter
@@ -55,6 +55,9 @@ def make_store_policy(config: StoreConfig):
     """The DRAM tier's eviction policy by name, told the tier's capacity (1% kept free)."""
     if config.eviction in NEEDS_FUTURE:
         raise ValueError(f"--eviction {config.eviction} needs the future: simulator only")
+    if config.eviction in NEEDS_SSD_TIME:  # its promotion runs in the simulator only, so far
+        raise ValueError(f"--eviction {config.eviction} promotes ahead of need: simulator only "
+                         "(bidaw simulate --cache-only --ssd-gbps G)")
     return make_policy(config.eviction, max(config.dram_bytes, 1),
                        max(config.dram_bytes // 100, 1), config.policy_time_scale)
 

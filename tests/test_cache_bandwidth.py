@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from bench.sim.cache import prepare_accesses
-from bench.sim.cache_bandwidth import make_bandwidth_policy, replay_bandwidth
+from bench.sim.cache_bandwidth import replay_bandwidth
+from kv_store.eviction.registry import make_policy
 from bench.traces import Turn
 
 # 1 byte per token; a read at 1e-9 GB/s moves 1 byte per second of real time, i.e. X trace
@@ -19,8 +20,8 @@ def _evict_then_return():
 
 def _replay(turns, name, scale, cap=100, max_kv=10_000, **kw):
     log = prepare_accesses(turns, kv_bytes_per_token=1, max_kv_tokens=max_kv)
-    policy = make_bandwidth_policy(name, cap, 0, protect_queue=0, **kw) if name.startswith(
-        "bidaw") else make_bandwidth_policy(name, cap, 0, **kw)
+    policy = make_policy(name, cap, 0, protect_queue=0, **kw) if name.startswith(
+        "bidaw") else make_policy(name, cap, 0, **kw)
     return replay_bandwidth(log, policy, cap, SLOW, scale, 0, None, end_oracle=False, lookahead=0)
 
 
@@ -87,7 +88,7 @@ def test_reads_in_order_demand_first_at_most_one_promotion_ahead(monkeypatch):
 
     monkeypatch.setattr(cb._SsdReplay, "begin", spy)
     cap = 20 << 30
-    policy = make_bandwidth_policy("bidaw-prefetch", cap, 2 << 30, horizon_s=30.0)
+    policy = make_policy("bidaw-prefetch", cap, 2 << 30, horizon_s=30.0)
     res = replay_bandwidth(log, policy, cap, 4.0, 0.3, 2 << 30, None, end_oracle=False)
     assert res.prefetches > 10 and res.prefetch_hits > 0 and res.misses > 10
     prev_done = float("-inf")

@@ -7,9 +7,9 @@ import time
 from typing import Any
 
 from bench.sim.cache import GIB, prepare_accesses, replay
-from bench.sim.cache_bandwidth import PREFETCH_POLICY, make_bandwidth_policy, replay_bandwidth
+from bench.sim.cache_bandwidth import replay_bandwidth
 from bench.traces.turn import Turn
-from kv_store.eviction.registry import POLICY_NAMES, make_policy
+from kv_store.eviction.registry import NEEDS_SSD_TIME, POLICY_NAMES, make_policy
 
 CACHE_ONLY_POLICIES = "fifo,lru,queue-aware,bidaw,bidaw-size,belady"
 
@@ -45,10 +45,11 @@ def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float]
     except ValueError:
         raise SystemExit(f"--ssd-gbps wants GB/s values, comma-separated; got {ssd_text!r}") from None
     ssd = ssds[0] if ssds else None
-    known = POLICY_NAMES + ((PREFETCH_POLICY,) if ssd is not None else ())
+    known = POLICY_NAMES + (tuple(sorted(NEEDS_SSD_TIME)) if ssd is not None else ())
     unknown = [n for n in names if n not in known]
     if unknown:
-        hint = f" ({PREFETCH_POLICY} needs --ssd-gbps)" if PREFETCH_POLICY in unknown else ""
+        hint = (f" ({', '.join(sorted(NEEDS_SSD_TIME & set(unknown)))} needs --ssd-gbps)"
+                if NEEDS_SSD_TIME & set(unknown) else "")
         raise SystemExit(f"unknown policies {unknown}; known: {', '.join(known)}{hint}")
     scale = getattr(args, "time_scale", 1.0)
     if ssds and (min(ssds) <= 0 or scale <= 0):
@@ -66,12 +67,11 @@ def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float]
         for name in names:
             kwargs = policy_kwargs.get(name, {})
             t0 = time.perf_counter()
+            policy = make_policy(name, int(cap * GIB), watermark, **kwargs)
             if ssd is None:
-                policy = make_policy(name, int(cap * GIB), watermark, **kwargs)
                 res = replay(log, policy, int(cap * GIB), watermark, window, end_oracle,
                              args.lookahead)
             else:
-                policy = make_bandwidth_policy(name, int(cap * GIB), watermark, **kwargs)
                 res = replay_bandwidth(log, policy, int(cap * GIB), ssd, scale, watermark, window,
                                        end_oracle, args.lookahead)
             seconds += time.perf_counter() - t0

@@ -26,10 +26,8 @@ from kv_store.eviction.base import EvictionPolicy
 from kv_store.eviction.bidaw_prefetch import BidawPrefetchPolicy
 from kv_store.eviction.ledger import TierLedger
 from kv_store.eviction.prefetch_planner import PrefetchPlanner
-from kv_store.eviction.registry import make_policy
 
 GB = 1e9
-PREFETCH_POLICY = "bidaw-prefetch"
 
 
 @dataclass
@@ -46,15 +44,6 @@ class BandwidthResult(CacheResult):
                 "demand_read_bytes": self.ssd_read_bytes - self.speculative_read_bytes,
                 "prefetches": self.prefetches, "prefetch_hits": self.prefetch_hits,
                 "prefetch_hit_bytes": self.prefetch_hit_bytes}
-
-
-def make_bandwidth_policy(name: str, capacity: int, watermark: int, **kwargs) -> EvictionPolicy:
-    """`make_policy`, plus `bidaw-prefetch` (meaningful only with SSD time)."""
-    if name == PREFETCH_POLICY:
-        policy = BidawPrefetchPolicy(**kwargs)
-        policy.set_capacity(capacity, watermark)
-        return policy
-    return make_policy(name, capacity, watermark, **kwargs)
 
 
 class _Read:

@@ -6,6 +6,7 @@ from typing import Any
 from kv_store.eviction.base import EvictionPolicy
 from kv_store.eviction.belady import BeladyPolicy
 from kv_store.eviction.bidaw import BidawPolicy
+from kv_store.eviction.bidaw_prefetch import BidawPrefetchPolicy
 from kv_store.eviction.bidaw_size import BidawSizePolicy
 from kv_store.eviction.fifo import FifoPolicy
 from kv_store.eviction.lru import LruPolicy
@@ -19,9 +20,13 @@ _CLASSES: dict[str, type[EvictionPolicy]] = {
     "bidaw": BidawPolicy,
     "bidaw-size": BidawSizePolicy,
     "belady": BeladyPolicy,
+    "bidaw-prefetch": BidawPrefetchPolicy,
 }
 
-POLICY_NAMES: tuple[str, ...] = tuple(_CLASSES)
+# Policies that also promote ahead of need: only where SSD time is modelled (`--ssd-gbps`).
+NEEDS_SSD_TIME: frozenset[str] = frozenset({"bidaw-prefetch"})
+# The demand-caching policies: every mode and every tier can run them.
+POLICY_NAMES: tuple[str, ...] = tuple(n for n in _CLASSES if n not in NEEDS_SSD_TIME)
 
 # Policies that need the future (the simulator must call `set_next_use`); never for live serving.
 NEEDS_FUTURE: frozenset[str] = frozenset({"belady"})
@@ -34,7 +39,7 @@ def make_policy(name: str, capacity: int | None = None, watermark: int | None = 
     try:
         cls = _CLASSES[name]
     except KeyError:
-        raise ValueError(f"unknown eviction policy {name!r}; known: {', '.join(POLICY_NAMES)}") from None
+        raise ValueError(f"unknown eviction policy {name!r}; known: {', '.join(_CLASSES)}") from None
     policy = cls(**args)
     if capacity is not None:
         policy.set_capacity(capacity, watermark)
