@@ -53,10 +53,13 @@ def _grpc_turn(client, session: str, max_tokens: int) -> None:
 
 
 def _echo_scheduler():
-    from services.runtime.gen import common_pb2, scheduler_pb2_grpc
+    from services.runtime.gen import common_pb2, scheduler_pb2, scheduler_pb2_grpc
     from services.runtime.grpc_util import Server
 
     class Echo(scheduler_pb2_grpc.SchedulerServicer):
+        def Stats(self, request, context):  # the echo stands in for the whole serving path
+            return scheduler_pb2.SchedulerStats(workers=1, stores=1, awareness_connected=True)
+
         def SubmitTurn(self, request, context):
             for i in range(request.max_tokens or 8):
                 yield common_pb2.TurnEvent(token_ids=[i], text=" tok")
