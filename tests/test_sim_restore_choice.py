@@ -30,7 +30,7 @@ def _returns(gap_s: float) -> list[Turn]:
 
 
 def _run(turns, ssd_gbps: float) -> dict:
-    return simulate(turns, ["bidaw", "bidaw-restore"], _cost(ssd_gbps), window=(50, 1000))
+    return simulate(turns, ["bidaw", "bidaw-restore", "bidaw-restore-stall"], _cost(ssd_gbps), window=(50, 1000))
 
 
 def test_a_very_slow_disk_makes_it_recompute():
@@ -96,8 +96,27 @@ def test_restore_systems_keep_every_turn_on_a_busy_synthetic_trace():
     turns = synthesize(SynthConfig(users=120, users_per_min=30, seed=3))
     cost = load_profile("opt13b-a800", {"host.dram_gib": 12, "host.watermark_gib": 0.5})
     workload = build_workload(turns, window=(600, 3000), time_scale=2.0)
-    logs = {name: simulate_system(workload, cost, name) for name in ("bidaw", "bidaw-restore")}
+    logs = {name: simulate_system(workload, cost, name) for name in ("bidaw", "bidaw-restore", "bidaw-restore-stall")}
     assert len(logs["bidaw-restore"].arrival) == len(logs["bidaw"].arrival) == \
         workload.measured_count
     choices = logs["bidaw-restore"].restore_choices
     assert sum(choices.values()) > 0 and logs["bidaw-restore"].misses > 0
+
+
+def test_a_heavy_decode_stall_weight_keeps_the_running_batch_from_waiting_on_recomputes():
+    from dataclasses import replace
+
+    from bench.sim.engine import TimedSimulation
+    from bench.sim.systems import system_spec
+
+    # a new user decoding a long answer throughout the returns: the batch a recompute stalls
+    turns = sorted(_returns(gap_s=0.1) + [Turn(99, 99.0, 10, 1500, 0)], key=lambda t: t.time)
+    workload = build_workload(turns, window=(50, 1000))
+    spec = system_spec("bidaw-restore")
+    plain = TimedSimulation(workload, _cost(1.5), spec).run()
+    heavy = TimedSimulation(workload, _cost(1.5), replace(spec, stall_weight=1e6)).run()
+    full = TimedSimulation(workload, _cost(1.5), system_spec("bidaw")).run().ssd_bytes
+    # the decision's own choice recomputes most of the history; the least-GPU choice loads it
+    assert plain.ssd_bytes < 0.5 * full
+    assert heavy.restore_choices["recompute"] <= 1 and heavy.ssd_bytes > 0.9 * full
+    assert len(heavy.arrival) == USERS + 1

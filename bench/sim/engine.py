@@ -7,6 +7,7 @@ scheduling queue (scheduler.policy) decides which load starts and who is dispatc
 eviction policy (kv_store.eviction) decides what leaves DRAM. Consecutive decode steps are fused
 into one event up to the first step that ends after the next pending event or finishes a
 request, which is exact at step granularity: nothing could have changed the batch earlier.
+bidaw-restore's systems may recompute or load a prefix instead of a whole KV (bench.sim.restore).
 """
 from __future__ import annotations
 
@@ -43,11 +44,8 @@ class TimedSimulation:
         self.queued: dict[int, Job] = {}  # user -> its queued job (one per user at a time)
         self.running: list[Job] = []
         self.gpu_busy = False
-        self.gpu_used = 0
-        self.ctx_sum = 0
-        self.seq = 0
-        self.ssd_version = 0
-        self.reads_in_flight = 0
+        self.gpu_used = self.ctx_sum = 0
+        self.seq = self.ssd_version = self.reads_in_flight = 0
         self.left_to_measure = workload.measured_count
         self.now = 0.0
         self.gpu_free_at = 0.0  # when the GPU step in progress ends

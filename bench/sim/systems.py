@@ -38,6 +38,7 @@ class SystemSpec:
     lookahead: int = 30          # sessions of the next queued requests shown to the eviction policy
     pin_queued: bool = False     # lease the KV of every queued request (else only loads + running)
     restore_choice: bool = False  # per turn on SSD: load, recompute or split (bench.sim.restore)
+    stall_weight: float = 0.0     # restore choice: weight of the decode stall it imposes
 
 
 BASE_SYSTEMS: dict[str, SystemSpec] = {s.name: s for s in (
@@ -49,6 +50,8 @@ BASE_SYSTEMS: dict[str, SystemSpec] = {s.name: s for s in (
     SystemSpec("bidaw-size", TIERED, "bidaw", 1, "bidaw-size", "auto", pin_queued=True),
     SystemSpec("bidaw-restore", TIERED, "bidaw", 1, "bidaw", "auto", pin_queued=True,
                restore_choice=True),
+    SystemSpec("bidaw-restore-stall", TIERED, "bidaw", 1, "bidaw", "auto", pin_queued=True,
+               restore_choice=True, stall_weight=0.1),
     SystemSpec("ideal", UNBOUNDED, "fcfs", 1, "lru", "auto"),
     SystemSpec("ideal-kv", UNBOUNDED, "fcfs", 1, "lru", "kv"),
 )}
