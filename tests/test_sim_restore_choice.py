@@ -30,7 +30,8 @@ def _returns(gap_s: float) -> list[Turn]:
 
 
 def _run(turns, ssd_gbps: float) -> dict:
-    return simulate(turns, ["bidaw", "bidaw-restore", "bidaw-restore-stall"], _cost(ssd_gbps), window=(50, 1000))
+    return simulate(turns, ["bidaw", "bidaw-restore", "bidaw-restore-stall"], _cost(ssd_gbps),
+                    window=(50, 1000))
 
 
 def test_a_very_slow_disk_makes_it_recompute():
@@ -96,9 +97,9 @@ def test_restore_systems_keep_every_turn_on_a_busy_synthetic_trace():
     turns = synthesize(SynthConfig(users=120, users_per_min=30, seed=3))
     cost = load_profile("opt13b-a800", {"host.dram_gib": 12, "host.watermark_gib": 0.5})
     workload = build_workload(turns, window=(600, 3000), time_scale=2.0)
-    logs = {name: simulate_system(workload, cost, name) for name in ("bidaw", "bidaw-restore", "bidaw-restore-stall")}
-    assert len(logs["bidaw-restore"].arrival) == len(logs["bidaw"].arrival) == \
-        workload.measured_count
+    logs = {name: simulate_system(workload, cost, name)
+            for name in ("bidaw", "bidaw-restore", "bidaw-restore-stall")}
+    assert {len(log.arrival) for log in logs.values()} == {workload.measured_count}
     choices = logs["bidaw-restore"].restore_choices
     assert sum(choices.values()) > 0 and logs["bidaw-restore"].misses > 0
 
