@@ -115,6 +115,18 @@ def test_shared_bandwidth_splits_evenly():
     assert ssd.finish_due(1.5) == ["a"] and len(ssd) == 0
 
 
+def test_shared_bandwidth_estimates_without_changing_the_transfers():
+    ssd = SharedBandwidth(100.0)
+    ssd.start("a", 100.0, 0.0)
+    ssd.start("b", 50.0, 0.0)
+    # at t=0.5 each has moved 25: b finishes 25 bytes later at 50 B/s, a 50 bytes after that alone
+    assert ssd.finish_estimates(0.5) == {"b": pytest.approx(0.5), "a": pytest.approx(1.0)}
+    # a new 30-byte read waits 30 of each (75 and 25 left): (30 + 25 + 30) / 100
+    assert ssd.load_estimate(30.0, 0.5) == pytest.approx(0.85)
+    assert ssd.finish_due(1.0) == ["b"] and ssd.next_completion() == pytest.approx(1.5)
+    assert SharedBandwidth(10.0).load_estimate(20.0, 3.0) == pytest.approx(2.0)
+
+
 def test_profiles_and_overrides():
     cost = load_profile("opt13b-a800")
     assert cost.tensors.tensor == "tensor6" and cost.kv_bytes_per_token == 819200
@@ -131,6 +143,7 @@ def test_system_names_and_ablations():
     spec = system_spec("bidaw-no-io-no-tensor6")
     assert spec.queue == "fcfs" and spec.tensor == "kv" and spec.eviction == "bidaw"
     assert system_spec("bidaw-no-answer").eviction == "queue-aware"
+    assert system_spec("bidaw-restore").restore_choice and not system_spec("bidaw").restore_choice
     with pytest.raises(ValueError):
         system_spec("vllm")
     with pytest.raises(ValueError):

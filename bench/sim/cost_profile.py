@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from compute_worker.tensor_choice import KV, TENSOR6, TensorChoice, layer_flops_per_token, tensor_costs
+from scheduler.policy import PrefillCost
 
 GIB = 1 << 30
 PROFILE_DIR = Path(__file__).parents[1] / "profiles"  # bench/profiles
@@ -87,6 +88,15 @@ class CostModel:
         """One prefill step: compute (incl. tensor-6 restore) overlapped with the history copy."""
         return self.iteration_overhead_s + max(flops / self.prefill_flops_per_s,
                                                pcie_bytes / self.pcie_bytes_per_s)
+
+    def prefill_cost(self, tensor: str) -> PrefillCost:
+        """`prefill_step_time` per token, as scheduler.policy.restore_choice models it: one
+        request computing `new` tokens on `ctx` while `copied` stored tokens cross PCIe."""
+        f = self.prefill_flops_per_s
+        return PrefillCost(self.iteration_overhead_s, self.forward_flops_per_token / f,
+                           self.attn_flops_per_token_key / f,
+                           self.stored_bytes_per_token(tensor) / self.pcie_bytes_per_s,
+                           self.restore_flops_per_token(tensor) / f)
 
     def decode_step_time(self, batch: int, context_tokens: int) -> float:
         """One decode step for `batch` sequences holding `context_tokens` KV tokens in all."""

@@ -7,6 +7,7 @@ scheduling queue (scheduler.policy) decides which load starts and who is dispatc
 eviction policy (kv_store.eviction) decides what leaves DRAM. Consecutive decode steps are fused
 into one event up to the first step that ends after the next pending event or finishes a
 request, which is exact at step granularity: nothing could have changed the batch earlier.
+bidaw-restore's systems may recompute or load a prefix instead of a whole KV (bench.sim.restore).
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from bench.sim.cost_profile import CostModel
 from bench.sim.events import ARRIVAL, GPU_DONE, LOAD_DONE, EventHeap
 from bench.sim.job import Job
 from bench.sim.metrics import TurnLog
+from bench.sim.restore import RestoreChooser
 from bench.sim.ssd import SharedBandwidth
 from bench.sim.systems import SystemSpec, make_tiers, system_spec
 from bench.sim.tiers import DRAM, SSD
@@ -42,13 +44,12 @@ class TimedSimulation:
         self.queued: dict[int, Job] = {}  # user -> its queued job (one per user at a time)
         self.running: list[Job] = []
         self.gpu_busy = False
-        self.gpu_used = 0
-        self.ctx_sum = 0
-        self.seq = 0
-        self.ssd_version = 0
-        self.reads_in_flight = 0
+        self.gpu_used = self.ctx_sum = 0
+        self.seq = self.ssd_version = self.reads_in_flight = 0
         self.left_to_measure = workload.measured_count
         self.now = 0.0
+        self.gpu_free_at = 0.0  # when the GPU step in progress ends
+        self.chooser = RestoreChooser(self) if spec.restore_choice else None  # counts in log
 
     # ---- driver ------------------------------------------------------------------------------
     def run(self) -> TurnLog:
@@ -110,8 +111,13 @@ class TimedSimulation:
             if job.user not in self.store.ssd:  # fell out of the SSD while waiting: recompute
                 self.queue.load_finished(req.request_id)
                 continue
+            if self.chooser is not None and self.chooser.choose(req, job, now) == 0:
+                self.queue.load_finished(req.request_id)  # recompute: as if the KV were lost
+                continue
             self.store.pinned.add(job.user)  # a load in flight or landed stays until it runs
             nbytes = self.store.read_from_ssd(job.user, now)
+            if job.split_k:  # a prefix only: its share of the bytes
+                nbytes = nbytes * job.split_k // job.hist
             job.load_start = now
             if self.w.measured[job.i]:
                 self.log.ssd_bytes += nbytes
@@ -133,7 +139,8 @@ class TimedSimulation:
                 continue  # a write finished; it only took bandwidth
             self.reads_in_flight -= 1
             job = self.jobs[rid]
-            self.store.admit_loaded(job.user, now)
+            if not job.split_k:  # a prefix stays a staging copy; the full KV enters at write-back
+                self.store.admit_loaded(job.user, now)
             if self.w.measured[job.i]:
                 self.log.load_s.append(now - job.load_start)
             self.queue.load_finished(rid)
@@ -142,13 +149,10 @@ class TimedSimulation:
         self._start_loads(now)
         self._schedule_gpu(now)
 
-    def _upcoming(self) -> list:
-        return self.queue.upcoming(self.spec.lookahead)
-
     def _evict(self, now: float) -> None:
         """Evict to the DRAM limit; a queued DRAM hit that lost its KV must now load it again."""
         store = self.store
-        for user in store.evict(now, self._upcoming):
+        for user in store.evict(now, lambda: self.queue.upcoming(self.spec.lookahead)):
             job = self.queued.get(user)
             if job is None or user not in store.ssd:
                 continue  # nothing queued, or the KV is gone for good (recomputed at dispatch)
@@ -181,7 +185,8 @@ class TimedSimulation:
             store = self.store
             # a DRAM hit or a finished load; KV that fell out of every tier is recomputed
             cached = req.kv_location != KV_NONE and store.location(job.user) == DRAM
-            new = w.query[i] + (0 if cached else job.hist)
+            restored = job.hist if cached else job.split_k  # tokens of history not recomputed
+            new = w.query[i] + job.hist - restored
             gpu_bytes = (job.hist + w.query[i] + w.answer[i]) * cost.kv_bytes_per_token
             alone = not batch and not self.running
             if not alone and (used + gpu_bytes > cost.gpu_kv_bytes
@@ -194,10 +199,10 @@ class TimedSimulation:
             job.dispatch = now
             job.new_tokens = new
             job.gpu_bytes = gpu_bytes
-            job.ctx = job.hist if cached else 0  # tokens the new ones attend to
-            if cached:
-                job.pcie_bytes = job.hist * self.stored_bpt
-                job.restore_tokens = job.hist if self.tensor == TENSOR6 else 0
+            job.ctx = restored  # tokens the new ones attend to
+            if restored:
+                job.pcie_bytes = restored * self.stored_bpt
+                job.restore_tokens = restored if self.tensor == TENSOR6 else 0
             used += gpu_bytes
             tokens += new
             batch.append(job)
@@ -212,7 +217,8 @@ class TimedSimulation:
             pcie += job.pcie_bytes
             self.gpu_used += job.gpu_bytes
         self.gpu_busy = True
-        self.events.push(now + cost.prefill_step_time(flops, pcie), GPU_DONE, batch)
+        self.gpu_free_at = now + cost.prefill_step_time(flops, pcie)
+        self.events.push(self.gpu_free_at, GPU_DONE, batch)
 
     def _start_decode(self, now: float) -> None:
         cost = self.cost
@@ -226,7 +232,7 @@ class TimedSimulation:
             k += 1
             if t >= horizon:
                 break
-        self.gpu_busy = True
+        self.gpu_busy, self.gpu_free_at = True, t
         self.events.push(t, GPU_DONE, k)
 
     def _gpu_done(self, payload, now: float) -> None:

@@ -7,7 +7,7 @@ class Job:
 
     __slots__ = ("i", "user", "arrival", "dispatch", "first_token", "hist", "new_tokens",
                  "ctx", "pcie_bytes", "restore_tokens", "gpu_bytes", "remaining", "load_start",
-                 "hit")
+                 "hit", "split_k")
 
     def __init__(self, i: int, user: int, arrival: float) -> None:
         self.i, self.user, self.arrival = i, user, arrival
@@ -16,3 +16,4 @@ class Job:
         self.pcie_bytes = self.gpu_bytes = 0
         self.load_start = -1.0
         self.hit = False  # counted as a DRAM hit at arrival
+        self.split_k = 0  # bidaw-restore's SPLIT: only the first k history tokens are loaded

@@ -16,6 +16,7 @@ class TurnLog:
     misses: int = 0          # KV on SSD, or lost and recomputed
     ssd_bytes: int = 0       # read from SSD for measured turns
     load_s: list[float] = field(default_factory=list)       # SSD load durations (measured turns)
+    restore_choices: dict[str, int] | None = None  # bidaw-restore: measured turns per choice
 
     def add(self, arrival: float, dispatch: float, first_token: float, done: float) -> None:
         self.arrival.append(arrival)
@@ -39,7 +40,7 @@ class TurnLog:
         tp = np.percentile(ttft, [50, 90, 95, 99])
         span = float(done.max() - arrival.min())
         looked = self.hits + self.misses
-        return {
+        out = {
             "turns": n,
             "ttft_mean": float(ttft.mean()), "ttft_p50": float(tp[0]), "ttft_p90": float(tp[1]),
             "ttft_p95": float(tp[2]), "ttft_p99": float(tp[3]),
@@ -54,3 +55,6 @@ class TurnLog:
             "load_s_mean": float(np.mean(self.load_s)) if self.load_s else 0.0,
             "throughput_turns_per_s": n / span if span > 0 else 0.0,
         }
+        if self.restore_choices is not None:  # only systems that choose report it
+            out["restore_choices"] = dict(self.restore_choices)
+        return out

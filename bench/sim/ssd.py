@@ -29,6 +29,28 @@ class SharedBandwidth:
             return None
         return self._last + max(min(self._left.values()), 0.0) * len(self._left) / self.bytes_per_s
 
+    def _left_at(self, now: float) -> dict[Hashable, float]:
+        """Bytes each transfer still has to move at `now`, without advancing the state."""
+        if not self._left:
+            return {}
+        moved = max(now - self._last, 0.0) * self.bytes_per_s / len(self._left)
+        return {k: max(left - moved, 0.0) for k, left in self._left.items()}
+
+    def finish_estimates(self, now: float) -> dict[Hashable, float]:
+        """Seconds from `now` until each transfer in flight finishes, if nothing else starts."""
+        out, t, prev, left = {}, 0.0, 0.0, self._left_at(now)
+        for j, (k, nbytes) in enumerate(sorted(left.items(), key=lambda kv: kv[1])):
+            t += (nbytes - prev) * (len(left) - j) / self.bytes_per_s  # the rest share equally
+            prev = nbytes
+            out[k] = t
+        return out
+
+    def load_estimate(self, nbytes: float, now: float) -> float:
+        """Seconds from `now` until a transfer of `nbytes` started now would finish, if nothing
+        else starts: under equal sharing it waits min(left, nbytes) of each one in flight."""
+        left = self._left_at(now).values()
+        return (sum(min(x, nbytes) for x in left) + nbytes) / self.bytes_per_s
+
     def finish_due(self, now: float) -> list[Hashable]:
         """Transfers done by `now` (within a microsecond of transfer), removed."""
         self._advance(now)

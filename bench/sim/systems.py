@@ -4,7 +4,8 @@ Both FCFS baselines prefetch: SSD loads start in arrival order among the next 30
 so fcfs-lru and cachedattention differ only in eviction, as in the cache-only table. The
 baselines hold no lease on a queued request's KV (a DRAM hit can be evicted before it runs and
 is then loaded again — what CachedAttention's queue-aware eviction prevents for the next 30);
-Bidaw leases the KV of every queued request, as the KV store service does.
+Bidaw leases the KV of every queued request, as the KV store service does. `bidaw-restore` is
+Bidaw choosing, per turn whose KV is on SSD, to load it, recompute it or both (bench.sim.restore).
 `fcfs-lru-head` loads only when a request reaches the head (the GPU keeps running the batch).
 
 A system = a scheduling queue (scheduler.policy) + an eviction policy (kv_store.eviction) + the
@@ -36,6 +37,8 @@ class SystemSpec:
     tensor: str = "kv"           # "kv" | "auto" (the model's choice: tensor 6 for MHA)
     lookahead: int = 30          # sessions of the next queued requests shown to the eviction policy
     pin_queued: bool = False     # lease the KV of every queued request (else only loads + running)
+    restore_choice: bool = False  # per turn on SSD: load, recompute or split (bench.sim.restore)
+    stall_weight: float = 0.0     # restore choice: weight of the decode stall it imposes
 
 
 BASE_SYSTEMS: dict[str, SystemSpec] = {s.name: s for s in (
@@ -45,6 +48,10 @@ BASE_SYSTEMS: dict[str, SystemSpec] = {s.name: s for s in (
     SystemSpec("cachedattention", TIERED, "fcfs", 30, "queue-aware", "kv"),
     SystemSpec("bidaw", TIERED, "bidaw", 1, "bidaw", "auto", pin_queued=True),
     SystemSpec("bidaw-size", TIERED, "bidaw", 1, "bidaw-size", "auto", pin_queued=True),
+    SystemSpec("bidaw-restore", TIERED, "bidaw", 1, "bidaw", "auto", pin_queued=True,
+               restore_choice=True),
+    SystemSpec("bidaw-restore-stall", TIERED, "bidaw", 1, "bidaw", "auto", pin_queued=True,
+               restore_choice=True, stall_weight=0.1),
     SystemSpec("ideal", UNBOUNDED, "fcfs", 1, "lru", "auto"),
     SystemSpec("ideal-kv", UNBOUNDED, "fcfs", 1, "lru", "kv"),
 )}
