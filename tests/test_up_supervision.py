@@ -11,6 +11,8 @@ import sys
 import threading
 import time
 
+import pytest
+
 from bench.chaos.procs import descendants, find_descendant
 from services.launch.launcher import free_port
 
@@ -67,3 +69,16 @@ def test_up_restarts_a_killed_service_and_sigterm_stops_everything(tmp_path):
         if up.poll() is None:
             up.kill()
             up.wait()
+
+
+def test_a_started_deployment_is_entered_without_a_second_start(tmp_path):
+    """`with dep.start(...)` used to start every service twice (the copies crash-looped on
+    their ports under the supervisor)."""
+    from services.launch.launcher import LocalDeployment
+    from services.launch.service_process import ServiceProcess
+
+    dep = LocalDeployment(data_dir=str(tmp_path), supervise=False)
+    dep.services["store"] = ServiceProcess("store", "store", [], "127.0.0.1", 1, tmp_path / "l")
+    assert dep.__enter__() is dep and list(dep.services) == ["store"]
+    with pytest.raises(RuntimeError, match="already started"):
+        dep.start()

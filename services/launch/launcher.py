@@ -175,6 +175,8 @@ class LocalDeployment:
                               env, self.quiet)
 
     def start(self, timeout: float = 180.0) -> "LocalDeployment":
+        if self.services:  # a second copy of each service would crash-loop on its ports
+            raise RuntimeError("this deployment is already started")
         self._write_token()
         try:
             for name, kind, port, values in self._settings():
@@ -215,7 +217,7 @@ class LocalDeployment:
             svc.reap(timeout)
 
     def __enter__(self) -> "LocalDeployment":
-        return self.start()
+        return self if self.services else self.start()  # `with dep.start(timeout=...)` too
 
     def __exit__(self, *exc) -> None:
         self.stop()
