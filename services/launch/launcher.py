@@ -20,7 +20,8 @@ from services.gateway.config import GatewayConfig, model_flags
 from services.launch.service_process import (ServiceProcess, free_port, private_dir,
                                              private_file, wait_http)
 from services.launch.supervisor import RestartPolicy, Supervisor
-from services.runtime.cluster_auth import configure_token, ensure_token, write_token_file
+from services.runtime.cluster_auth import (cluster_token as process_token, configure_token,
+                                           ensure_token, write_token_file)
 from services.runtime.config import config_flags, field_default
 from services.runtime.tls import TLSFiles
 
@@ -66,6 +67,9 @@ class LocalDeployment:
     supervise: bool = True
     restart_policy: RestartPolicy = field(default_factory=RestartPolicy)
     on_restart: Callable[[str], None] | None = None  # told each exit and restart (default: log)
+    # This process's token before start installed ours: stop() puts it back, so a later
+    # deployment in the same process (tests) makes its own instead of inheriting a stale one.
+    _prior_token: str | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self):
         self.store_data_dir = self.store_data_dir or str(pathlib.Path(self.data_dir) / "kv")
@@ -104,6 +108,7 @@ class LocalDeployment:
         return str(self.run_dir / "cluster-token")
 
     def _write_token(self) -> None:
+        self._prior_token = process_token()
         if self.cluster_token:
             configure_token(self.cluster_token)  # its clients here must send it
         else:
@@ -215,6 +220,9 @@ class LocalDeployment:
             svc.terminate()
         for svc in reversed(self.services.values()):
             svc.reap(timeout)
+        if self._prior_token is not None:
+            configure_token(self._prior_token)
+            self._prior_token = None
 
     def __enter__(self) -> "LocalDeployment":
         return self if self.services else self.start()  # `with dep.start(timeout=...)` too
