@@ -117,3 +117,23 @@ def test_bidaw_size_evicts_a_finished_script_first_and_keeps_a_running_one(per_u
     # the script stops; 20 s later it is past its own deadline, the reader still reading
     now = start + 61.0
     assert p.victim(now) == ("script" if per_user_signal else "reader")
+
+
+def test_ablation_switches_take_the_signal_away():
+    def two_readers(**kw):
+        p = BidawSizePolicy(protect_queue=0, **kw)
+        for key, answer in (("short", 10), ("long", 400)):
+            p.touch(key, 1 << 20, 0.0)
+            p.observe_answer(key, answer, 0.0)
+        return p, p._sessions.get("short"), p._sessions.get("long")
+
+    p, short, long_ = two_readers()
+    assert p.expected_remaining(long_, 5.0) > 2 * p.expected_remaining(short, 5.0)
+    # answer length off: one think-time distribution, the same wait whatever the answer
+    p, short, long_ = two_readers(answer_signal=False)
+    assert p.expected_remaining(long_, 5.0) == p.expected_remaining(short, 5.0)
+    # idle time off: the whole predicted gap, however long the session has been idle
+    p, short, long_ = two_readers(idle_signal=False)
+    assert p.expected_remaining(long_, 5.0) == p.expected_remaining(long_, 500.0) > 0
+    p, short, long_ = two_readers()
+    assert p.expected_remaining(long_, 5.0) != p.expected_remaining(long_, 500.0)
