@@ -15,6 +15,10 @@ system never learns that a conversation is over) and goes first, oldest deadline
 with one turn so far gets there sooner once the learned chance of a second turn is low (one-shot
 traffic; ReturnModel, shared with Bidaw in answer_ranked.py).
 
+Per-user fallback (SignalModel): a user whose own gaps are regular or near zero and predict it
+better than the answer does (a script, an agent) is predicted from its own gaps instead: kept
+while it runs, ended soon after its last turn; its gaps stay out of the population's model.
+
 O(log n) decisions: entries sit in one max-heap per size class (classes `1/classes_per_octave`
 octave wide) keyed by predicted return time, which orders them by remaining wait at any `now`;
 the victim is the best of the class tops (a few dozen), plus one min-heap of stale deadlines.
