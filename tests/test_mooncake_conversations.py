@@ -123,3 +123,23 @@ def test_thousands_of_conversations_recovered_exactly(tmp_path):
         assert t.round == rounds.get(t.user, 0)
         rounds[t.user] = t.round + 1
     assert max(rounds.values()) == 12
+
+
+def test_edge_cases_of_full_blocks(tmp_path):
+    rows = [
+        _row(0, 1536, 100, [0, 1, 2]),          # p: exactly 3 full blocks, no partial one
+        _row(1000, 2000, 50, [0, 1, 2, 3]),     # extends all of p's blocks: p's turn 1
+        _row(2000, 1100, 10, [0, 40, 41]),      # q: full [0, 40]
+        _row(3000, 1300, 10, [0, 40, 42]),      # q's turn 1: same full blocks, partial re-cut
+        _row(3500, 1400, 10, [0, 40, 43]),      # a retry / fork of q's turn 1: q's turn 2
+        _row(4000, 600, 10, [0, 50]),           # full [0]: the system prompt only
+        _row(4500, 700, 10, [0, 50]),           # same ids, but [0] alone links nothing: new user
+        {"timestamp": 5000, "input_length": 10, "output_length": 1},   # no hash ids at all
+        _row(6000, 2100, 10, [0, 1, 2, 3, 60]), # p's turn 2 (extends p's turn 1's full blocks)
+    ]
+    turns = load_trace(_write(tmp_path, rows))
+    assert [(t.user, t.round) for t in turns] == [
+        (0, 0), (0, 1), (1, 0), (1, 1), (1, 2), (2, 0), (3, 0), (4, 0), (0, 2)]
+    assert turns[1].query_len == 2000 - 1536 - 100
+    assert turns[-1].query_len == 2100 - 2000 - 50
+    assert turns[7].query_len == 10

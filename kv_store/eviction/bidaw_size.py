@@ -15,6 +15,10 @@ system never learns that a conversation is over) and goes first, oldest deadline
 with one turn so far gets there sooner once the learned chance of a second turn is low (one-shot
 traffic; ReturnModel, shared with Bidaw in answer_ranked.py).
 
+Per-user fallback (SignalModel): a user whose own gaps are regular or near zero and predict it
+better than the answer does (a script, an agent) is predicted from its own gaps instead: kept
+while it runs, ended soon after its last turn; its gaps stay out of the population's model.
+
 O(log n) decisions: entries sit in one max-heap per size class (classes `1/classes_per_octave`
 octave wide) keyed by predicted return time, which orders them by remaining wait at any `now`;
 the victim is the best of the class tops (a few dozen), plus one min-heap of stale deadlines.
@@ -27,11 +31,13 @@ from kv_store.eviction.answer_ranked import AnswerRankedPolicy
 from kv_store.eviction.base import Key
 from kv_store.eviction.lazy_heap import LazyHeap
 from kv_store.eviction.session_registry import SessionRegistry
+from kv_store.eviction.signal_model import SignalModel, UserSignal
 from kv_store.eviction.think_time_model import ThinkTimeModel
 
 
 class _Session:
-    __slots__ = ("last", "answer", "pace", "size", "cls", "t_next", "turns", "awaiting_second")
+    __slots__ = ("last", "answer", "pace", "size", "cls", "t_next", "turns", "awaiting_second",
+                 "signal")
 
     def __init__(self) -> None:
         self.last: float | None = None   # time of the latest access or answer
@@ -42,6 +48,7 @@ class _Session:
         self.t_next = 0.0
         self.turns = 0                   # answers seen
         self.awaiting_second = False     # one turn so far (its stale deadline may be sooner)
+        self.signal = UserSignal()       # does the answer predict this user's return?
 
 
 class BidawSizePolicy(AnswerRankedPolicy):
@@ -49,8 +56,16 @@ class BidawSizePolicy(AnswerRankedPolicy):
 
     def __init__(self, size_exponent: float = 0.2, stale_quantile: float | None = 0.99,
                  stale_factor: float = 1.0, pace_decay: float = 0.7, classes_per_octave: int = 2,
-                 protect_queue: int = 30, return_horizon_s: float | None = 600.0) -> None:
+                 protect_queue: int = 30, return_horizon_s: float | None = 600.0,
+                 per_user_signal: bool = True, answer_signal: bool = True,
+                 idle_signal: bool = True) -> None:
         self.size_exponent = size_exponent
+        # Per-user fallback where the answer does not predict the return (SignalModel); the
+        # last two switch a signal off for the ablation (docs/policies.md): every answer in one
+        # bucket; the score from the predicted gap alone, however long the session has idled.
+        self.signal = SignalModel() if per_user_signal else None
+        self.answer_signal = answer_signal
+        self.idle_signal = idle_signal
         self.stale_quantile = stale_quantile
         self.stale_factor = stale_factor
         self.pace_decay = pace_decay
@@ -63,7 +78,7 @@ class BidawSizePolicy(AnswerRankedPolicy):
 
     # ---- the interface --------------------------------------------------------------------
     def observe_answer(self, key: Key, answer_tokens: int, now: float) -> None:
-        s = self._note_answer(key, answer_tokens, now)
+        s = self._note_answer(key, answer_tokens if self.answer_signal else 0, now)
         if key in self._entered:
             self._rank(key, s)
 
@@ -106,19 +121,33 @@ class BidawSizePolicy(AnswerRankedPolicy):
     # ---- prediction -----------------------------------------------------------------------
     def expected_remaining(self, s: _Session, now: float) -> float:
         """Seconds until the session's next turn, given it has been idle since `s.last`."""
+        if not self.idle_signal:
+            return s.t_next - (s.last or 0.0)
         w = s.t_next - now
         if w > 0.0:
             return w
+        if self._flat(s):
+            return self.signal.center_s(s.signal)  # due any moment, until its own deadline
         f = math.exp(s.pace)
         idle = (now - (s.last or now)) / f
         return self.think.stats(s.answer).remaining(idle) * f
+
+    def _flat(self, s: _Session) -> bool:
+        return self.signal is not None and self.signal.flat(s.signal)
 
     def _access(self, key: Key, size: int, now: float) -> None:
         s = self._sessions.touch(key, now, self.__contains__)
         if s.last is not None and s.answer is not None:
             gap = now - s.last
-            self.think.observe(s.answer, gap)
             median = self.think.stats(s.answer).quantiles[0.5]
+            if self.signal is not None:
+                flat = self._flat(s)  # the population learns what answers say from the others
+                self.signal.observe(s.signal, gap, math.log(median) + s.pace)
+            else:
+                flat = False
+            if not flat:
+                self.think.observe(s.answer, gap)
+                median = self.think.stats(s.answer).quantiles[0.5]
             r = math.log(max(gap, 0.5) / median)
             s.pace = self.pace_decay * s.pace + (1.0 - self.pace_decay) * r
         s.last = now
@@ -129,7 +158,8 @@ class BidawSizePolicy(AnswerRankedPolicy):
         stats = self.think.stats(s.answer)
         f = math.exp(s.pace)
         last = s.last if s.last is not None else 0.0
-        s.t_next = last + stats.mean * f
+        flat = self._flat(s)
+        s.t_next = last + (self.signal.center_s(s.signal) if flat else stats.mean * f)
         order = self._entered[key]
         cls = self._size_class(s.size)
         if cls != s.cls and s.cls in self._classes:
@@ -143,8 +173,9 @@ class BidawSizePolicy(AnswerRankedPolicy):
             heap = self._classes[cls] = LazyHeap()
         heap.set(key, (-s.t_next, order))
         if self.stale_quantile is not None:
-            idle = self._stale_idle(s, stats, self.stale_quantile)
-            deadline = last + idle * f * self.stale_factor
+            idle = (self.signal.deadline_s(s.signal) if flat
+                    else self._stale_idle(s, stats, self.stale_quantile) * f)
+            deadline = last + idle * self.stale_factor
             self._stale.set(key, (deadline, order))
 
     def _size_class(self, size: int) -> int:
