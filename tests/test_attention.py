@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from compute_worker import kv_codec
-from compute_worker.host_copy import to_device
-from compute_worker.models.attention import Packed, forced_path, fused_rows
+from compute_worker.models.attention import Packed, forced_path
 from tests.devices import model_device
 from tests.test_models import make_hf, ours_from_hf, tokens
 
@@ -61,18 +60,6 @@ def test_fused_matches_the_loop_on_mixed_batches(pair):
     assert packed.fused.mask.shape == (5, 13, 31)  # 5 sequences, 13 queries, 31 keys at most
 
 
-def test_fused_rule_by_device_and_batch():
-    assert fused_rows("cpu", [1, 1, 1, 1, 1, 1, 1, 1, 1]) == []  # the loop wins on the CPU
-    assert fused_rows("cuda", [1, 5, 1, 1]) == [0, 2, 3]  # decodes together, the prefill alone
-    assert fused_rows("cuda", [1, 7]) == []  # one decode: nothing to fuse
-    assert fused_rows("cuda", [3, 4]) == []
-    assert fused_rows("cpu", [3, 1], forced="fused") == [0, 1]
-    assert fused_rows("cuda", [1, 1], forced="loop") == []
-    with pytest.raises(ValueError, match="'loop' or 'fused'"):
-        with forced_path("flash"):
-            pass
-
-
 @pytest.mark.parametrize("path", [None, "fused"])
 def test_matches_transformers_on_the_test_device(pair, path):
     hf, ours = pair
@@ -111,11 +98,3 @@ def test_restored_kv_continues_like_the_computed_cache(pair, fmt):
     again = ours.forward([(nxt, restored)])[0].logits
     assert (ref - again).abs().max().item() < 1e-5
     assert ref.argmax(-1).tolist() == again.argmax(-1).tolist()
-
-
-def test_host_copy_to_the_test_device():
-    host = torch.arange(24, dtype=torch.float32).view(2, 3, 4)
-    moved = to_device(host, DEVICE)
-    assert moved.device.type == DEVICE.type and torch.equal(moved.cpu(), host)
-    if DEVICE.type == "cpu":
-        assert moved is host  # nothing copied on the CPU
