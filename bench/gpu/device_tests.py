@@ -11,8 +11,10 @@ from pathlib import Path
 from bench.gpu.bounded import run_bounded
 
 # the attention rule and the pinned host copy; fused vs loop attention, transformers logits and
-# restored KV on the device; answers from DRAM / SSD / recompute identical token for token
-FILES = ("tests/test_attention_rule.py", "tests/test_attention.py", "tests/test_turn_exactness.py")
+# restored KV on the device; answers from DRAM / SSD / recompute identical token for token;
+# SmolLM2's answers in a batch (fused decodes on CUDA) equal to its answers alone
+FILES = ("tests/test_attention_rule.py", "tests/test_attention.py", "tests/test_turn_exactness.py",
+         "tests/test_engine_batching.py::test_smollm_batched_answers_equal_solo_answers")
 TINY = ("tests/test_attention_rule.py",)  # --tiny: the rule and the host copy, seconds
 
 
