@@ -13,9 +13,9 @@ PREFILL_TOKENS = 1000
 SESSIONS = (1, 16)
 
 
-def throughput(model, read_gbps: float) -> dict:
+def throughput(model, read_gbps: float | None) -> dict:
     """The figures of `model` (on its device, in its dtype); `read_gbps`: the device's read
-    bandwidth measured in the same run."""
+    bandwidth measured in the same run (None: it failed, and there is no roofline)."""
     weights = weight_bytes(model)
     decode = {str(n): decode_throughput(model, n) for n in SESSIONS}
     kv_token = model.config.kv_bytes_per_token(torch.finfo(model.dtype).bits // 8)
@@ -29,7 +29,8 @@ def throughput(model, read_gbps: float) -> dict:
         "weight_gib": weights / 2**30,
         "prefill_tokens_per_s": prefill_tokens_per_s(model, PREFILL_TOKENS),
         "decode_tokens_per_s": decode,
-        "decode_roofline_fraction": roofline_fraction(per_token, decode["1"], read_gbps),
+        "decode_roofline_fraction": roofline_fraction(per_token, decode["1"], read_gbps)
+        if read_gbps else None,
         f"decode_{most}_tokens_per_s_by_attention": by_path,
         f"attention_rule_at_{most}": "fused" if fused_rows(model.device.type, [1] * most)
         else "loop",

@@ -7,9 +7,10 @@ rule `fused_rows` (device and batch shape):
 - the fused call: the chosen sequences' keys padded into one [B, S, H, D] tensor and their
   queries into [B, H, g*T, D], one masked SDPA for all of them. Grouped-query heads need no K/V
   copy: the g query heads sharing a K/V head are g more query rows of that head (row j*T + t).
-On CUDA one call replaces B kernel launches per layer for a decode batch. On the CPU the loop
-wins at every batch measured (4-64 decodes over 100-1,000 keys: the fused call 1.1-5x slower,
-its padding copy and masked kernel cost more than the per-call overhead saved), so it loops.
+On CUDA one call replaces a decode batch's B attention calls per layer (each sequence's cache
+append stays its own copy). On the CPU the loop wins at every batch measured (4-64 decodes over
+100-1,000 keys: the fused call 1.1-5x slower, its padding copy and masked kernel cost more than
+the per-call overhead saved), so it loops.
 """
 from __future__ import annotations
 
