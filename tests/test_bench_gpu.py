@@ -27,6 +27,8 @@ def test_tiny_mode_prints_every_section(capsys):
         assert min(figures["decode_tokens_per_s"].values()) > 0
         assert figures["decode_roofline_fraction"] > 0
         assert min(figures["decode_16_tokens_per_s_by_attention"].values()) > 0
+        assert set(figures["decode_step_ms_16x1000_by_attention"]) == {"loop", "fused"}
+        assert min(figures["decode_step_ms_16x1000_by_attention"].values()) > 0
         assert figures["attention_rule_at_16"] == "loop"  # the CPU's rule
     t6 = out["tensor6_to_kv"]
     assert t6["tokens"] == 1000 and 0 < t6["ms_per_1k_tokens"] < 1000
