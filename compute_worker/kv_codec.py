@@ -11,6 +11,7 @@ import torch
 
 from services.runtime.gen import common_pb2
 
+from compute_worker.host_copy import to_device
 from compute_worker.models.config import ModelConfig
 from compute_worker.models.kv_cache import kv_from_token_major
 
@@ -37,7 +38,7 @@ def kv_from_bytes(model, format: int, data: bytes) -> torch.Tensor:
     cfg: ModelConfig = model.config
     flat = torch.frombuffer(bytearray(data), dtype=model.dtype)
     if format == TENSOR6:
-        hidden6 = flat.view(-1, cfg.num_layers, cfg.hidden_size).to(model.device)
+        hidden6 = to_device(flat.view(-1, cfg.num_layers, cfg.hidden_size), model.device)
         return model.kv_from_hidden6(hidden6, 0)
-    tm = flat.view(-1, cfg.num_layers, 2, cfg.num_kv_heads, cfg.head_dim).to(model.device)
+    tm = to_device(flat.view(-1, cfg.num_layers, 2, cfg.num_kv_heads, cfg.head_dim), model.device)
     return kv_from_token_major(tm)

