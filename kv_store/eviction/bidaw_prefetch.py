@@ -62,25 +62,33 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         (the rate at which it is expected to be hit; a stale one nothing): the victims together
         must be worth less than `key`, so one large promotion never costs several likelier hits.
         A look only: nothing is evicted."""
+        return self.prefetch_victims(key, now, need, size_of) is not None
+
+    def prefetch_victims(self, key: Key, now: float, need: int, size_of: Callable[[Key], int],
+                         exclude: frozenset | set = frozenset()) -> list[Key] | None:
+        """The entries `prefetch_allowed` weighs, in eviction order, never one in `exclude`
+        (leased or pinned: the store's); None if `key` is not worth them. Fewer than `need`
+        bytes when the policy runs out of victims (the caller's room-making then fails)."""
         s = self._sessions.get(key)
         if s is None:
-            return False
+            return None
         gain = 1.0 / max(self.expected_remaining(s, now), 1e-3)
-        chosen, seen, lost = self._victim, set(), 0.0
+        chosen, seen, lost, victims = self._victim, set(exclude), 0.0, []
         try:
             while need > 0:
                 v = self.victim(now, seen)
                 if v is None:
-                    return True
+                    return victims
                 stale = (self.stale_quantile is not None and v in self._stale
                          and self._stale.priority(v)[0] <= now)
                 if not stale:
                     lost += 1.0 / max(self.expected_remaining(self._sessions.get(v), now), 1e-3)
                     if lost >= gain:
-                        return False
+                        return None
                 seen.add(v)
+                victims.append(v)
                 need -= size_of(v)
-            return True
+            return victims
         finally:
             self._victim = chosen  # a look, not an eviction: the return model must not see it
 
