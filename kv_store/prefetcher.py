@@ -13,8 +13,9 @@ disk idle) or after `POLL_S`. A promoted session not back by its window's high q
 promoted again until it is (the planner's rule).
 
 Counted: speculative reads and their bytes (part of the store's ssd_bytes_read), and prefetch
-hits: a session promoted this way that is still in DRAM when it comes back (its arrival, or
-else its first access).
+hits: a session promoted this way that is in DRAM when it comes back (its arrival, or else its
+first access; one back while its read is still in flight is not a hit, as in the simulator). A
+demand promotion of the session being read speculatively waits for that read.
 """
 from __future__ import annotations
 
@@ -59,6 +60,8 @@ class Prefetcher:
         self.planner = PrefetchPlanner(policy.inner.horizon_s)
         self.counters = PrefetchCounters()
         self._unused: dict[Key, int] = {}  # prefetched, in DRAM, not back yet: key -> bytes
+        self._reading: Key | None = None  # the session being read speculatively now
+        self._back_meanwhile = False  # it came back during that read (then no hit: too late)
         self._poke = threading.Event()
         self._stop = threading.Event()
         policy.on_return, policy.on_landed, policy.on_removed = (self.returned, self._landed,
@@ -74,6 +77,8 @@ class Prefetcher:
     def returned(self, session_id: Key) -> None:
         """The session is back (a turn arrived, or its KV was read or written)."""
         self.planner.returned(session_id)
+        if session_id == self._reading:
+            self._back_meanwhile = True
         size = self._unused.pop(session_id, None)
         if size is not None and session_id in self.space.dram:
             self.counters.prefetch_hits += 1
@@ -87,7 +92,8 @@ class Prefetcher:
         self._unused.pop(session_id, None)
 
     def _landed(self, session_id: Key, size: int) -> None:
-        self._unused[session_id] = size
+        if not (session_id == self._reading and self._back_meanwhile):
+            self._unused[session_id] = size
 
     def _removed(self, session_id: Key) -> None:
         self._unused.pop(session_id, None)
@@ -134,10 +140,13 @@ class Prefetcher:
                 self.counters.prefetches_refused += 1
                 return POLL_S
             self.planner.promoted(key)
+            self._reading, self._back_meanwhile = key, False
         try:
             self._read(key, size)
         finally:
             self.promoter.end_speculative()
+            with self._lock:
+                self._reading = None
         return 0.0
 
     def _victims(self, key: Key, size: int, now: float, t: float) -> list[Key] | None:

@@ -70,6 +70,11 @@ class Promoter:
             self._speculative = (session_id, nbytes)
             return True
 
+    def speculating(self, session_id: str) -> bool:
+        """Whether the speculative read in flight is `session_id`'s."""
+        with self._cond:
+            return self._speculative is not None and self._speculative[0] == session_id
+
     def end_speculative(self) -> None:
         with self._cond:
             self._speculative = None

@@ -126,6 +126,28 @@ def test_a_demand_promotion_waits_for_at_most_the_one_prefetch_in_flight(store):
     stream.close()
 
 
+def test_a_demand_promotion_of_the_session_being_prefetched_waits_for_that_read(store):
+    # Room for two: "other" and the session being prefetched fill DRAM; the demand load of the
+    # same session must not make room again (it would evict "other" for nothing).
+    client, core = store(dram_bytes=2 * MIB + (256 << 10), ssd_read_gbps_cap=0.01,
+                         ssd_io_bytes=256 << 10, policy_time_scale=0.05)
+    answered(client, core, "other", LATE)
+    data = answered(client, core, "p", SOON)
+    stream = AwarenessStream(client.stub)
+    stream.next("snapshot")
+    evict(core, "p")
+    assert eventually(lambda: core.promoter.speculating("p"), every=0.001)
+    core.on_arrival("p")  # its turn arrives while the read is in flight
+    client.stub.Promote(kv_store_pb2.PromoteRequest(session_id="p"))
+    done = stream.next("load_finished", where=lambda e: e.session_id == "p")
+    assert done.ok and done.load_s < 2 * MIB / 10e6 + 0.1
+    assert client.lookup("other").tier == DRAM and stat(core, "dram_evictions") == 0
+    got = client.read("p")
+    assert got.tier == DRAM and got.data == data
+    assert stat(core, "prefetches") == 1 and stat(core, "prefetch_hits") == 0  # too late
+    stream.close()
+
+
 def test_a_prefetch_takes_dram_only_from_kv_worth_less_and_never_pinned_kv(store):
     # Room for three sessions. "valuable" answered first, so it is due back before "cand";
     # "pinned" (a long answer: worth least) is leased; "x"'s turn is queued.
