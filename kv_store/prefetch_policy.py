@@ -6,7 +6,9 @@ what its planner needs to know.
   `speculating()`) enters as promoted (`admit_prefetched`): no access, so the policy's model of
   return times learns only from the user's real return; a look at it from that thread is no
   access either.
-- Any other admit, touch or answer is the session coming back (`on_return`).
+- A turn's arrival ends the user's think time (`observe_arrival`: learnt then, not at the read a
+  queue wait later); it, and any other admit, touch or answer, is the session coming back
+  (`on_return`).
 - An entry leaving the tier (`on_removed`) may become a candidate for promotion.
 
 Called under the store lock, like the ledger.
@@ -72,6 +74,11 @@ class PrefetchingPolicy(EvictionPolicy):
 
     def observe_answer(self, key: Key, answer_tokens: int, now: float) -> None:
         self.outer.observe_answer(key, answer_tokens, now)
+        self.on_return(key)
+
+    def observe_arrival(self, key: Key, now: float) -> None:
+        """A turn of `key` arrived (the Awareness stream): the user's think time ends now."""
+        self.inner.observe_arrival(key, now / self.scale)
         self.on_return(key)
 
     def observe_queue(self, upcoming: Iterable[Key], now: float) -> None:

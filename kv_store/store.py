@@ -194,7 +194,7 @@ class KVStore:
         self.signals.on_arrival(session_id)
         if self.prefetcher is not None:
             with self._lock:
-                self.prefetcher.returned(session_id)
+                self.policy.observe_arrival(session_id, time.monotonic())
 
     def on_turn_complete(self, session_id: str, answer_tokens: int) -> None:
         self.signals.on_turn_complete(session_id, answer_tokens)

@@ -8,7 +8,8 @@ is worth the DRAM of the entry it would push out (`prefetch_allowed`: only if th
 victim is stale or scores worse, i.e. is less likely to be reused in time), and to take it in
 without counting an access (`admit_prefetched`: no think time observed, the idle clock keeps
 running, so the user's real return is what the model learns from; a promoted session not back
-by the high quantile is stale, evicted first). Pure: time is an argument.
+by the high quantile is stale, evicted first). The live store also tells it when a turn arrives
+(`observe_arrival`), before its KV is read. Pure: time is an argument.
 """
 from __future__ import annotations
 
@@ -91,6 +92,24 @@ class BidawPrefetchPolicy(BidawSizePolicy):
             return victims
         finally:
             self._victim = chosen  # a look, not an eviction: the return model must not see it
+
+    def observe_arrival(self, key: Key, now: float) -> None:
+        """A turn of `key` arrived at `now`. The live store hears it before the KV is read, a
+        queue wait later; the user's think time ends here, so the gap is learnt now (as
+        bidaw-size's access learns it) and the read that follows learns none: the model
+        predicts arrivals, which promotion must beat, not dispatches. (The simulator's access
+        is the arrival; it never calls this.)"""
+        s = self._sessions.get(key)
+        if s is None or s.last is None or s.answer is None:
+            return
+        self._note_return(key, now)
+        gap = now - s.last
+        self.think.observe(s.answer, gap)
+        r = math.log(max(gap, 0.5) / self.think.stats(s.answer).quantiles[0.5])
+        s.pace = self.pace_decay * s.pace + (1.0 - self.pace_decay) * r
+        s.last, s.answer = now, None  # until this turn's answer: the read observes no gap
+        if key in self._entered:
+            self._rank(key, s)
 
     def admit_prefetched(self, key: Key, size: int, now: float) -> None:
         """`key` enters the tier by promotion: ranked as bidaw-size would, but no access."""
