@@ -3,7 +3,8 @@
 The parts, each handed its collaborators: the DRAM tier (a shared-memory arena, in its eviction
 ledger's order) and the SSD tier; the session index (what is known of each session, where it
 is); the tier space (room by eviction in both tiers); the persister (the SSD side: durable
-writes, verified reads); the read and write paths; promotions; the compute side's signals.
+writes, verified reads); the read and write paths; promotions; the compute side's signals; with
+`--eviction bidaw-prefetch`, the Prefetcher (promotion ahead of a predicted return, prefetcher.py).
 
 Locking: one store lock guards the shared structures (index, tiers' bookkeeping, leases); disk
 I/O runs outside it, under a per-session lock for reads and loads, and on the ordered writer
