@@ -26,6 +26,8 @@ _.answers_observed
 _.arrivals_observed
 _.corrupt_records
 _.ssd_write_failures
+_.speculative_bytes_read  # the Prefetcher's counters, the same way
+_.prefetches_refused
 _.shm_reads
 
 # Per-turn record fields, written whole to JSONL for offline analysis (`bidaw bench

@@ -14,7 +14,9 @@ class StoreConfig(SecurityConfig):
         "help": "DRAM tier capacity (counted in whole 4 KiB pages)"})
     ssd_bytes: int = field(default=64 << 30, metadata={"help": "SSD tier capacity"})
     eviction: str = field(default="bidaw-size", metadata={
-        "help": "DRAM eviction policy: bidaw-size, bidaw, lru, fifo or queue-aware"})
+        "help": "DRAM eviction policy: bidaw-size, bidaw, lru, fifo, queue-aware, or "
+                "bidaw-prefetch (bidaw-size, and SSD->DRAM promotion of the sessions it expects "
+                "back soon, on SSD time demand loads leave idle)"})
     policy_time_scale: float = field(default=1.0, metadata={
         "help": "the eviction policy's clock runs at wall time / this (a trace replayed at "
                 "x0.02 passes 0.02, so think-time priors stay in trace seconds)"})

@@ -1,6 +1,11 @@
 """Promotions (SSD -> DRAM loads): in the order the scheduler asks for them (it already ranks
 them by disk-HRRN), at most `concurrency` at once, with load-time estimates from the bandwidth
-the SSD tier measures (or the cap, when one emulates a slower disk)."""
+the SSD tier measures (or the cap, when one emulates a slower disk).
+
+Speculative reads (the Prefetcher's, ahead of a predicted return) use what demand leaves idle:
+one at a time, begun only while no promotion is queued or running, never queued; a demand
+promotion asked for meanwhile starts at once beside it, so it is delayed by at most that one
+read (its share of the disk)."""
 from __future__ import annotations
 
 import threading
@@ -17,6 +22,8 @@ class Promoter:
         self.cap_rate = cap_rate
         self._queued: OrderedDict[str, int] = OrderedDict()  # session -> bytes, FIFO
         self._running: dict[str, int] = {}
+        self._speculative: tuple[str, int] | None = None  # the one speculative read in flight
+        self.on_idle: Callable[[], None] = lambda: None  # called when the last load finishes
         self._cond = threading.Condition()
         self._closed = False
         self._threads: list[threading.Thread] = []
@@ -49,15 +56,39 @@ class Promoter:
             return session_id in self._queued or session_id in self._running
 
     def keys(self) -> set[str]:
-        """The sessions queued or loading."""
+        """The sessions queued or loading (a speculative read included)."""
         with self._cond:
-            return set(self._queued) | set(self._running)
+            spec = {self._speculative[0]} if self._speculative else set()
+            return set(self._queued) | set(self._running) | spec
+
+    def begin_speculative(self, session_id: str, nbytes: int) -> bool:
+        """Claim the disk for one speculative read: False while a promotion is queued or
+        running, or another speculative read is in flight."""
+        with self._cond:
+            if self._queued or self._running or self._speculative or self._closed:
+                return False
+            self._speculative = (session_id, nbytes)
+            return True
+
+    def speculating(self, session_id: str) -> bool:
+        """Whether the speculative read in flight is `session_id`'s."""
+        with self._cond:
+            return self._speculative is not None and self._speculative[0] == session_id
+
+    def end_speculative(self) -> None:
+        with self._cond:
+            self._speculative = None
+
+    def idle(self) -> bool:
+        """No promotion queued or running and no speculative read in flight."""
+        with self._cond:
+            return not (self._queued or self._running or self._speculative)
 
     def estimate(self, session_id: str, nbytes: int) -> float:
         """Seconds until `session_id` is in DRAM: the bytes of every load ahead of it, and
         its own, at the disk's shared rate."""
         with self._cond:
-            ahead = sum(self._running.values())
+            ahead = sum(self._running.values()) + (self._speculative or ("", 0))[1]
             for sid, size in self._queued.items():
                 if sid == session_id:
                     break
@@ -85,6 +116,9 @@ class Promoter:
             finally:
                 with self._cond:
                     self._running.pop(session_id, None)
+                    idle = not self._queued and not self._running
+                if idle:
+                    self.on_idle()
 
     def close(self) -> None:
         with self._cond:

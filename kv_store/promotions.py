@@ -53,8 +53,9 @@ class Promotions:
         dram = self.space.dram
         try:
             with self._lock:  # no room in DRAM: reading it now would only be read again later
-                room = session_id in dram or self.space.make_room(
-                    self.index.ssd.file_bytes.get(session_id, 0), keep={session_id})
+                room = session_id in dram or self.promoter.speculating(session_id) or \
+                    self.space.make_room(self.index.ssd.file_bytes.get(session_id, 0),
+                                         keep={session_id})  # (a prefetch made its own room)
             if room:
                 self.reads.open_read(session_id).release()
             ok = session_id in dram

@@ -3,7 +3,8 @@
 The parts, each handed its collaborators: the DRAM tier (a shared-memory arena, in its eviction
 ledger's order) and the SSD tier; the session index (what is known of each session, where it
 is); the tier space (room by eviction in both tiers); the persister (the SSD side: durable
-writes, verified reads); the read and write paths; promotions; the compute side's signals.
+writes, verified reads); the read and write paths; promotions; the compute side's signals; with
+`--eviction bidaw-prefetch`, the Prefetcher (promotion ahead of a predicted return, prefetcher.py).
 
 Locking: one store lock guards the shared structures (index, tiers' bookkeeping, leases); disk
 I/O runs outside it, under a per-session lock for reads and loads, and on the ordered writer
@@ -31,9 +32,11 @@ from kv_store.compute_signals import ComputeSignals
 from kv_store.config import StoreConfig
 from kv_store.events import EventHub
 from kv_store.eviction.ledger import TierLedger
-from kv_store.eviction.registry import NEEDS_FUTURE, NEEDS_SSD_TIME, make_policy
+from kv_store.eviction.registry import NEEDS_FUTURE, make_policy
 from kv_store.leases import Leases
 from kv_store.persist import Persister
+from kv_store.prefetch_policy import PrefetchingPolicy, with_prefetch
+from kv_store.prefetcher import PrefetchCounters, Prefetcher
 from kv_store.promoter import Promoter
 from kv_store.promotions import Promotions
 from kv_store.path_parts import PathParts
@@ -55,9 +58,6 @@ def make_store_policy(config: StoreConfig):
     """The DRAM tier's eviction policy by name, told the tier's capacity (1% kept free)."""
     if config.eviction in NEEDS_FUTURE:
         raise ValueError(f"--eviction {config.eviction} needs the future: simulator only")
-    if config.eviction in NEEDS_SSD_TIME:  # its promotion runs in the simulator only, so far
-        raise ValueError(f"--eviction {config.eviction} promotes ahead of need: simulator only "
-                         "(bidaw simulate --cache-only --ssd-gbps G)")
     return make_policy(config.eviction, max(config.dram_bytes, 1),
                        max(config.dram_bytes // 100, 1), config.policy_time_scale)
 
@@ -66,7 +66,7 @@ class KVStore:
     def __init__(self, config: StoreConfig):
         self.config = config
         self.arena = ShmArena(config.shm_dir, config.dram_bytes)
-        self.policy = make_store_policy(config)
+        self.policy = with_prefetch(make_store_policy(config))  # bidaw-prefetch: promotes too
         self.dram = DramTier(self.arena, TierLedger(self.policy, self.arena.capacity))
         self.meter = BandwidthMeter(config.ssd_read_gbps * 1e9)
         cap = BandwidthCap(config.ssd_read_gbps_cap * 1e9, burst=config.ssd_io_bytes)
@@ -96,6 +96,8 @@ class KVStore:
         self.promotions = Promotions(self.index, self.reads, space, self.promoter, self.events,
                                      self._lock, config.promotion_hold_seconds)
         self.promoter.start(self.promotions.load)
+        self.prefetcher = (Prefetcher(self.policy, space, self.reads, self.promoter, self._lock)
+                           if isinstance(self.policy, PrefetchingPolicy) else None)
         for entry in self.catalog.load(self.ssd):
             self.index.adopt(entry)
         log.info("index (%s) holds %d sessions, %d bytes on SSD; DRAM regions in %s",
@@ -104,6 +106,8 @@ class KVStore:
         self._housekeeper = threading.Thread(target=self._housekeep, name="store-housekeeping",
                                              daemon=True)
         self._housekeeper.start()
+        if self.prefetcher is not None:
+            self.prefetcher.start()
         for tier, used, size in (("dram", lambda: self.arena.used, config.dram_bytes),
                                  ("ssd", lambda: self.ssd.used_bytes, config.ssd_bytes)):
             metrics.TIER_BYTES.labels(tier).set_function(used)
@@ -147,7 +151,8 @@ class KVStore:
                         ssd_writes_pending=self.writer.pending(),
                         ssd_read_gbps_measured=self.meter.rate / 1e9,
                         eviction_policy=self.policy.name, index=self.catalog.kind,
-                        leases=len(self.leases), **vars(self.counters))
+                        leases=len(self.leases), **vars(self.counters),
+                        **vars(self.prefetcher.counters if self.prefetcher else PrefetchCounters()))
 
     def snapshot(self):
         with self._lock:
@@ -188,12 +193,18 @@ class KVStore:
 
     def on_arrival(self, session_id: str) -> None:
         self.signals.on_arrival(session_id)
+        if self.prefetcher is not None:
+            with self._lock:
+                self.policy.observe_arrival(session_id, time.monotonic())
 
     def on_turn_complete(self, session_id: str, answer_tokens: int) -> None:
         self.signals.on_turn_complete(session_id, answer_tokens)
 
     def on_session_end(self, session_id: str) -> None:
         self.signals.on_session_end(session_id)
+        if self.prefetcher is not None:
+            with self._lock:
+                self.prefetcher.ended(session_id)
 
     # -- for benchmarks and tests (under the store lock) ------------------------------------
 
@@ -219,6 +230,8 @@ class KVStore:
     def close(self) -> None:
         self._stop.set()
         self._housekeeper.join(timeout=5)
+        if self.prefetcher is not None:
+            self.prefetcher.close()
         self.promoter.close()
         self.writer.close()  # queued SSD copies land before we go
         with self._lock:

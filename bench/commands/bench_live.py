@@ -148,7 +148,7 @@ def _run_all(names, plan, sizes, opts, repeat: int, records_dir: str | None, say
 
     from bench.replay.live import run_system
     from bench.replay.records import write_jsonl
-    from bench.replay.report import bench_row, summarize
+    from bench.replay.report import bench_row, ssd_reads, summarize
     from bench.replay.systems import SYSTEMS
 
     for name in names:  # what each system stands for, before its figures
@@ -164,7 +164,7 @@ def _run_all(names, plan, sizes, opts, repeat: int, records_dir: str | None, say
                              on_record=lambda r: bar.update())
             bar.close()
             row = bench_row(summarize(run.result.records, run.result.samples))
-            row["store"] = run.store_stats
+            row.update(ssd_reads(run.store_stats), store=run.store_stats)
             per_run[name].append(row)
             first.setdefault(name, (run.result.records, run.result.samples))
             if records_dir:

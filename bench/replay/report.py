@@ -81,6 +81,16 @@ def summarize(records: Sequence[TurnRecord], samples: Sequence[QueueSample] = ()
     return out
 
 
+def ssd_reads(store_stats: dict) -> dict:
+    """The store's SSD reads, from its Stats at the end of a run: demand (promotions and
+    worker reads) and speculative (predictive promotion, bidaw-prefetch) MB, and the turns
+    whose KV a speculative read had brought into DRAM."""
+    total = store_stats.get("ssd_bytes_read", 0)
+    spec = store_stats.get("speculative_bytes_read", 0)
+    return {"ssd_demand_mb": (total - spec) / 1e6, "ssd_speculative_mb": spec / 1e6,
+            "prefetch_hits": store_stats.get("prefetch_hits", 0)}
+
+
 BENCH_KEYS = ("ttft_mean", "ttft_p99", "latency_mean", "latency_p99", "queueing_mean",
               "hit_rate", "throughput_turns_per_s", "turns", "errors")
 
@@ -122,6 +132,7 @@ def ratios(systems: dict[str, dict]) -> dict[str, float]:
         ratio("fcfs-lru-head", "bidaw", key)
         ratio("cachedattention", "bidaw", key)
         ratio("bidaw-size", "ideal", key)
+        ratio("bidaw-prefetch", "bidaw-size", key)
     return out
 
 

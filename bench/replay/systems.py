@@ -38,6 +38,8 @@ SYSTEMS: dict[str, System] = {
     "bidaw-no-tensor6": System("bidaw", "bidaw", "ablation: Bidaw storing K/V whatever the "
                                "model (the same as bidaw for GQA models)", kv_format="kv"),
     "bidaw-size": System("bidaw", "bidaw-size", "Bidaw with size-aware eviction"),
+    "bidaw-prefetch": System("bidaw", "bidaw-prefetch", "Bidaw-size, and the store promotes "
+                             "SSD->DRAM the sessions it expects back soon, on idle disk time"),
     "ideal": System("fcfs", "lru", "all KV fits in DRAM", ideal=True),
 }
 DEFAULT_SYSTEMS = ("recompute", "fcfs-lru", "cachedattention", "bidaw", "bidaw-size", "ideal")

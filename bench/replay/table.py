@@ -12,6 +12,8 @@ COLUMNS = (  # (header, summary key, format)
     ("queue", "queueing_mean", "{:.2f}s"),
     ("hit", "hit_rate", "{:.1%}"),
     ("turns/s", "throughput_turns_per_s", "{:.3f}"),
+    ("SSD MB demand", "ssd_demand_mb", "{:.0f}"),
+    ("SSD MB spec.", "ssd_speculative_mb", "{:.0f}"),
 )
 
 

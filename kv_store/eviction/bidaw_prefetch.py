@@ -8,7 +8,8 @@ is worth the DRAM of the entry it would push out (`prefetch_allowed`: only if th
 victim is stale or scores worse, i.e. is less likely to be reused in time), and to take it in
 without counting an access (`admit_prefetched`: no think time observed, the idle clock keeps
 running, so the user's real return is what the model learns from; a promoted session not back
-by the high quantile is stale, evicted first). Pure: time is an argument.
+by the high quantile is stale, evicted first). The live store also tells it when a turn arrives
+(`observe_arrival`), before its KV is read. Pure: time is an argument.
 """
 from __future__ import annotations
 
@@ -62,27 +63,53 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         (the rate at which it is expected to be hit; a stale one nothing): the victims together
         must be worth less than `key`, so one large promotion never costs several likelier hits.
         A look only: nothing is evicted."""
+        return self.prefetch_victims(key, now, need, size_of) is not None
+
+    def prefetch_victims(self, key: Key, now: float, need: int, size_of: Callable[[Key], int],
+                         exclude: frozenset | set = frozenset()) -> list[Key] | None:
+        """The entries `prefetch_allowed` weighs, in eviction order, never one in `exclude`
+        (leased or pinned: the store's); None if `key` is not worth them. Fewer than `need`
+        bytes when the policy runs out of victims (the caller's room-making then fails)."""
         s = self._sessions.get(key)
         if s is None:
-            return False
+            return None
         gain = 1.0 / max(self.expected_remaining(s, now), 1e-3)
-        chosen, seen, lost = self._victim, set(), 0.0
+        chosen, seen, lost, victims = self._victim, set(exclude), 0.0, []
         try:
             while need > 0:
                 v = self.victim(now, seen)
                 if v is None:
-                    return True
+                    return victims
                 stale = (self.stale_quantile is not None and v in self._stale
                          and self._stale.priority(v)[0] <= now)
                 if not stale:
                     lost += 1.0 / max(self.expected_remaining(self._sessions.get(v), now), 1e-3)
                     if lost >= gain:
-                        return False
+                        return None
                 seen.add(v)
+                victims.append(v)
                 need -= size_of(v)
-            return True
+            return victims
         finally:
             self._victim = chosen  # a look, not an eviction: the return model must not see it
+
+    def observe_arrival(self, key: Key, now: float) -> None:
+        """A turn of `key` arrived at `now`. The live store hears it before the KV is read, a
+        queue wait later; the user's think time ends here, so the gap is learnt now (as
+        bidaw-size's access learns it) and the read that follows learns none: the model
+        predicts arrivals, which promotion must beat, not dispatches. (The simulator's access
+        is the arrival; it never calls this.)"""
+        s = self._sessions.get(key)
+        if s is None or s.last is None or s.answer is None:
+            return
+        self._note_return(key, now)
+        gap = now - s.last
+        self.think.observe(s.answer, gap)
+        r = math.log(max(gap, 0.5) / self.think.stats(s.answer).quantiles[0.5])
+        s.pace = self.pace_decay * s.pace + (1.0 - self.pace_decay) * r
+        s.last, s.answer = now, None  # until this turn's answer: the read observes no gap
+        if key in self._entered:
+            self._rank(key, s)
 
     def admit_prefetched(self, key: Key, size: int, now: float) -> None:
         """`key` enters the tier by promotion: ranked as bidaw-size would, but no access."""
