@@ -103,10 +103,7 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         if s is None or s.last is None or s.answer is None:
             return
         self._note_return(key, now)
-        gap = now - s.last
-        self.think.observe(s.answer, gap)
-        r = math.log(max(gap, 0.5) / self.think.stats(s.answer).quantiles[0.5])
-        s.pace = self.pace_decay * s.pace + (1.0 - self.pace_decay) * r
+        self._learn_gap(s, now - s.last)
         s.last, s.answer = now, None  # until this turn's answer: the read observes no gap
         if key in self._entered:
             self._rank(key, s)

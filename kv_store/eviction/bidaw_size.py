@@ -138,21 +138,25 @@ class BidawSizePolicy(AnswerRankedPolicy):
     def _access(self, key: Key, size: int, now: float) -> None:
         s = self._sessions.touch(key, now, self.__contains__)
         if s.last is not None and s.answer is not None:
-            gap = now - s.last
-            median = self.think.stats(s.answer).quantiles[0.5]
-            if self.signal is not None:
-                flat = self._flat(s)  # the population learns what answers say from the others
-                self.signal.observe(s.signal, gap, math.log(median) + s.pace)
-            else:
-                flat = False
-            if not flat:
-                self.think.observe(s.answer, gap)
-                median = self.think.stats(s.answer).quantiles[0.5]
-            r = math.log(max(gap, 0.5) / median)
-            s.pace = self.pace_decay * s.pace + (1.0 - self.pace_decay) * r
+            self._learn_gap(s, now - s.last)
         s.last = now
         s.size = size
         self._rank(key, s)
+
+    def _learn_gap(self, s: _Session, gap: float) -> None:
+        """One think time of `s` after its answer: the user's signal model, the population's
+        think-time model (unless the user is flat) and the user's pace learn it."""
+        median = self.think.stats(s.answer).quantiles[0.5]
+        if self.signal is not None:
+            flat = self._flat(s)  # the population learns what answers say from the others
+            self.signal.observe(s.signal, gap, math.log(median) + s.pace)
+        else:
+            flat = False
+        if not flat:
+            self.think.observe(s.answer, gap)
+            median = self.think.stats(s.answer).quantiles[0.5]
+        r = math.log(max(gap, 0.5) / median)
+        s.pace = self.pace_decay * s.pace + (1.0 - self.pace_decay) * r
 
     def _rank(self, key: Key, s: _Session) -> None:
         stats = self.think.stats(s.answer)
