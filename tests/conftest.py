@@ -6,6 +6,9 @@ import os
 import pytest
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+# Workers the tests start run fp32 (exact: restored == recomputed token for token) whatever
+# `--dtype auto` would pick on this CPU; tests/test_bf16_*.py cover bf16 on purpose.
+os.environ.setdefault("BIDAW_WORKER_DTYPE", "float32")
 
 
 @pytest.fixture(scope="session")
