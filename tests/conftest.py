@@ -30,3 +30,13 @@ def smollm():
     from compute_worker.loaders.registry import load_model
 
     return load_model("smollm2-135m", device="cpu")
+
+
+@pytest.fixture(scope="session")
+def smollm_bf16():
+    """The same model in bfloat16 (tests/test_bf16_*.py, tests/test_kv_dtype*.py)."""
+    import torch
+
+    from compute_worker.loaders.registry import load_model
+
+    return load_model("smollm2-135m", device="cpu", dtype=torch.bfloat16)
