@@ -15,7 +15,8 @@ from kv_store.leases import Leases
 from kv_store.persist import Persister
 from kv_store.session_index import SessionIndex
 from kv_store.session_meta import SessionMeta
-from kv_store.store_state import KV_DTYPES, KV_FORMATS, SessionLocks, StoreCounters, check_session_id
+from kv_store.store_state import (KV_DTYPES, KV_FORMATS, SessionLocks, StoreCounters,
+                                  check_session_id)
 from kv_store.tier_space import TierSpace
 from kv_store.tiers.buffers import Payload
 from kv_store.tiers.dram import DramTier, ShmPiece

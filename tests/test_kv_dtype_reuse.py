@@ -90,3 +90,21 @@ def test_an_fp32_worker_recomputes_bf16_kv_and_stays_exact(smollm, smollm_bf16, 
     assert info.dtype == F32 and info.num_tokens >= len(prompt_of(smollm[1], history))
     _, _, summary = ask(fp32, "c", history + [("assistant", a2), ("user", Q3)])
     assert summary.cached_tokens > 0 and fp32.connector.dtype_actions == {"recompute": 1}
+
+
+def test_the_engine_host_loads_the_model_in_the_dtype_of_its_config():
+    from compute_worker.actor import EngineHost
+    from compute_worker.config import WorkerConfig
+    from compute_worker.engine_config import EngineConfig
+
+    config = EngineConfig.from_worker(WorkerConfig(store="", dtype="bfloat16"))
+    threads = torch.get_num_threads()  # the host sets the process's (it owns one in a worker)
+    try:
+        host = EngineHost(config)
+        info = host.info()
+        host.runner.engine.stop()
+    finally:
+        torch.set_num_threads(threads)
+    assert (info["dtype"], info["dtype_reason"], info["kv_dtype"]) == (
+        "bfloat16", "--dtype bfloat16", BF16)
+    assert info["kv_bytes_per_token"] == 30 * 2 * 3 * 64 * 2  # layers x K,V x heads x dim x 2 B
