@@ -60,12 +60,15 @@ class EngineHost:
         _configure_process(config)
         from compute_worker.engine import Engine
         from compute_worker.kv_shards import KVShards
+        from compute_worker.loaders.device import pick_device, resolve_dtype
         from compute_worker.loaders.registry import load_model
         from compute_worker.prompt_bound import prompt_byte_bound
         from compute_worker.store_connector import make_connector
         from compute_worker.turn_runner import TurnRunner
 
-        model, tokenizer = load_model(config.model, device=config.device or None)
+        device = config.device or pick_device()
+        self.dtype_choice = resolve_dtype(config.dtype, device)
+        model, tokenizer = load_model(config.model, device=device, dtype=self.dtype_choice.dtype)
         self.model_name = model.config.name or config.model
         # --store "" is the recompute baseline (no store at all); otherwise each session goes to
         # its shard by consistent hash over the shards the scheduler sends with the turn.
@@ -81,6 +84,8 @@ class EngineHost:
     def info(self) -> dict:
         engine, connector = self.runner.engine, self.runner.connector
         return dict(model=self.model_name, kv_format=connector.kv_format,
+                    kv_dtype=connector.kv_dtype, dtype=self.dtype_choice.name,
+                    dtype_reason=self.dtype_choice.reason,
                     kv_bytes_per_token=connector.bytes_per_token,
                     max_context=self.runner.max_context, device=str(engine.model.device.type),
                     max_batch=engine.max_batch, running=engine.running,

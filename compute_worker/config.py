@@ -5,6 +5,8 @@ from dataclasses import dataclass, field
 
 from services.runtime.security_config import SecurityConfig
 
+DTYPE_CHOICES = ("auto", "float32", "bfloat16")  # --dtype (loaders/dtype_choice.py)
+
 
 @dataclass
 class WorkerConfig(SecurityConfig):
@@ -20,6 +22,9 @@ class WorkerConfig(SecurityConfig):
     worker_id: str = field(default="", metadata={"help": "stable id (default: host:port)"})
     kv_format: str = field(default="auto", metadata={
         "help": "auto (chosen from the model config), kv or tensor6"})
+    dtype: str = field(default="auto", metadata={
+        "help": "model and KV dtype: auto (bfloat16 on CUDA and on CPUs with AMX-BF16 or "
+                "AVX512-BF16, else float32), float32 or bfloat16"})
     default_max_tokens: int = field(default=256, metadata={"help": "max_tokens when unset"})
     max_batch: int = field(default=16, metadata={"help": "turns decoded together in one batch"})
     min_step_ms: float = field(default=0.0, metadata={
@@ -37,3 +42,8 @@ class WorkerConfig(SecurityConfig):
         "help": "object store of the local Ray"})
     metrics_listen: str = field(default="", metadata={
         "help": "host:port for Prometheus /metrics (empty: off)"})
+
+    def __post_init__(self):
+        if self.dtype not in DTYPE_CHOICES:  # before Ray and the model start
+            raise ValueError(f"--dtype must be one of {', '.join(DTYPE_CHOICES)}, "
+                             f"not {self.dtype!r}")

@@ -16,6 +16,7 @@ class EngineConfig:
     model: str  # a model spec (loaders/registry.py)
     store: str  # KV store shards, comma separated ("": no store, recompute every prompt)
     kv_format: str = "auto"  # auto | kv | tensor6
+    dtype: str = "auto"  # auto | float32 | bfloat16 (loaders/dtype_choice.py)
     default_max_tokens: int = 256
     max_batch: int = 16
     min_step_ms: float = 0.0
@@ -31,6 +32,7 @@ class EngineConfig:
         """The engine's part of the worker's config, with the TLS files and cluster token the
         worker's process uses (call after they are configured)."""
         return cls(model=config.model, store=config.store, kv_format=config.kv_format,
+                   dtype=config.dtype,
                    default_max_tokens=config.default_max_tokens, max_batch=config.max_batch,
                    min_step_ms=config.min_step_ms, restore_in_step=config.restore_in_step,
                    threads=config.threads, device=config.device, tls=tls_files(),

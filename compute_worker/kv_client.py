@@ -30,6 +30,7 @@ class StoredKV:
     model: str
     token_ids: list[int]
     data: memoryview  # bytes-like: slice it, compare it, bytes()/bytearray() it
+    dtype: int = 0  # KV_DTYPE_* of the bytes (0: the writer did not say)
 
 
 class KVClient:
@@ -117,7 +118,7 @@ class KVClient:
             self.stub.ReleaseLease.future(kv_store_pb2.ReleaseLeaseRequest(
                 lease_id=reply.lease_id), timeout=self.timeout)
         return StoredKV(header.tier, header.format, header.bytes_per_token, header.model,
-                        list(header.token_ids), view)
+                        list(header.token_ids), view, header.dtype)
 
     def _read_stream(self, session_id: str, max_tokens: int) -> StoredKV:
         stream = self._read_wire(kv_store_pb2.ReadKVRequest(session_id=session_id,
@@ -143,19 +144,20 @@ class KVClient:
         if header is None or received != len(view):
             raise IOError(f"KV stream of {session_id!r} ended early")
         return StoredKV(header.tier, header.format, header.bytes_per_token, header.model,
-                        list(header.token_ids), view)
+                        list(header.token_ids), view, header.dtype)
 
     # -- writes -----------------------------------------------------------------------------
 
     def write(self, session_id: str, start_token: int, token_ids: list[int], format: int,
               bytes_per_token: int, model: str, data: bytes,
-              durable: bool = True) -> kv_store_pb2.WriteKVReply:
+              durable: bool = True, dtype: int = 0) -> kv_store_pb2.WriteKVReply:
         """Store the KV of `token_ids` from `start_token` on. `durable=False` lets the store
-        reply once the KV is in DRAM, its SSD copy following (reply.durable says which)."""
+        reply once the KV is in DRAM, its SSD copy following (reply.durable says which).
+        `dtype`: KV_DTYPE_* of `data` (0, unsaid: stored, but no worker reuses it)."""
         header = kv_store_pb2.KVHeader(
             session_id=session_id, start_token=start_token, num_tokens=len(token_ids),
             token_ids=token_ids, format=format, bytes_per_token=bytes_per_token, model=model,
-            allow_async=not durable)
+            allow_async=not durable, dtype=dtype)
         if len(data) >= SHM_MIN_BYTES and self.co_located:
             region = self._write_region(session_id, start_token, data)
             if region:

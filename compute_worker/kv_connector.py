@@ -1,9 +1,9 @@
 """What the turn runner needs from a KV store: restore a prompt's prefix, save a turn's KV.
 
 Correctness of reuse is each connector's promise: a restored prefix is KV computed from exactly
-those token ids, by the same model, in the same format; at least the last prompt token is left
-to compute (its logits pick the first answer token). A failing store degrades to recomputation,
-never to a wrong answer.
+those token ids, by the same model, in the same format and dtype (or converted from float32:
+dtype_reuse.py); at least the last prompt token is left to compute (its logits pick the first
+answer token). A failing store degrades to recomputation, never to a wrong answer.
 """
 from __future__ import annotations
 
@@ -25,7 +25,15 @@ class Restored:
     load_s: float = 0.0  # reading (and converting) the KV
     convert_s: float = 0.0  # tensor 6 -> K/V
     from_parent: bool = False  # restored from the parent session's KV
-    prefix6: bytes = b""  # tensor 6 of the restored prefix, kept for a branch's first save
+    converted: bool = False  # from KV of another dtype (dtype_reuse.py), converted
+    prefix6: bytes = b""  # tensor 6 of the restored prefix (model dtype), kept for a branch's
+    # or a converted prefix's first save, which rewrites the session from token 0
+
+    @property
+    def rewrites(self) -> bool:
+        """The turn's save writes the session's whole KV: the session holds none of this
+        prefix itself (a parent's), or holds it in another dtype."""
+        return self.from_parent or self.converted
 
 
 def fresh_cache(model, prompt: list[int]):
@@ -33,11 +41,13 @@ def fresh_cache(model, prompt: list[int]):
 
 
 class KVConnector(abc.ABC):
-    """`kv_format`: what the connector stores (KV_FORMAT_*); `bytes_per_token`: its size."""
+    """`kv_format`: what the connector stores (KV_FORMAT_*); `kv_dtype`: in which element type
+    (KV_DTYPE_*, the model's); `bytes_per_token`: its size."""
 
     def __init__(self, model, kv_format: int):
         self.model = model
         self.kv_format = kv_format
+        self.kv_dtype = kv_codec.wire_dtype(model.dtype)
         self.bytes_per_token = kv_codec.bytes_per_token(model.config, kv_format, model.dtype)
 
     @abc.abstractmethod

@@ -77,9 +77,11 @@ def start(config: WorkerConfig):
                     token=server_token(config))
     service.worker_id = service.worker_id or f"{config.listen.rsplit(':', 1)[0]}:{server.port}"
     worker_id = service.worker_id
-    log.info("compute worker %s on port %d: model %s, KV format %s, prompts up to %d bytes "
-             "(the gateway's --max-prompt-bytes)", worker_id, server.port, service.info["model"],
-             service.info["kv_format"], service.info["max_prompt_bytes"])
+    info = service.info
+    log.info("compute worker %s on port %d: model %s in %s (%s), KV format %s, prompts up to "
+             "%d bytes (the gateway's --max-prompt-bytes)", worker_id, server.port,
+             info["model"], info["dtype"], info["dtype_reason"], info["kv_format"],
+             info["max_prompt_bytes"])
     return server, service
 
 

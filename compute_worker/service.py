@@ -97,4 +97,4 @@ class ComputeWorkerService(compute_worker_pb2_grpc.ComputeWorkerServicer):
             worker_id=self.worker_id, model=self.info["model"],
             kv_format=self.info["kv_format"], kv_bytes_per_token=self.info["kv_bytes_per_token"],
             max_context=self.info["max_context"], running=running, max_running=self.max_running,
-            device=self.info["device"])
+            device=self.info["device"], kv_dtype=self.info["kv_dtype"])

@@ -1,8 +1,9 @@
 """The KV connector to Bidaw's KV store over gRPC (shared memory on the store's machine).
 
 Reuse: a prompt reuses stored KV only for the longest prefix whose token ids match what the KV
-was computed from, of the same model and format; everything after it is recomputed. Any store
-failure degrades to recomputation.
+was computed from, of the same model and format; everything after it is recomputed. KV of
+another dtype is converted or recomputed (dtype_reuse.py), counted in `dtype_actions` and
+logged. Any store failure degrades to recomputation.
 
 A branch (TurnRequest.parent_session_id: a regenerated answer, an edited history, another
 conversation with the same beginning) may restore from its parent's KV when that matches more of
@@ -11,6 +12,7 @@ session holds none of that prefix itself.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import time
@@ -22,6 +24,7 @@ import torch
 import services.runtime.tracing as tracing
 
 from compute_worker import kv_codec
+from compute_worker.dtype_reuse import CONVERT, RECOMPUTE, reuse_action
 from compute_worker.kv_client import KVClient
 from compute_worker.kv_connector import KVConnector, Recompute, Restored, fresh_cache
 from compute_worker.kv_shards import KVShards
@@ -58,6 +61,16 @@ class StoreConnector(KVConnector):
         super().__init__(model, kv_format)
         self.store = store
         self.model_name = model_name
+        self.dtype_actions: collections.Counter[str] = collections.Counter()  # convert|recompute
+
+    def _dtype_action(self, session_id: str, stored_dtype: int) -> str:
+        action = reuse_action(stored_dtype, self.kv_dtype)
+        if action in (CONVERT, RECOMPUTE):
+            self.dtype_actions[action] += 1
+            log.info("KV of %r is %s, this worker's is %s: %s", session_id,
+                     kv_codec.dtype_name(stored_dtype), kv_codec.dtype_name(self.kv_dtype),
+                     "converting it" if action == CONVERT else "recomputing it")
+        return action
 
     def _client(self, session_id: str, shards: list[str] | None) -> KVClient | None:
         if isinstance(self.store, KVShards):
@@ -76,10 +89,20 @@ class StoreConnector(KVConnector):
             log.warning("store lookup failed for %r (%s): recomputing", session_id, exc.code())
             return None
         if (info.tier == kv_codec.TIER_NONE or info.model != self.model_name
-                or info.format != self.kv_format or info.bytes_per_token != self.bytes_per_token):
+                or info.format != self.kv_format):
+            return None
+        if reuse_action(info.dtype, self.kv_dtype) == RECOMPUTE:
+            self._dtype_action(session_id, info.dtype)
+            return None
+        if info.bytes_per_token != self._bytes_per_token(info.dtype):
             return None
         reuse = min(common_prefix(list(info.token_ids), prompt), len(prompt) - 1)
         return _Candidate(session_id, store, reuse) if reuse > 0 else None
+
+    def _bytes_per_token(self, dtype: int) -> int:
+        """Bytes per token of this connector's format in KV_DTYPE_* `dtype` (0: unknown)."""
+        known = kv_codec.torch_dtype(dtype)
+        return kv_codec.bytes_per_token(self.model.config, self.kv_format, known) if known else 0
 
     def restore(self, session_id: str, prompt: list[int], parent: str = "",
                 shards: list[str] | None = None) -> Restored:
@@ -99,27 +122,34 @@ class StoreConnector(KVConnector):
             return fresh
         # The session may have changed between lookup and read: trust only what was read.
         reuse = min(common_prefix(stored.token_ids, prompt[:reuse]), len(stored.token_ids))
-        if reuse <= 0 or stored.format != self.kv_format or stored.model != self.model_name:
+        if (reuse <= 0 or stored.format != self.kv_format or stored.model != self.model_name
+                or stored.bytes_per_token != self._bytes_per_token(stored.dtype)
+                or self._dtype_action(best.session_id, stored.dtype) == RECOMPUTE):
             return fresh
         data = stored.data[:reuse * stored.bytes_per_token]
+        stored_dtype = kv_codec.torch_dtype(stored.dtype)
         convert_start = time.monotonic()
         tensor6 = stored.format == kv_codec.TENSOR6
         with (tracing.span("worker.tensor6_to_kv", tokens=reuse, kv_bytes=len(data)) if tensor6
               else contextlib.nullcontext()):
-            kv = kv_codec.kv_from_bytes(self.model, stored.format, data)
+            kv = kv_codec.kv_from_bytes(self.model, stored.format, data, stored_dtype)
         convert_s = time.monotonic() - convert_start
         cache = fresh_cache(self.model, prompt)
         cache.extend(kv)
         from_parent = best.session_id != session_id
+        converted = stored.dtype != self.kv_dtype
+        prefix6 = b""
+        if tensor6 and (from_parent or converted):
+            prefix6 = kv_codec.convert(data, stored_dtype, self.model.dtype) if converted \
+                else bytes(data)
         return Restored(cache, reuse, stored.tier, stored.format, time.monotonic() - start,
-                        convert_s if tensor6 else 0.0, from_parent,
-                        bytes(data) if from_parent and tensor6 else b"")
+                        convert_s if tensor6 else 0.0, from_parent, converted, prefix6)
 
     def save(self, session_id: str, tokens: list[int], cache, hidden6: list[torch.Tensor],
              restored: Restored | None = None, shards: list[str] | None = None) -> None:
         """What the turn computed; for a turn restored from its parent, the session's whole KV
-        (the restored prefix too)."""
-        if restored is None or restored.from_parent:
+        (the restored prefix too), and for one restored from KV of another dtype."""
+        if restored is None or restored.rewrites:
             prefix6 = restored.prefix6 if restored is not None else b""
             self._write(session_id, tokens, 0, cache, hidden6, shards, prefix6)
         else:
@@ -144,6 +174,7 @@ class StoreConnector(KVConnector):
             # Not durable: the reply comes once the KV is in DRAM (pinned there until its SSD
             # copy lands), so the turn's completion does not wait for an fsync.
             store.write(session_id, start, tokens[start:end], self.kv_format,
-                        self.bytes_per_token, self.model_name, data, durable=False)
+                        self.bytes_per_token, self.model_name, data, durable=False,
+                        dtype=self.kv_dtype)
         except grpc.RpcError as exc:  # the answer stands; the next turn recomputes
             log.warning("KV write of %r failed: %s %s", session_id, exc.code(), exc.details())

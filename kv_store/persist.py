@@ -52,7 +52,7 @@ class Persister:
     # -- writes (on the writer thread of the session) -----------------------------------------
 
     def persist(self, session_id: str, start: int, token_ids: list[int], format: int,
-                bytes_per_token: int, model: str, payload: Payload) -> int:
+                bytes_per_token: int, model: str, payload: Payload, dtype: int = 0) -> int:
         """Append one record; durable when this returns. On failure the session goes back
         to its durable state and the error (a StoreError) reaches a waiting writer."""
         view = None
@@ -61,18 +61,18 @@ class Persister:
                 entry = self.catalog.get(session_id)
                 base = entry.meta if entry is not None and start > 0 else None
                 if start > 0 and (base is None or start > base.num_tokens or not base.compatible(
-                        format, bytes_per_token, model)):
+                        format, bytes_per_token, model, dtype)):
                     raise errors.aborted(f"session {session_id!r} changed on SSD under this "
                                          "write (dropped, or written by another replica); look "
                                          "it up and write again")
                 meta = SessionMeta(session_id, format, bytes_per_token, model,
-                                   (base.token_ids[:start] if base else []) + token_ids)
+                                   (base.token_ids[:start] if base else []) + token_ids, dtype)
                 view = payload.scatter()
                 crc = 0
                 for chunk in view.chunks(0, len(view)):
                     crc = zlib.crc32(chunk, crc)
                 header = ssd_record.encode_header(session_id, format, start, bytes_per_token,
-                                                  model, token_ids, len(view), crc)
+                                                  model, token_ids, len(view), crc, dtype)
                 offset = entry.ssd_len if base is not None else 0
                 end = self._append(session_id, offset, header, view)
                 written = end - offset
@@ -148,7 +148,7 @@ class Persister:
             view = memoryview(live)[:meta.num_bytes]
             header = ssd_record.encode_header(session_id, meta.format, 0, meta.bytes_per_token,
                                               meta.model, meta.token_ids, len(view),
-                                              zlib.crc32(view))
+                                              zlib.crc32(view), meta.dtype)
             new_end = self.ssd.append(session_id, 0, header, view, True)
             return new_end, new_end
         except OSError as exc:  # the appended record stands; compaction waits for a later turn

@@ -65,7 +65,7 @@ class ReadPath:
             self.parts.counters.dram_hits += 1
             self.parts.dram.touch(session_id, time.monotonic())
             served = SessionMeta(session_id, meta.format, meta.bytes_per_token, meta.model,
-                                 meta.token_ids[:want])
+                                 meta.token_ids[:want], meta.dtype)
             pieces = self.parts.dram.pieces(session_id, served.num_bytes)
             return ReadHandle(served, Tier.DRAM, shm=pieces, arena=self.parts.dram.arena,
                               on_release=lambda: self.parts.space.release_pieces(pieces))

@@ -1,5 +1,5 @@
 """The KVStore gRPC service: translates bidaw.v1 messages into KVStore calls, and the store's
-own types (Tier, KvFormat) to and from the wire's enums: protobuf stops here."""
+own types (Tier, KvFormat, KvDtype) to and from the wire's enums: protobuf stops here."""
 from __future__ import annotations
 
 import functools
@@ -21,7 +21,7 @@ from kv_store.errors import StoreError, invalid
 from kv_store.events import LoadDone, Location
 from kv_store.tiers.shm_arena import ARENA, PROBE
 from kv_store.store import KVStore
-from kv_store.store_state import KvFormat, Tier
+from kv_store.store_state import KvDtype, KvFormat, Tier
 
 log = logging.getLogger("bidaw.kv_store")
 MAX_WRITE_BYTES = 16 << 30  # one turn's KV; anything larger is a client bug
@@ -36,8 +36,19 @@ _STORE_FORMAT = {wire: fmt for fmt, wire in _WIRE_FORMAT.items()}  # .get: None 
 # the store does not know, which it refuses with the reason (after the checks that come first)
 
 
+_WIRE_DTYPE = {KvDtype.UNKNOWN: common_pb2.KV_DTYPE_UNSPECIFIED,
+               KvDtype.FLOAT32: common_pb2.KV_DTYPE_FLOAT32,
+               KvDtype.BFLOAT16: common_pb2.KV_DTYPE_BFLOAT16,
+               KvDtype.FLOAT16: common_pb2.KV_DTYPE_FLOAT16}
+_STORE_DTYPE = {wire: dtype for dtype, wire in _WIRE_DTYPE.items()}  # .get: None, refused
+
+
 def _wire_format(fmt: int) -> int:
     return _WIRE_FORMAT.get(fmt, common_pb2.KV_FORMAT_UNSPECIFIED)
+
+
+def _wire_dtype(dtype: int) -> int:
+    return _WIRE_DTYPE.get(dtype, common_pb2.KV_DTYPE_UNSPECIFIED)
 
 
 def _lease_seconds(value: float) -> float:
@@ -94,7 +105,7 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
             tier=_WIRE_TIER[tier], num_bytes=meta.num_bytes, num_tokens=meta.num_tokens,
             format=_wire_format(meta.format),
             bytes_per_token=meta.bytes_per_token, token_ids=meta.token_ids, model=meta.model,
-            lease_id=lease_id)
+            lease_id=lease_id, dtype=_wire_dtype(meta.dtype))
 
     def ReadKV(self, request, context):
         try:
@@ -125,7 +136,8 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
                 loc, durable = self.store.write(
                     header.session_id, header.start_token, list(header.token_ids),
                     _STORE_FORMAT.get(header.format), header.bytes_per_token, header.model,
-                    payload, wait_durable=not header.allow_async)
+                    payload, wait_durable=not header.allow_async,
+                    dtype=_STORE_DTYPE.get(header.dtype))
             metrics.KV_WRITE_BYTES.inc(nbytes)
         except StoreError as exc:
             context.abort(exc.code, exc.message)
@@ -267,4 +279,4 @@ def _header(handle: ReadHandle) -> kv_store_pb2.KVHeader:
                                  num_tokens=meta.num_tokens, token_ids=meta.token_ids,
                                  format=_wire_format(meta.format),
                                  bytes_per_token=meta.bytes_per_token, model=meta.model,
-                                 tier=_WIRE_TIER[handle.tier])
+                                 tier=_WIRE_TIER[handle.tier], dtype=_wire_dtype(meta.dtype))

@@ -181,9 +181,10 @@ class KVStore:
         return self.writes.take_prepared(region, session_id, nbytes)
 
     def write(self, session_id: str, start_token: int, token_ids: list[int], format: int,
-              bytes_per_token: int, model: str, payload, wait_durable: bool = True):
+              bytes_per_token: int, model: str, payload, wait_durable: bool = True,
+              dtype: int = 0):
         return self.writes.write(session_id, start_token, token_ids, format, bytes_per_token,
-                                 model, payload, wait_durable)
+                                 model, payload, wait_durable, dtype)
 
     def release_payload(self, payload) -> None:
         self.writes.release_payload(payload)

@@ -31,6 +31,19 @@ class KvFormat(enum.IntEnum):
 KV_FORMATS = frozenset(KvFormat)
 
 
+class KvDtype(enum.IntEnum):
+    """The element type of a session's KV bytes; the values are the codes SSD records (their
+    once-reserved byte) and the index store, so they never change. UNKNOWN: the writer did not
+    say (records from before dtypes were kept read as it): stored, but no worker reuses it."""
+    UNKNOWN = 0
+    FLOAT32 = 1
+    BFLOAT16 = 2
+    FLOAT16 = 3
+
+
+KV_DTYPES = frozenset(KvDtype)
+
+
 @dataclass
 class StoreCounters:
     dram_hits: int = 0

@@ -15,7 +15,8 @@ from kv_store.leases import Leases
 from kv_store.persist import Persister
 from kv_store.session_index import SessionIndex
 from kv_store.session_meta import SessionMeta
-from kv_store.store_state import KV_FORMATS, SessionLocks, StoreCounters, check_session_id
+from kv_store.store_state import (KV_DTYPES, KV_FORMATS, SessionLocks, StoreCounters,
+                                  check_session_id)
 from kv_store.tier_space import TierSpace
 from kv_store.tiers.buffers import Payload
 from kv_store.tiers.dram import DramTier, ShmPiece
@@ -68,11 +69,13 @@ class WritePath:
 
     def write(self, session_id: str, start_token: int, token_ids: list[int], format: int,
               bytes_per_token: int, model: str, payload: Payload,
-              wait_durable: bool = True) -> tuple[Location, bool]:
-        """Store tokens [start_token, start_token+len(token_ids)) from `payload` (taken over).
-        Returns the session's location and whether the write is durable on SSD."""
+              wait_durable: bool = True, dtype: int = 0) -> tuple[Location, bool]:
+        """Store tokens [start_token, start_token+len(token_ids)) from `payload` (taken over),
+        KV of `dtype` (a KvDtype). Returns the session's location and whether the write is
+        durable on SSD."""
         try:
-            self._check_write(session_id, format, bytes_per_token, token_ids, payload.nbytes)
+            self._check_write(session_id, format, bytes_per_token, token_ids, payload.nbytes,
+                              dtype)
             self.parts.index.refresh(session_id)
         except errors.StoreError:
             self.release_payload(payload)
@@ -81,19 +84,20 @@ class WritePath:
             with self.parts.lock:
                 try:
                     base, same = self._write_base(session_id, start_token, format,
-                                                  bytes_per_token, model)
+                                                  bytes_per_token, model, dtype)
                 except errors.StoreError:
                     self.release_payload(payload)
                     raise
                 meta = SessionMeta(session_id, format, bytes_per_token, model,
-                                   base.token_ids[:start_token] + list(token_ids))
+                                   base.token_ids[:start_token] + list(token_ids), dtype)
                 in_dram = self._apply_to_dram(session_id, same, start_token * bytes_per_token,
                                               payload)
                 self.parts.index.record_write(session_id, meta)
                 fut = self.parts.writer.submit(
                     session_id,
                     lambda: self.parts.persister.persist(session_id, start_token, list(token_ids),
-                                                   format, bytes_per_token, model, payload),
+                                                   format, bytes_per_token, model, payload,
+                                                   dtype),
                     on_cancel=lambda: self.release_payload(payload))
                 loc = self.parts.index.location(session_id)
             self.parts.events.publish(loc)
@@ -105,10 +109,12 @@ class WritePath:
 
     @staticmethod
     def _check_write(session_id: str, format: int, bytes_per_token: int, token_ids: list[int],
-                     nbytes: int) -> None:
+                     nbytes: int, dtype: int) -> None:
         check_session_id(session_id)
         if format not in KV_FORMATS:
             raise errors.invalid("header.format must be KV_FORMAT_KV or KV_FORMAT_TENSOR6")
+        if dtype not in KV_DTYPES:
+            raise errors.invalid("header.dtype must be a KV_DTYPE_* value")
         if bytes_per_token <= 0:
             raise errors.invalid("header.bytes_per_token must be positive")
         if not token_ids:
@@ -118,15 +124,15 @@ class WritePath:
                                  f"{len(token_ids)} tokens x {bytes_per_token} bytes")
 
     def _write_base(self, session_id: str, start_token: int, format: int, bytes_per_token: int,
-                    model: str) -> tuple[SessionMeta, bool]:
+                    model: str, dtype: int) -> tuple[SessionMeta, bool]:
         """The state a write builds on, and whether it extends the stored entry."""
         old = self.parts.index.metas.get(session_id)
-        if old is not None and not old.compatible(format, bytes_per_token, model) \
+        if old is not None and not old.compatible(format, bytes_per_token, model, dtype) \
                 and start_token > 0:
-            raise errors.precondition(f"session {session_id!r} holds KV of another model or "
-                                      "format; write from start_token 0 to replace it")
+            raise errors.precondition(f"session {session_id!r} holds KV of another model, "
+                                      "format or dtype; write from start_token 0 to replace it")
         if old is None or start_token == 0:
-            base = SessionMeta(session_id, format, bytes_per_token, model, [])
+            base = SessionMeta(session_id, format, bytes_per_token, model, [], dtype)
         else:
             base = old
         if start_token > base.num_tokens:

@@ -6,6 +6,9 @@ import os
 import pytest
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+# Workers the tests start run fp32 (exact: restored == recomputed token for token) whatever
+# `--dtype auto` would pick on this CPU; tests/test_bf16_*.py cover bf16 on purpose.
+os.environ.setdefault("BIDAW_WORKER_DTYPE", "float32")
 
 
 @pytest.fixture(scope="session")
@@ -31,3 +34,15 @@ def smollm():
     from tests.devices import model_device
 
     return load_model("smollm2-135m", device=model_device(), dtype=torch.float32)
+
+
+@pytest.fixture(scope="session")
+def smollm_bf16():
+    """The same model in bfloat16 (tests/test_bf16_*.py, tests/test_kv_dtype*.py)."""
+    import torch
+
+    from compute_worker.loaders.registry import load_model
+
+    from tests.devices import model_device
+
+    return load_model("smollm2-135m", device=model_device(), dtype=torch.bfloat16)

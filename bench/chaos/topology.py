@@ -35,7 +35,8 @@ class Topology(LocalDeployment):
         shm.mkdir(parents=True, exist_ok=True)
         self.extra_args = {
             "store": [*config_flags(StoreConfig, shm_dir=str(shm)), *self.store_flags],
-            "worker": config_flags(WorkerConfig, threads=1, ray_num_cpus=1),
+            # fp32: answers are checked token for token against the fp32 recompute reference
+            "worker": config_flags(WorkerConfig, threads=1, ray_num_cpus=1, dtype="float32"),
             "scheduler": config_flags(SchedulerConfig, heartbeat_s=0.5)}
         super().__post_init__()
 

@@ -3,11 +3,19 @@ from __future__ import annotations
 
 import torch
 
+from compute_worker.loaders.dtype_choice import DtypeChoice, choose_dtype, cpu_flags
+
 
 def pick_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def pick_dtype(device: torch.device | str) -> torch.dtype:
-    # bf16 halves memory and KV bytes on GPU; CPU bf16 matmuls are slow on most hosts, keep fp32.
+    # The loaders' default when a library caller (tests, benchmarks) names no dtype: fp32 on
+    # CPU keeps them exact and unchanged. The worker chooses with --dtype (resolve_dtype).
     return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+
+
+def resolve_dtype(requested: str, device: torch.device | str) -> DtypeChoice:
+    """`--dtype requested` for a model on `device`, with the reason."""
+    return choose_dtype(requested, torch.device(device).type, cpu_flags())

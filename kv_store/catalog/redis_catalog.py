@@ -1,7 +1,8 @@
 """The catalog in Redis: store replicas over one data directory, and restarts, share one view.
 
     {ns}:kv:sessions      set of session ids
-    {ns}:kv:s:{session}   hash: fmt, bpt, model, tokens (int32 LE), len, ver
+    {ns}:kv:s:{session}   hash: fmt, bpt, model, dt (dtype; absent: UNKNOWN), tokens (int32 LE),
+                          len, ver
     {ns}:kv:lock:{session} a writer's token while it appends (expires if the writer dies)
     {ns}:kv:epoch         a token set when the index is first filled: gone when Redis lost it
 
@@ -128,7 +129,7 @@ class RedisCatalog(Catalog):
             return None
         tokens = np.frombuffer(h[b"tokens"], dtype="<i4").tolist()
         meta = SessionMeta(session_id, int(h[b"fmt"]), int(h[b"bpt"]), h[b"model"].decode(),
-                           tokens)
+                           tokens, int(h.get(b"dt", 0)))  # none: from before dtypes, UNKNOWN
         return CatalogEntry(meta, int(h[b"len"]), int(h[b"ver"]))
 
     def load(self, ssd: SsdTier) -> list[CatalogEntry]:
@@ -166,6 +167,7 @@ class RedisCatalog(Catalog):
     def put(self, entry: CatalogEntry) -> None:
         meta = entry.meta
         fields = {"fmt": int(meta.format), "bpt": meta.bytes_per_token, "model": meta.model,
+                  "dt": int(meta.dtype),
                   "tokens": np.asarray(meta.token_ids, dtype="<i4").tobytes(),
                   "len": entry.ssd_len, "ver": entry.version}
 

@@ -32,13 +32,14 @@ class SessionLog:
             return header.start_token == 0
         return (header.session_id == self.meta.session_id
                 and header.start_token <= self.meta.num_tokens
-                and self.meta.compatible(header.format, header.bytes_per_token, header.model))
+                and self.meta.compatible(header.format, header.bytes_per_token, header.model,
+                                         header.dtype))
 
     def apply(self, header: RecordHeader, payload_offset: int, end: int) -> None:
         """Add a record (the caller checked `extends`) whose payload starts at `payload_offset`."""
         if self.meta is None:
             self.meta = SessionMeta(header.session_id, header.format, header.bytes_per_token,
-                                    header.model, [])
+                                    header.model, [], header.dtype)
         self.cut(header.start_token)
         self.meta.token_ids.extend(header.token_ids)
         if header.payload_len:

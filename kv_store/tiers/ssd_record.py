@@ -1,6 +1,6 @@
 """The on-disk record: one turn's new KV of one session, self-describing and checksummed.
 
-    fixed header  <4s H B B I I Q Q H H I I>  magic, version, format, reserved, start_token,
+    fixed header  <4s H B B I I Q Q H H I I>  magic, version, format, dtype, start_token,
                                               num_tokens, bytes_per_token, payload_len,
                                               session_len, model_len, header_crc, payload_crc
     session id (utf-8) | model name (utf-8) | token ids (int32 LE) | zeros to ALIGN
@@ -12,6 +12,9 @@ copy). The padding costs at most 8 KiB per turn, against megabytes of KV per tur
 
 Two checksums: the header's lets start-up rebuild the index without reading payloads; the
 payload's is checked on every read, so a flipped byte is a miss, never wrong KV.
+
+The dtype byte (a KvDtype) was reserved, always 0, before dtypes were recorded: records written
+then read as KvDtype.UNKNOWN, which no worker reuses (CUDA workers wrote bf16 KV then).
 """
 from __future__ import annotations
 
@@ -44,6 +47,7 @@ class RecordHeader:
     token_ids: list[int]
     payload_len: int
     payload_crc: int
+    dtype: int = 0  # a KvDtype
 
     @property
     def num_tokens(self) -> int:
@@ -51,12 +55,13 @@ class RecordHeader:
 
 
 def encode_header(session_id: str, format: int, start_token: int, bytes_per_token: int,
-                  model: str, token_ids: list[int], payload_len: int, payload_crc: int) -> bytes:
+                  model: str, token_ids: list[int], payload_len: int, payload_crc: int,
+                  dtype: int = 0) -> bytes:
     """The header block, zero-padded to ALIGN; the payload goes right after it."""
     sid, mdl = session_id.encode(), model.encode()
     tokens = np.asarray(token_ids, dtype="<i4").tobytes()
     variable = sid + mdl + tokens
-    fields = [MAGIC, VERSION, format, 0, start_token, len(token_ids), bytes_per_token,
+    fields = [MAGIC, VERSION, format, dtype, start_token, len(token_ids), bytes_per_token,
               payload_len, len(sid), len(mdl)]
     header_crc = zlib.crc32(variable, zlib.crc32(_FIXED.pack(*fields, 0, payload_crc)))
     head = _FIXED.pack(*fields, header_crc, payload_crc) + variable
@@ -84,7 +89,7 @@ def decode_header(buf: bytes | memoryview, offset: int = 0) -> tuple[RecordHeade
     """Parse the header at `offset`; returns it and the (aligned) offset of its payload."""
     if len(buf) - offset < FIXED_SIZE:
         raise CorruptRecord("truncated header")
-    (magic, version, format, _, start, ntok, bpt, plen, slen, mlen, header_crc,
+    (magic, version, format, dtype, start, ntok, bpt, plen, slen, mlen, header_crc,
      payload_crc) = _FIXED.unpack_from(buf, offset)
     if magic != MAGIC or version != VERSION:
         raise CorruptRecord("bad magic or version")
@@ -93,7 +98,7 @@ def decode_header(buf: bytes | memoryview, offset: int = 0) -> tuple[RecordHeade
     if len(buf) < var_end:
         raise CorruptRecord("truncated header")
     variable = bytes(buf[var_start:var_end])
-    fixed = _FIXED.pack(magic, version, format, 0, start, ntok, bpt, plen, slen, mlen, 0,
+    fixed = _FIXED.pack(magic, version, format, dtype, start, ntok, bpt, plen, slen, mlen, 0,
                         payload_crc)
     if zlib.crc32(variable, zlib.crc32(fixed)) != header_crc:
         raise CorruptRecord("header checksum mismatch")
@@ -102,6 +107,6 @@ def decode_header(buf: bytes | memoryview, offset: int = 0) -> tuple[RecordHeade
     sid = variable[:slen].decode()
     model = variable[slen:slen + mlen].decode()
     tokens = np.frombuffer(variable, dtype="<i4", offset=slen + mlen, count=ntok).tolist()
-    header = RecordHeader(sid, format, start, bpt, model, tokens, plen, payload_crc)
+    header = RecordHeader(sid, format, start, bpt, model, tokens, plen, payload_crc, dtype)
     return header, offset + align_up(var_end - offset)
 
