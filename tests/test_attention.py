@@ -84,7 +84,7 @@ def test_restored_kv_continues_like_the_computed_cache(pair, fmt):
     cache = ours.new_cache()
     out = ours.forward([(ids, cache)], want_hidden6=True)[0]
     stored = out.hidden6 if fmt == kv_codec.TENSOR6 else cache.to_token_major()
-    kv = kv_codec.kv_from_bytes(ours, fmt, kv_codec.to_bytes(stored))
+    kv = kv_codec.kv_from_bytes(ours, fmt, kv_codec.to_bytes(stored), ours.dtype)
     assert kv.device.type == DEVICE.type
     computed = cache.data[:, :, :, :cache.length]
     if fmt == kv_codec.KV:

@@ -42,7 +42,7 @@ def tensor6_to_kv(model, tokens: int = TOKENS) -> dict:
     on_device = statistics.median(_seconds(lambda: model.kv_from_hidden6(hidden6, 0), device))
     data = kv_codec.to_bytes(hidden6)
     from_bytes = statistics.median(_seconds(
-        lambda: kv_codec.kv_from_bytes(model, kv_codec.TENSOR6, data), device))
+        lambda: kv_codec.kv_from_bytes(model, kv_codec.TENSOR6, data, model.dtype), device))
     per_1k = 1000 / tokens * 1000
     return {"tokens": tokens, "tensor6_bytes": len(data),
             "ms_per_1k_tokens": on_device * per_1k,
@@ -62,7 +62,7 @@ def kv_host_to_device(model, tokens: int = TOKENS) -> dict:
     best = lambda fn: min(_seconds(fn, device))  # noqa: E731
     out = {"tokens": tokens, "bytes": n,
            "kv_from_bytes_gbps": gbps(n, best(lambda: kv_codec.kv_from_bytes(model, kv_codec.KV,
-                                                                              data)))}
+                                                                              data, model.dtype)))}
     if device.type != "cuda":
         out["pinned_limit_gbps"] = None
         out["note"] = "no CUDA device: the copy is the CPU tensor itself, pinned memory needs one"
