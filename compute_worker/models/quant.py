@@ -38,7 +38,7 @@ class Int8Linear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch._weight_int8pack_mm(x.to(self.scale.dtype), self.qweight, self.scale)
+        y = torch._weight_int8pack_mm(x.to(self.scale.dtype).contiguous(), self.qweight, self.scale)
         return y if self.bias is None else y + self.bias
 
 
@@ -60,7 +60,7 @@ class Int4Linear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch._weight_int4pack_mm_for_cpu(x.to(self.scale_zero.dtype), self.qweight,
+        y = torch._weight_int4pack_mm_for_cpu(x.to(self.scale_zero.dtype).contiguous(), self.qweight,
                                               INT4_GROUP, self.scale_zero)
         return y if self.bias is None else y + self.bias
 
