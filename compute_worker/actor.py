@@ -67,6 +67,11 @@ class EngineHost:
 
         model, tokenizer = load_model(config.model, device=config.device or None)
         self.model_name = model.config.name or config.model
+        from compute_worker.models.prepare import prepare_model  # fused projections, format
+        from compute_worker.models.quant import weights_label
+        weights, why = prepare_model(model, config.weights)
+        log.info("weights %s (%s)", weights, why)
+        self.model_name = weights_label(self.model_name, weights)  # no KV across formats
         # --store "" is the recompute baseline (no store at all); otherwise each session goes to
         # its shard by consistent hash over the shards the scheduler sends with the turn.
         self.use_scheduler_stores = bool(config.store)
