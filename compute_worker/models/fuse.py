@@ -1,9 +1,9 @@
 """A loaded model's projections that read the same input, fused into one matmul each.
 
-A decode step at batch 1 is mostly per-op overhead, not arithmetic: one [N, q+k+v] matmul in
-place of three (and one [N, 2 x intermediate] for gate|up) saves two op dispatches per layer
-and reads the same bytes. A fused output's columns are the separate outputs bit for bit (MKL
-computes each column the same whatever the matrix's height; tests/test_quant.py checks the
+A decode step at batch 1 pays a fixed cost per op on top of the bytes it reads (about half of
+an int4 step here is not matmul time): one [N, q+k+v] matmul in place of three and one
+[N, 2 x intermediate] for gate|up save three op dispatches per layer and read the same bytes. A fused output's columns are the separate outputs bit for bit (MKL
+computes each column the same whatever the number of weight rows; tests/test_quant.py checks the
 logits), so KV computed before and after fusing is interchangeable.
 
 Run after loading: the loaders fill the separate projections by their checkpoint names.

@@ -18,11 +18,13 @@ HEAD_FORMAT = {"int8": "int8", "int4": "int8"}
 
 def resolve_weights(choice: str, device: torch.device | str,
                     cpu_capability: str | None = None) -> tuple[str, str]:
-    """(format, why) for a `weights` choice on `device`. auto: int4 on a CPU with AVX-512 (decode
-    at batch 1 measured fastest there: int4 > int8 > dense, and int4 prefill beats dense float32;
-    `bidaw bench compute` prints the figures), dense elsewhere: on CUDA the dense bfloat16
-    matmuls are the fast path (the kernels used here are CPU ones), and on other CPUs the int
-    kernels' speed is unmeasured."""
+    """(format, why) for a `weights` choice on `device`. auto: the format that decodes fastest
+    at batch 1 (`bidaw bench compute`, side by side on this 2-core Sapphire Rapids: int4 42.5,
+    int8 27.6, dense 18.9 tokens/s): int4 on a CPU with AVX-512; dense elsewhere, as on CUDA the
+    dense bfloat16 matmuls are the fast path (the kernels used here are CPU ones) and on other
+    CPUs the int kernels' speed is unmeasured. It does not weigh prefill, where the int kernels
+    lose to dense (int4 117, dense float32 411, bfloat16 2,300 tokens/s): a worker that mostly
+    recomputes long prompts should stay dense."""
     device = torch.device(device)
     if choice not in CHOICES:
         raise ValueError(f"weights must be one of {', '.join(CHOICES)}, not {choice!r}")
