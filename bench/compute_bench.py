@@ -26,6 +26,7 @@ from bench.compute.reference import versus_llamacpp
 from compute_worker.engine import Engine
 from compute_worker.kv_client import KVClient
 from compute_worker.kv_connector import Recompute
+from compute_worker.models.prepare import prepare_model
 from compute_worker.store_connector import StoreConnector
 from compute_worker.turn_runner import TurnRunner
 from kv_store.config import StoreConfig
@@ -46,6 +47,7 @@ def _median_ms(fn, repeat: int = 3) -> float:
 def restore_vs_recompute(store: KVClient, history: int = 2000) -> dict:
     """Tensor-6 restore vs K/V load vs recompute of an OPT history of `history` tokens."""
     model = random_model(OPT_125M_SHAPE)
+    prepare_model(model, "dense")  # fused projections, as a worker runs it
     ids = torch.randint(3, 50000, (history + 1,), generator=torch.Generator().manual_seed(7))
     ids = ids.tolist()
     connectors = {fmt: StoreConnector(store, model, "opt-bench", fmt) for fmt in (KV, T6)}

@@ -42,6 +42,9 @@ def test_formats_against_transformers(hf):
         errors[fmt] = (ref - out).abs().max().item() / ref.std().item()
         if fmt == "dense":  # fusing changes no bit of the loaded model's numbers
             assert torch.equal(out, before) and not hasattr(model.layers[0], "q_proj")
+            # tensor 6 -> K/V reads only the fused weight's k|v rows: the forward's bits
+            step, cache = run(model, ids)
+            assert torch.equal(model.kv_from_hidden6(step.hidden6, 0), cache.data[:, :, :, :23])
         else:
             assert not torch.equal(out, before)  # the quantized weights did run
     # bounds ~3x the errors observed on these random-weight models (int4 ~0.4, int8 ~0.04 std)
@@ -162,3 +165,13 @@ def test_shapes_the_kernels_cannot_take_stay_dense():
         assert (y - want).abs().max() < 0.1 * want.abs().max()
     with pytest.raises(ValueError, match="weights must be"):
         quantize_linear("int2", w, None)
+
+
+def test_the_worker_flag_reaches_the_engine_and_bad_values_name_it():
+    from compute_worker.config import WorkerConfig
+    from compute_worker.engine_config import EngineConfig
+
+    assert EngineConfig.from_worker(WorkerConfig()).weights == "dense"  # today's numbers
+    assert EngineConfig.from_worker(WorkerConfig(weights="int4")).weights == "int4"
+    with pytest.raises(ValueError, match="--weights must be one of auto, dense, int8, int4"):
+        EngineConfig.from_worker(WorkerConfig(weights="fp8"))

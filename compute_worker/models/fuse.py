@@ -11,6 +11,7 @@ Run after loading: the loaders fill the separate projections by their checkpoint
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from compute_worker.models.base import CausalLM
@@ -29,6 +30,15 @@ def concat_linears(parts: list[nn.Linear]) -> nn.Linear:
         if fused.bias is not None:
             fused.bias.copy_(torch.cat([p.bias for p in parts]))
     return fused
+
+
+def rows_from(module: nn.Module, x: torch.Tensor, start: int) -> torch.Tensor:
+    """module(x)[:, start:], the same bits, reading only those rows of a dense weight (tensor 6
+    -> K/V needs k and v, not q); a quantized module runs whole."""
+    if isinstance(module, nn.Linear):
+        bias = None if module.bias is None else module.bias[start:]
+        return F.linear(x, module.weight[start:], bias)
+    return module(x)[:, start:]
 
 
 def _fuse(layer: nn.Module, names: tuple[str, ...], into: str) -> None:

@@ -7,6 +7,7 @@ from torch import nn
 
 from compute_worker.models.base import CausalLM, Packed, packed_attention
 from compute_worker.models.config import ModelConfig
+from compute_worker.models.fuse import rows_from
 from compute_worker.models.rope import apply_rope, inv_frequencies, rope_cos_sin
 
 ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu, "relu": F.relu,
@@ -56,9 +57,12 @@ class LlamaLayer(nn.Module):
 
     def kv(self, h: torch.Tensor, rope: Rope) -> tuple[torch.Tensor, torch.Tensor]:
         """Tensor 6 [N, hidden] -> rotated K and V [N, Hkv, D], as forward() computes them."""
-        qkv, lo, hi = self._qkv(h), self.nh * self.hd, (self.nh + self.nkv) * self.hd
-        k = apply_rope(qkv[:, lo:hi].view(-1, self.nkv, self.hd), *rope)
-        return k, qkv[:, hi:].view(-1, self.nkv, self.hd)
+        if self.qkv is None:
+            k, v = self.k_proj(h), self.v_proj(h)
+        else:
+            k, v = rows_from(self.qkv, h, self.nh * self.hd).chunk(2, dim=-1)
+        return (apply_rope(k.view(-1, self.nkv, self.hd), *rope),
+                v.view(-1, self.nkv, self.hd))
 
     def forward(self, x: torch.Tensor, idx: int, packed: Packed, rope: Rope,
                 h6: list[torch.Tensor] | None) -> torch.Tensor:

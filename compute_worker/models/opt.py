@@ -6,6 +6,7 @@ from torch import nn
 
 from compute_worker.models.base import CausalLM, Packed, packed_attention
 from compute_worker.models.config import ModelConfig
+from compute_worker.models.fuse import rows_from
 from compute_worker.models.llama import ACTIVATIONS
 
 POSITION_OFFSET = 2  # OPT's learned position table reserves two leading rows (fairseq legacy)
@@ -36,8 +37,13 @@ class OPTLayer(nn.Module):
         return tuple(t.view(-1, self.nh, self.hd) for t in (q, k, v))
 
     def kv(self, h: torch.Tensor, rope: None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tensor 6 [N, hidden] -> K and V [N, H, D] (no rotary: positions are in the embedding)."""
-        return self._qkv(h)[1:]
+        """Tensor 6 [N, hidden] -> K and V [N, H, D] (no rotary: positions are in the embedding),
+        as forward() computes them."""
+        if self.qkv is None:
+            k, v = self.k_proj(h), self.v_proj(h)
+        else:
+            k, v = rows_from(self.qkv, h, self.nh * self.hd).to(h.dtype).chunk(2, dim=-1)
+        return k.view(-1, self.nh, self.hd), v.view(-1, self.nh, self.hd)
 
     def forward(self, x: torch.Tensor, idx: int, packed: Packed, rope: None,
                 h6: list[torch.Tensor] | None) -> torch.Tensor:
