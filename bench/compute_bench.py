@@ -1,8 +1,9 @@
 """Figures of the compute side, measured side by side in one run (`bidaw bench compute`).
 
-- prefill of a 1,000-token prompt in float32 and bfloat16; decode throughput of the
-  continuous-batching engine with 1, 4 and 16 concurrent sessions in each, the decode roofline
-  against the read bandwidth measured in the same run, and a decode step's profile
+- prefill of a 1,000-token prompt and decode throughput of the continuous-batching engine
+  with 1, 4 and 16 concurrent sessions, dense in float32 and bfloat16 and in the int8 and int4
+  weight formats; the decode roofline of each against the read bandwidth measured in the same
+  run, the fastest's decode step profile, and llama.cpp's quoted figures beside them
   (bench/compute/);
 - restoring a 2,000-token OPT history from stored tensor 6 vs stored K/V vs recomputing it;
 - time to first token of a turn after a 1,000-token history: KV from DRAM vs full recompute.
@@ -21,9 +22,11 @@ import torch
 from bench.compute.decode import drain, turn
 from bench.compute.figures import engine_figures
 from bench.compute.random_models import OPT_125M_SHAPE, random_model
+from bench.compute.reference import versus_llamacpp
 from compute_worker.engine import Engine
 from compute_worker.kv_client import KVClient
 from compute_worker.kv_connector import Recompute
+from compute_worker.models.prepare import prepare_model
 from compute_worker.store_connector import StoreConnector
 from compute_worker.turn_runner import TurnRunner
 from kv_store.config import StoreConfig
@@ -44,6 +47,7 @@ def _median_ms(fn, repeat: int = 3) -> float:
 def restore_vs_recompute(store: KVClient, history: int = 2000) -> dict:
     """Tensor-6 restore vs K/V load vs recompute of an OPT history of `history` tokens."""
     model = random_model(OPT_125M_SHAPE)
+    prepare_model(model, "dense")  # fused projections, as a worker runs it
     ids = torch.randint(3, 50000, (history + 1,), generator=torch.Generator().manual_seed(7))
     ids = ids.tolist()
     connectors = {fmt: StoreConnector(store, model, "opt-bench", fmt) for fmt in (KV, T6)}
@@ -104,4 +108,7 @@ def run(sessions=(1, 4, 16)) -> dict:
             core.close()
     tps = result["decode_tokens_per_s"]
     result["batching_speedup_16_vs_1"] = tps[str(max(sessions))] / tps[str(min(sessions))]
+    result.update(versus_llamacpp(tps[str(min(sessions))],
+                                  max(*result["prefill_tokens_per_s"].values(),
+                                      *result["prefill_tokens_per_s_by_weights"].values())))
     return result

@@ -62,6 +62,8 @@ class EngineHost:
         from compute_worker.kv_shards import KVShards
         from compute_worker.loaders.device import pick_device, resolve_dtype
         from compute_worker.loaders.registry import load_model
+        from compute_worker.models.prepare import prepare_model  # fused projections, format
+        from compute_worker.models.quant import weights_label
         from compute_worker.prompt_bound import prompt_byte_bound
         from compute_worker.store_connector import make_connector
         from compute_worker.turn_runner import TurnRunner
@@ -69,7 +71,10 @@ class EngineHost:
         device = config.device or pick_device()
         self.dtype_choice = resolve_dtype(config.dtype, device)
         model, tokenizer = load_model(config.model, device=device, dtype=self.dtype_choice.dtype)
-        self.model_name = model.config.name or config.model
+        weights, why = prepare_model(model, config.weights)
+        log.info("weights %s (%s)", weights, why)
+        # no KV across weight formats: the label names the format (dense: the model's name)
+        self.model_name = weights_label(model.config.name or config.model, weights)
         # --store "" is the recompute baseline (no store at all); otherwise each session goes to
         # its shard by consistent hash over the shards the scheduler sends with the turn.
         self.use_scheduler_stores = bool(config.store)

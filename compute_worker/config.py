@@ -42,6 +42,9 @@ class WorkerConfig(SecurityConfig):
         "help": "object store of the local Ray"})
     metrics_listen: str = field(default="", metadata={
         "help": "host:port for Prometheus /metrics (empty: off)"})
+    weights: str = field(default="dense", metadata={
+        "help": "weight format: dense, int8, int4 (weight-only, CPU) or auto (the fastest to "
+                "decode here: int4 on an AVX-512 CPU, dense elsewhere)"})
 
     def __post_init__(self):
         if self.dtype not in DTYPE_CHOICES:  # before Ray and the model start

@@ -26,6 +26,7 @@ class EngineConfig:
     # The actor is another process: the worker's process-wide TLS and token do not reach it.
     tls: TLSFiles | None = None
     cluster_token: str = ""
+    weights: str = "dense"  # dense | int8 | int4 | auto (compute_worker/models/prepare.py)
 
     @classmethod
     def from_worker(cls, config: WorkerConfig) -> "EngineConfig":
@@ -36,4 +37,13 @@ class EngineConfig:
                    default_max_tokens=config.default_max_tokens, max_batch=config.max_batch,
                    min_step_ms=config.min_step_ms, restore_in_step=config.restore_in_step,
                    threads=config.threads, device=config.device, tls=tls_files(),
-                   cluster_token=config_token(config) or cluster_token())
+                   cluster_token=config_token(config) or cluster_token(),
+                   weights=_checked_weights(config.weights))
+
+
+def _checked_weights(choice: str) -> str:
+    from compute_worker.models.prepare import CHOICES
+
+    if choice not in CHOICES:
+        raise ValueError(f"--weights must be one of {', '.join(CHOICES)}, not {choice!r}")
+    return choice

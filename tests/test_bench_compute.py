@@ -7,12 +7,14 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from bench.compute.decode import MEAN_CONTEXT, weight_bytes
+from bench.compute.decode import MEAN_CONTEXT, decode_weight_bytes
 from bench.compute.dtypes import cast_copy, prefill_tokens_per_s
 from bench.compute.figures import engine_figures
 from bench.compute.profile import ATTENTION, SAMPLING, STEP, split_step_times
 from bench.compute.random_models import random_model
+from bench.compute.reference import versus_llamacpp
 from bench.compute.roofline import decode_bytes_per_token, gbps, roofline_fraction
+from compute_worker.models.prepare import prepare_model
 
 TINY = dict(arch="llama", vocab_size=256, hidden_size=64, intermediate_size=128, num_layers=2,
             num_heads=4, num_kv_heads=2, head_dim=16, max_position=512,
@@ -50,9 +52,19 @@ def test_profile_split_sorts_the_steps_children_and_leaves_python_the_rest():
                                    "other_ops": 1.0, "python_overhead": 1.5, "step": 10.0})
 
 
-def test_weight_bytes_count_tied_embeddings_once():
+def test_weight_bytes_count_what_a_decode_step_reads():
     tied, untied = random_model(TINY), random_model({**TINY, "tie_word_embeddings": False})
-    assert weight_bytes(untied) - weight_bytes(tied) == 256 * 64 * 4
+    assert decode_weight_bytes(untied) == decode_weight_bytes(tied)  # one table read in full
+    dense = decode_weight_bytes(tied)
+    for fmt, layer_bytes in (("int8", 1.0), ("int4", 0.5 + 4 / 32)):  # + int4's scale, zero
+        quantized = random_model(TINY)
+        prepare_model(quantized, fmt)
+        layers = 2 * 64 * (128 + 64 + 256 + 128)  # qkv, o, gate|up, down
+        norms = (2 * 2 + 1) * 64 * 4
+        head = 256 * 64 + 256 * 2  # int8 output projection and its bfloat16 scales
+        scales = 0 if fmt == "int4" else 2 * (128 + 64 + 256 + 64) * 2
+        assert decode_weight_bytes(quantized) == layers * layer_bytes + scales + norms + head
+        assert decode_weight_bytes(quantized) < dense / 3
 
 
 def test_cast_copy_leaves_the_model_and_says_why_a_dtype_cannot_run():
@@ -77,19 +89,36 @@ def test_engine_figures_on_a_tiny_model_give_every_key_consistently():
     out = engine_figures(random_model(TINY), sessions=(1, 2), prefill_tokens=64,
                          read_bytes=1 << 22)
     assert set(out["prefill_tokens_per_s"]) == {"float32", "bfloat16"}
+    assert set(out["prefill_tokens_per_s_by_weights"]) == {"dense", "int8", "int4"}
     assert all(v > 0 for v in out["prefill_tokens_per_s"].values())
-    by_dtype = out["decode_tokens_per_s_by_dtype"]
-    dtype = out["decode_dtype"]
-    assert out["decode_tokens_per_s"] == by_dtype[dtype]
-    assert by_dtype[dtype]["1"] == max(d["1"] for d in by_dtype.values())
-    size = 4 if dtype == "float32" else 2
-    per_token = weight_bytes(random_model(TINY)) * size // 4 + 2 * 2 * 2 * 16 * size * MEAN_CONTEXT
-    assert out["decode_bytes_per_token"] == per_token
+    by_dtype, by_weights = out["decode_tokens_per_s_by_dtype"], out["decode_tokens_per_s_by_weights"]
+    assert set(by_weights) == {"dense", "int8", "int4"}
+    assert by_weights["dense"]["1"] == max(d["1"] for d in by_dtype.values())
+    fastest = out["decode_weights"]
+    assert out["decode_tokens_per_s"] == by_weights[fastest]
+    assert by_weights[fastest]["1"] == max(d["1"] for d in by_weights.values())
+    model = random_model(TINY)
+    if fastest != "dense":
+        prepare_model(model, fastest)
+        assert out["decode_dtype"] == "float32"  # weight-only: the model dtype stays
+    size = 4 if out["decode_dtype"] == "float32" else 2
+    weights = decode_weight_bytes(model) * (size // 4 if fastest == "dense" else 1)
+    per_token = weights + 2 * 2 * 2 * 16 * size * MEAN_CONTEXT
+    assert out["decode_bytes_per_token"] == pytest.approx(per_token)
+    assert out["decode_bytes_per_token_by_weights"][fastest] == out["decode_bytes_per_token"]
     assert out["decode_roofline_fraction"] == pytest.approx(
-        per_token * by_dtype[dtype]["1"] / (out["memory_read_gbps"] * 1e9))
+        per_token * by_weights[fastest]["1"] / (out["memory_read_gbps"] * 1e9))
+    assert out["decode_roofline_fraction_by_weights"][fastest] == out["decode_roofline_fraction"]
     assert set(out["decode_step_breakdown_ms"]) == {"1", "2"}
     assert all(p["step_unprofiled"] > 0 for p in out["decode_step_breakdown_ms"].values())
     for parts in out["decode_step_breakdown_ms"].values():
         assert parts["attention"] > 0 and parts["matmuls"] > 0 and parts["sampling"] > 0
         assert parts["python_overhead"] >= 0  # no op counted twice
-    assert "float32_error" not in out and "bfloat16_error" not in out
+    assert not [k for k in out if k.endswith("_error")]
+
+
+def test_llamacpp_reference_is_quoted_with_its_source():
+    out = versus_llamacpp(79.2, 406.0)
+    assert out["decode_vs_llamacpp"] == pytest.approx(0.8)
+    assert out["prefill_vs_llamacpp"] == pytest.approx(2.0)
+    assert "not measured in this run" in out["llamacpp_reference"]["source"]

@@ -50,7 +50,14 @@ def decode_throughput(model, sessions: int, tokens: int = ANSWER_TOKENS) -> floa
     return sessions * tokens / elapsed
 
 
-def weight_bytes(model) -> int:
-    """Bytes of the model's distinct parameters (tied embeddings once): what a decode step reads,
-    since the output projection reads the whole embedding matrix."""
-    return sum(p.numel() * p.element_size() for p in model.parameters())
+def decode_weight_bytes(model) -> int:
+    """Bytes of weights one decode step reads, as stored (quantized ones at their size): every
+    layer's and the output projection's, but one row of an embedding table, so the tables count
+    only where the output projection is the tied embedding itself (dense and tied)."""
+    tables = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    if model.head is not None and model.lm_head is not None:
+        tables.add(id(model.lm_head.weight))  # replaced by the quantized head: never read
+    read = [t for t in (*model.parameters(), *model.buffers()) if id(t) not in tables]
+    if model.head is None and model.lm_head is None:
+        read.append(model.embed.weight)
+    return sum(t.numel() * t.element_size() for t in read)

@@ -16,11 +16,12 @@ import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from bench.compute.random_models import random_ids
-from compute_worker.models import base, llama, opt
+from compute_worker.models import llama, opt
 from compute_worker.sampling import Sampler
 
 STEP, ATTENTION, SAMPLING = "bench.decode_step", "bench.attention", "bench.sampling"
-MATMULS = {"aten::linear", "aten::matmul", "aten::mm", "aten::addmm", "aten::bmm"}
+MATMULS = {"aten::linear", "aten::matmul", "aten::mm", "aten::addmm", "aten::bmm",
+           "aten::_weight_int8pack_mm", "aten::_weight_int4pack_mm_for_cpu"}  # quant.py's
 
 
 def split_step_times(events, steps: int) -> dict[str, float]:
@@ -76,7 +77,7 @@ def _profiled_steps(model, batch: int, steps: int, prompt: int) -> dict[str, flo
     for _ in range(steps):
         step()
     unprofiled_ms = (time.perf_counter() - start) * 1000 / steps
-    wrapped = _labelled(base.packed_attention)
+    wrapped = _labelled(llama.packed_attention)  # the one both layers import
     with mock.patch.object(llama, "packed_attention", wrapped), \
             mock.patch.object(opt, "packed_attention", wrapped), \
             profile(activities=[ProfilerActivity.CPU]) as prof:

@@ -43,6 +43,9 @@ class CausalLM(nn.Module):
         with torch.device("meta"):  # no init cost; loaders fill every tensor
             self._build(dtype)
         self.to_empty(device=device or "cpu")
+        # quant.py's quantized copy of the output projection (None: the dense output_weight())
+        self.head: nn.Module | None = None
+        self.weights = "dense"  # the format prepare.py put the weights in
 
     # -- to implement ------------------------------------------------------------------------
     def _build(self, dtype: torch.dtype) -> None:
@@ -92,7 +95,8 @@ class CausalLM(nn.Module):
         last_only = self.logits_last_only if logits_last_only is None else logits_last_only
         if last_only:
             x = x[packed.last_rows()]
-        logits = F.linear(self._final(x), self.output_weight()).float()
+        x = self._final(x)
+        logits = (F.linear(x, self.output_weight()) if self.head is None else self.head(x)).float()
         hidden = torch.stack(h6, dim=1) if h6 is not None else None  # [N, L, hidden]
         outs = []
         for j, s in enumerate(packed.seqs):

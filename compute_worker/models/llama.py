@@ -7,6 +7,7 @@ from torch import nn
 
 from compute_worker.models.base import CausalLM, Packed, packed_attention
 from compute_worker.models.config import ModelConfig
+from compute_worker.models.fuse import rows_from
 from compute_worker.models.rope import apply_rope, inv_frequencies, rope_cos_sin
 
 ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu, "relu": F.relu,
@@ -22,6 +23,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:  # one fused op, bit for bit the two-step form below
+            return F.rms_norm(x, x.shape[-1:], self.weight, self.eps)
         # Normalise in float32, round to the model dtype, then scale: same rounding as HF.
         return self.weight * F.rms_norm(x.float(), x.shape[-1:], eps=self.eps).to(x.dtype)
 
@@ -41,23 +44,41 @@ class LlamaLayer(nn.Module):
         self.up_proj = nn.Linear(hid, cfg.intermediate_size, bias=cfg.mlp_bias, dtype=dtype)
         self.down_proj = nn.Linear(cfg.intermediate_size, hid, bias=cfg.mlp_bias, dtype=dtype)
         self.act = ACTIVATIONS[cfg.hidden_act]
+        # fuse.py's one matmul for q|k|v and one for gate|up, in place of the projections above
+        # once a model is loaded (None: the separate ones, as the checkpoint names them).
+        self.qkv: nn.Module | None = None
+        self.gate_up: nn.Module | None = None
+
+    def _qkv(self, h: torch.Tensor) -> torch.Tensor:
+        """[N, (Hq + 2 Hkv) * D]: q, k and v side by side."""
+        if self.qkv is not None:
+            return self.qkv(h)
+        return torch.cat((self.q_proj(h), self.k_proj(h), self.v_proj(h)), dim=-1)
 
     def kv(self, h: torch.Tensor, rope: Rope) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tensor 6 [N, hidden] -> rotated K and V [N, Hkv, D]."""
-        k = self.k_proj(h).view(-1, self.nkv, self.hd)
-        v = self.v_proj(h).view(-1, self.nkv, self.hd)
-        return apply_rope(k, *rope), v
+        """Tensor 6 [N, hidden] -> rotated K and V [N, Hkv, D], as forward() computes them."""
+        if self.qkv is None:
+            k, v = self.k_proj(h), self.v_proj(h)
+        else:
+            k, v = rows_from(self.qkv, h, self.nh * self.hd).chunk(2, dim=-1)
+        return (apply_rope(k.view(-1, self.nkv, self.hd), *rope),
+                v.view(-1, self.nkv, self.hd))
 
     def forward(self, x: torch.Tensor, idx: int, packed: Packed, rope: Rope,
                 h6: list[torch.Tensor] | None) -> torch.Tensor:
         h = self.attn_norm(x)
         if h6 is not None:
             h6.append(h)
-        q = apply_rope(self.q_proj(h).view(-1, self.nh, self.hd), *rope)
-        k, v = self.kv(h, rope)
-        x = x + self.o_proj(packed_attention(q, k, v, packed, idx))
+        qkv, nqk = self._qkv(h), self.nh + self.nkv
+        qk = apply_rope(qkv[:, :nqk * self.hd].view(-1, nqk, self.hd), *rope)  # q and k at once
+        v = qkv[:, nqk * self.hd:].view(-1, self.nkv, self.hd)
+        x = x + self.o_proj(packed_attention(qk[:, :self.nh], qk[:, self.nh:], v, packed, idx))
         h = self.mlp_norm(x)
-        return x + self.down_proj(self.act(self.gate_proj(h)) * self.up_proj(h))
+        if self.gate_up is not None:
+            gate, up = self.gate_up(h).chunk(2, dim=-1)
+        else:
+            gate, up = self.gate_proj(h), self.up_proj(h)
+        return x + self.down_proj(self.act(gate) * up)
 
 
 class LlamaForCausalLM(CausalLM):

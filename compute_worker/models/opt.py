@@ -6,6 +6,7 @@ from torch import nn
 
 from compute_worker.models.base import CausalLM, Packed, packed_attention
 from compute_worker.models.config import ModelConfig
+from compute_worker.models.fuse import rows_from
 from compute_worker.models.llama import ACTIVATIONS
 
 POSITION_OFFSET = 2  # OPT's learned position table reserves two leading rows (fairseq legacy)
@@ -25,18 +26,31 @@ class OPTLayer(nn.Module):
         self.fc1 = nn.Linear(hid, cfg.intermediate_size, dtype=dtype)
         self.fc2 = nn.Linear(cfg.intermediate_size, hid, dtype=dtype)
         self.act = ACTIVATIONS[cfg.hidden_act]
+        self.qkv: nn.Module | None = None  # fuse.py's one matmul for q|k|v, once loaded
+
+    def _qkv(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q, k and v [N, H, D]."""
+        if self.qkv is None:
+            q, k, v = self.q_proj(h), self.k_proj(h), self.v_proj(h)
+        else:
+            q, k, v = self.qkv(h).to(h.dtype).chunk(3, dim=-1)  # attention wants one dtype
+        return tuple(t.view(-1, self.nh, self.hd) for t in (q, k, v))
 
     def kv(self, h: torch.Tensor, rope: None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tensor 6 [N, hidden] -> K and V [N, H, D] (no rotary: positions are in the embedding)."""
-        return self.k_proj(h).view(-1, self.nh, self.hd), self.v_proj(h).view(-1, self.nh, self.hd)
+        """Tensor 6 [N, hidden] -> K and V [N, H, D] (no rotary: positions are in the embedding),
+        as forward() computes them."""
+        if self.qkv is None:
+            k, v = self.k_proj(h), self.v_proj(h)
+        else:
+            k, v = rows_from(self.qkv, h, self.nh * self.hd).to(h.dtype).chunk(2, dim=-1)
+        return k.view(-1, self.nh, self.hd), v.view(-1, self.nh, self.hd)
 
     def forward(self, x: torch.Tensor, idx: int, packed: Packed, rope: None,
                 h6: list[torch.Tensor] | None) -> torch.Tensor:
         h = self.attn_norm(x) if self.pre_norm else x
         if h6 is not None:
             h6.append(h)
-        k, v = self.kv(h, rope)
-        q = self.q_proj(h).view(-1, self.nh, self.hd)
+        q, k, v = self._qkv(h)
         x = x + self.o_proj(packed_attention(q, k, v, packed, idx))
         if not self.pre_norm:
             x = self.attn_norm(x)

@@ -31,14 +31,17 @@ def inv_frequencies(config: ModelConfig, device: torch.device | str = "cpu") -> 
 
 def rope_cos_sin(inv_freq: torch.Tensor, positions: torch.Tensor,
                  dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin tables [N, D] for absolute positions; angles in float32 then cast (as HF does)."""
+    """The tables apply_rope takes for absolute positions: cos [N, 1, D] and the signed sin
+    [N, 1, D] (its first half negated); angles in float32 then cast (as HF does)."""
     freqs = positions.to(torch.float32)[:, None] * inv_freq[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
-    return emb.cos().to(dtype), emb.sin().to(dtype)
+    sin = emb.sin().to(dtype)
+    half = sin.shape[-1] // 2
+    return emb.cos().to(dtype)[:, None], torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)[:, None]
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [N, H, D] rotated by per-token cos/sin [N, D]."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos[:, None] + rotated * sin[:, None]
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """x [N, H, D] rotated by per-token tables [N, 1, D]. HF's x*cos + rotate_half(x)*sin with
+    rotate_half(x) = (-x2, x1): the sign lives in the table, so one roll replaces the halves'
+    negation and concatenation, bit for bit (negation is exact)."""
+    return x * cos + x.roll(x.shape[-1] // 2, -1) * signed_sin

@@ -1,0 +1,66 @@
+"""What a loaded model runs as: its weight format (`weights`: dense | int8 | int4 | auto) and the
+fused projections every format shares."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from compute_worker.models.base import CausalLM
+from compute_worker.models.fuse import fuse_projections
+from compute_worker.models.quant import WEIGHT_FORMATS, quantize_linear
+
+CHOICES = ("auto", *WEIGHT_FORMATS)
+# The output projection in int4 moves SmolLM2's logits far more than its layers do (its GGUF keeps
+# the embedding table finer than Q4_1: int4 is 9% off it, int8 1%), as llama.cpp's quantizers
+# keep the output tensor finer too.
+HEAD_FORMAT = {"int8": "int8", "int4": "int8"}
+
+
+def resolve_weights(choice: str, device: torch.device | str,
+                    cpu_capability: str | None = None) -> tuple[str, str]:
+    """(format, why) for a `weights` choice on `device`. auto: the format that decodes fastest
+    at batch 1 (`bidaw bench compute`, side by side on this 2-core Sapphire Rapids: int4 42.5,
+    int8 27.6, dense 18.9 tokens/s): int4 on a CPU with AVX-512; dense elsewhere, as on CUDA the
+    dense bfloat16 matmuls are the fast path (the kernels used here are CPU ones) and on other
+    CPUs the int kernels' speed is unmeasured. It does not weigh prefill, where the int kernels
+    lose to dense (int4 117, dense float32 411, bfloat16 2,300 tokens/s): a worker that mostly
+    recomputes long prompts should stay dense."""
+    device = torch.device(device)
+    if choice not in CHOICES:
+        raise ValueError(f"weights must be one of {', '.join(CHOICES)}, not {choice!r}")
+    if choice != "auto":
+        if choice != "dense" and device.type != "cpu":
+            raise ValueError(f"weights {choice} runs on CPU only (torch's weight-only kernels "
+                             f"used here are CPU ones); use dense on {device.type}")
+        return choice, "asked for"
+    if device.type != "cpu":
+        return "dense", f"auto on {device.type}: dense (the weight-only kernels are CPU ones)"
+    capability = cpu_capability or torch.backends.cpu.get_cpu_capability()
+    if capability != "AVX512":
+        return "dense", f"auto on a {capability} CPU: dense (int kernels unmeasured there)"
+    return "int4", "auto on an AVX512 CPU: int4 decodes fastest (bidaw bench compute)"
+
+
+def _quantize_children(module: nn.Module, fmt: str) -> None:
+    for name, child in list(module.named_children()):
+        if isinstance(child, nn.Linear):
+            quantized = quantize_linear(fmt, child.weight, child.bias)
+            if quantized is not None:  # a shape the kernel cannot take stays dense
+                setattr(module, name, quantized)
+
+
+@torch.no_grad()
+def prepare_model(model: CausalLM, choice: str = "dense") -> tuple[str, str]:
+    """Fuse the model's projections and put its layers' linears in the chosen format and its
+    output projection in HEAD_FORMAT's, in place. Returns (format, why). The embedding table stays dense: a token
+    reads one row of it."""
+    fmt, why = resolve_weights(choice, model.device)
+    if model.weights not in ("dense", fmt):
+        raise ValueError(f"the model's weights are {model.weights} already, not {fmt}")
+    fuse_projections(model)
+    model.weights = fmt
+    if fmt != "dense":
+        for layer in model.layers:
+            _quantize_children(layer, fmt)
+        model.head = quantize_linear(HEAD_FORMAT[fmt], model.output_weight(), None)
+    return fmt, why
