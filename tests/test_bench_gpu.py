@@ -53,7 +53,7 @@ def test_live_command_fits_the_budget_and_parses():
     argv = live_argv("fcfs-lru", "", "cuda", 95)
     assert argv[argv.index("--systems") + 1] == "fcfs-lru"
     assert argv[argv.index("--deadline") + 1] == "55"  # 95 s less 40 s to start, drain, stop
-    assert argv[argv.index("--bytes-per-token") + 1] == "23040"  # SmolLM2's K/V in bfloat16
+    assert argv[argv.index("--dtype") + 1] == "bfloat16"  # the tiers sized for its K/V bytes
     assert "--format" in argv  # no trace given: the synthetic generator
     check_argv(argv)
     with pytest.raises(ValueError, match="bench live rejects"):

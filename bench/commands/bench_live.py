@@ -28,8 +28,12 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
                    help=f"comma list (ablations: {', '.join(ABLATIONS)}; baseline variants: "
                    f"{', '.join(BASELINE_VARIANTS)}; 'all' for every one)")
     p.add_argument("--model", default="smollm2-135m", help="model every worker serves")
-    p.add_argument("--bytes-per-token", type=int, default=SMOLLM2_KV_BYTES_PER_TOKEN,
-                   help="the model's stored KV bytes per token (sizes the tiers)")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
+                   help="the workers' dtype (the README's figures: float32; bfloat16 halves "
+                   "SmolLM2's KV bytes and the default --bytes-per-token with them)")
+    p.add_argument("--bytes-per-token", type=int, default=0,
+                   help="the model's stored KV bytes per token, sizing the tiers (default: "
+                   f"SmolLM2's, {SMOLLM2_KV_BYTES_PER_TOKEN} in float32)")
     p.add_argument("--ws-ratio", type=float, default=3.91, help="working set / DRAM")
     p.add_argument("--dram-bytes", default="", help="DRAM tier of the limited systems "
                    "(default: working set / --ws-ratio)")
@@ -92,7 +96,9 @@ def _run(args: argparse.Namespace) -> int:
     except (ValueError, OSError) as exc:
         print(f"bidaw: {exc}", file=sys.stderr)
         return 2
-    ws = working_set(plan, args.bytes_per_token, args.turn_s_per_token)
+    per_token = args.bytes_per_token or SMOLLM2_KV_BYTES_PER_TOKEN // (
+        2 if args.dtype == "bfloat16" else 1)
+    ws = working_set(plan, per_token, args.turn_s_per_token)
     sizes = tier_sizes(ws, args.ws_ratio, args.load_s,
                        parse_size(args.dram_bytes) if args.dram_bytes else 0,
                        args.ssd_read_gbps_cap, int(args.min_dram_sessions * ws.reuse_bytes_p90))
@@ -105,7 +111,7 @@ def _run(args: argparse.Namespace) -> int:
         f"peak {ws.peak_bytes / sizes.dram_bytes:.2f}x), ideal "
         f"{sizes.ideal_dram_bytes / 2**20:.0f} MiB, SSD cap "
         f"{sizes.ssd_read_gbps_cap * 1e3:.1f} MB/s")
-    opts = LiveOptions(model=args.model, max_loads=args.max_loads, max_batch=args.max_batch,
+    opts = LiveOptions(model=args.model, dtype=args.dtype, max_loads=args.max_loads, max_batch=args.max_batch,
                        min_step_ms=args.min_step_ms, deadline_s=args.deadline,
                        data_dir=args.data_dir)
     per_run, runs = _run_all(names, plan, sizes, opts, args.repeat, args.records_dir, say)
@@ -124,7 +130,7 @@ def _run(args: argparse.Namespace) -> int:
         "working_set_over_dram": ws.total_bytes / sizes.dram_bytes,
         "live_peak_over_dram": ws.peak_bytes / sizes.dram_bytes,
         "dram_bytes": sizes.dram_bytes, "ideal_dram_bytes": sizes.ideal_dram_bytes,
-        "ssd_read_gbps_cap": sizes.ssd_read_gbps_cap, "model": args.model,
+        "ssd_read_gbps_cap": sizes.ssd_read_gbps_cap, "model": args.model, "dtype": args.dtype,
         "max_batch": args.max_batch, "min_step_ms": args.min_step_ms, "load_s": args.load_s}}
     if args.repeat > 1:
         out["ratios_per_repeat"] = [ratios({n: per_run[n][i] for n in names})

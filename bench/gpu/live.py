@@ -28,12 +28,12 @@ TINY_SKIP = ("tiny mode: every system starts a fresh deployment (four processes,
 
 def live_argv(system: str, trace: str, device_type: str, limit_s: float) -> list[str]:
     """`bidaw bench live ...` for one system, its send deadline leaving START_S of `limit_s`;
-    SmolLM2's K/V bytes per token in the worker's dtype (bfloat16 on CUDA)."""
+    the workers in bfloat16 on CUDA (the tiers sized for its K/V bytes)."""
     cuda = device_type == "cuda"
     source = ["--trace", trace] if trace else ["--format", "synthetic"]
     return ["bench", "live", *source, "--systems", system, *GOAL_FLAGS,
             "--deadline", str(max(10, int(limit_s - START_S))),
-            "--bytes-per-token", str(bench_live.SMOLLM2_KV_BYTES_PER_TOKEN // (2 if cuda else 1)),
+            "--dtype", "bfloat16" if cuda else "float32",
             "--turn-s-per-token", "0.03" if cuda else "0.15", "--json"]
 
 

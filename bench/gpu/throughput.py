@@ -8,7 +8,7 @@ import time
 
 import torch
 
-from bench.compute.decode import MEAN_CONTEXT, decode_throughput, weight_bytes
+from bench.compute.decode import MEAN_CONTEXT, decode_throughput, decode_weight_bytes
 from bench.compute.dtypes import prefill_tokens_per_s
 from bench.compute.roofline import decode_bytes_per_token, roofline_fraction
 from compute_worker.models.attention import forced_path, fused_rows
@@ -21,7 +21,7 @@ LONG_CONTEXT = 1000  # keys per sequence of the bare decode steps
 def throughput(model, read_gbps: float | None) -> dict:
     """The figures of `model` (on its device, in its dtype); `read_gbps`: the device's read
     bandwidth measured in the same run (None: it failed, and there is no roofline)."""
-    weights = weight_bytes(model)
+    weights = decode_weight_bytes(model)
     decode = {str(n): decode_throughput(model, n) for n in SESSIONS}
     kv_token = model.config.kv_bytes_per_token(torch.finfo(model.dtype).bits // 8)
     per_token = decode_bytes_per_token(weights, kv_token, MEAN_CONTEXT)

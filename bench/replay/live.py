@@ -24,6 +24,7 @@ log = logging.getLogger("bidaw.bench.live")
 @dataclass
 class LiveOptions:
     model: str = "smollm2-135m"
+    dtype: str = "float32"       # the workers' --dtype
     max_loads: int = 2
     max_batch: int = 0           # worker's batch cap (0: the worker's default)
     min_step_ms: float = 0.0     # worker's step floor (0: none)
@@ -74,7 +75,7 @@ def run_system(name: str, system: System, plan: Plan, sizes: TierSizes, opts: Li
                                      dir=opts.data_dir or None) as tmp:
         max_answer = max((t.answer_len for u in plan.users for t in u.turns), default=256)
         dep = LocalDeployment(data_dir=str(Path(tmp)), **deployment_kwargs(
-            system, sizes, model=opts.model, max_loads=opts.max_loads, max_answer=max_answer,
+            system, sizes, model=opts.model, dtype=opts.dtype, max_loads=opts.max_loads, max_answer=max_answer,
             max_batch=opts.max_batch, min_step_ms=opts.min_step_ms,
             time_scale=plan.config.time_scale))
         t = time.monotonic()

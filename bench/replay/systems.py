@@ -47,7 +47,8 @@ ABLATIONS = ("bidaw-sched-only", "bidaw-evict-only", "bidaw-no-tensor6")
 BASELINE_VARIANTS = ("fcfs-lru-head",)
 
 
-def deployment_kwargs(system: System, sizes: TierSizes, *, model: str, max_loads: int = 2,
+def deployment_kwargs(system: System, sizes: TierSizes, *, model: str, dtype: str = "float32",
+                      max_loads: int = 2,
                       max_answer: int = 4096, time_scale: float = 1.0,
                       max_batch: int = 0, min_step_ms: float = 0.0) -> dict:
     """Keyword arguments of services.launch.launcher.LocalDeployment (without data_dir). The store's
@@ -73,5 +74,5 @@ def deployment_kwargs(system: System, sizes: TierSizes, *, model: str, max_loads
         worker += ["--min-step-ms", f"{min_step_ms:g}"]
     return dict(dram_bytes=str(sizes.ideal_dram_bytes if system.ideal else sizes.dram_bytes),
                 ssd_bytes=str(sizes.ssd_bytes), eviction=system.eviction, policy=system.policy,
-                model=model, use_store=system.use_store, default_max_tokens=max_answer,
+                model=model, dtype=dtype, use_store=system.use_store, default_max_tokens=max_answer,
                 extra_args={"store": store, "scheduler": scheduler, "worker": worker})

@@ -58,6 +58,7 @@ class LocalDeployment:
     model: str = field_default(WorkerConfig, "model")
     served_model_name: list[str] = field(default_factory=list)  # empty: the model's defaults
     default_max_tokens: int = field_default(WorkerConfig, "default_max_tokens")
+    dtype: str = ""  # the workers' --dtype ("": their own, $BIDAW_WORKER_DTYPE or auto)
     use_store: bool = True  # False: workers recompute every prompt (the no-cache baseline)
     quiet: bool = True  # service logs go to data_dir/logs instead of the terminal
     # Extra flags per service kind, e.g. {"store": ["--promote-concurrency", "4"]}.
@@ -154,6 +155,8 @@ class LocalDeployment:
                  "ssd_bytes": self.ssd_bytes, "eviction": self.eviction}
         worker = {"store": self.store_target if self.use_store else "", "model": self.model,
                   "default_max_tokens": self.default_max_tokens}
+        if self.dtype:
+            worker["dtype"] = self.dtype
         scheduler = {"store": self.scheduler_store or self.store_target,
                      "workers": self.worker_targets, "policy": self.policy}
         return [("store", "store", self.store_port, store),
