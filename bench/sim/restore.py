@@ -11,10 +11,9 @@ What the decision is given, at the instant the load would start (durations from 
 - ahead_ready_s: when each turn ahead whose read is in flight lands (the SSD model's estimate).
 Turns ahead are looked for among the first `AHEAD` queued; beyond them W is cut short.
 
-`stall_weight` λ (bidaw-restore-stall): the decision ignores that every prefill step stalls the
-running batch's decodes, and a recompute's step is long; this variant picks, among the options
-the decision offers, the least ttft + λ · (running turns) · gpu time (λ = 1: the sum of the
-latencies it adds; λ = 0: the decision's own choice).
+`stall_weight` λ (bidaw-restore-stall): the decision weighs in the stall its prefill steps impose
+on the running batch's decodes (`decide_restore(..., stall_weight=λ)` with `running` = the turns
+decoding now), so the live scheduler and the simulator make one decision.
 
 Options applied: WAIT_FOR_LOAD reads the whole KV (today's path); RECOMPUTE reads nothing and
 makes the turn READY at once, as a KV lost from the SSD does (the prefill recomputes the
@@ -51,13 +50,9 @@ class RestoreChooser:
         kv = KVOnSSD(n, req.kv_bytes, sim.ssd.load_estimate(req.kv_bytes, now),
                      sim.cost.ssd_bytes_per_s)
         slot_free, ahead_ready = self._ahead(req, now)
-        choice = decide_restore(kv, ComputeSide(self.step, int(sim.w.query[job.i]), slot_free,
-                                                ahead_ready))
-        best = choice.best
-        if sim.spec.stall_weight:  # each running turn's decode waits out this turn's steps
-            stall = sim.spec.stall_weight * len(sim.running)
-            best = min((o for o in choice.options if o.offered),
-                       key=lambda o: (o.ttft_s + stall * o.gpu_s, o.gpu_s))
+        compute = ComputeSide(self.step, int(sim.w.query[job.i]), slot_free, ahead_ready,
+                              running=len(sim.running))
+        best = decide_restore(kv, compute, stall_weight=sim.spec.stall_weight).best
         k = {WAIT_FOR_LOAD: n, RECOMPUTE: 0}.get(best.name, best.k)
         job.split_k = k if 0 < k < n else 0
         if sim.w.measured[job.i]:
