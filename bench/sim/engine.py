@@ -7,8 +7,7 @@ scheduling queue (scheduler.policy) decides which load starts and who is dispatc
 eviction policy (kv_store.eviction) decides what leaves DRAM. Consecutive decode steps are fused
 into one event up to the first step that ends after the next pending event or finishes a
 request, which is exact at step granularity: nothing could have changed the batch earlier.
-bidaw-restore's systems may recompute or load a prefix instead of a whole KV (bench.sim.restore);
-bidaw-prefetch also promotes KV from SSD before its user returns (bench.sim.promote).
+Per system: load, recompute or split a KV on SSD (bench.sim.restore); promote it (.promote).
 """
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ from bench.sim.events import ARRIVAL, GPU_DONE, LOAD_DONE, EventHeap
 from bench.sim.job import Job
 from bench.sim.metrics import TurnLog
 from bench.sim.promote import PROMOTE, Promoter
-from bench.sim.restore import RestoreChooser
+from bench.sim.restore import RestoreChooser, where_on_arrival
 from bench.sim.ssd import SharedBandwidth
 from bench.sim.systems import SystemSpec, make_tiers, system_spec
 from bench.sim.tiers import DRAM, SSD
@@ -45,8 +44,7 @@ class TimedSimulation:
         self.jobs: dict[int, Job] = {}
         self.queued: dict[int, Job] = {}  # user -> its queued job (one per user at a time)
         self.running: list[Job] = []
-        self.gpu_busy = False
-        self.gpu_used = self.ctx_sum = 0
+        self.gpu_busy, self.gpu_used, self.ctx_sum = False, 0, 0
         self.seq = self.ssd_version = self.reads_in_flight = 0
         self.left_to_measure = workload.measured_count
         self.now = self.gpu_free_at = 0.0  # gpu_free_at: when the GPU step in progress ends
@@ -85,8 +83,8 @@ class TimedSimulation:
             if loc == DRAM:
                 where = KV_DRAM
                 store.hit(user, now)
-            elif loc == SSD:  # a promotion of this very KV in flight: wait for it
-                where = KV_LOADING if adopted else KV_SSD
+            elif loc == SSD:
+                where = where_on_arrival(self, job, adopted, now)
             if w.measured[i]:
                 job.hit = loc == DRAM
                 self.log.hits += job.hit
@@ -288,8 +286,7 @@ class TimedSimulation:
                     self.promoter.forget(user)
             self._evict(now)
             self._start_loads(now)
-        j = w.next_turn[i]
-        if j >= 0:
+        if (j := w.next_turn[i]) >= 0:
             self.events.push(w.next_arrival(i, j, now), ARRIVAL, j)
 
 

@@ -11,7 +11,9 @@ counting an access (`admit_prefetched`). This file owns the I/O, as the store do
   delayed by at most that one read), on the simulation's shared SSD bandwidth;
 - a refusal (`prefetch_allowed` false) waits for the next arrival, as in the cache-only mode;
 - a turn that arrives while its own KV is being promoted waits for that read (its request is
-  queued LOADING) instead of starting a second one;
+  queued LOADING) instead of starting a second one, unless the restore choice, given the read's
+  remaining time, recomputes it;
+- a KV larger than the whole DRAM is never promoted (it would be evicted as it lands);
 - a promoted KV is not pinned: the policy ranks it (stale first if the user does not return by
   the high quantile), and the planner does not promote it again until the user returns.
 Counts: `speculative_read_bytes` (promotions meant for a measured turn: the user's next turn is
@@ -52,9 +54,13 @@ class Promoter:
         self.unused.discard(user)
         self.planner.evicted(user, self.policy.return_window(user), now)
 
+    def left_s(self, now: float) -> float:
+        """Seconds until the promotion in flight lands, if nothing else starts."""
+        return self.sim.ssd.finish_estimates(now).get(("p", self.reading), 0.0)
+
     def arrived(self, job: Any) -> bool:
         """A turn of `job.user` arrives: no longer a candidate. True if its KV is being promoted
-        now (the turn then waits for that read: `waiting`)."""
+        now (the turn may then `wait_for` that read)."""
         user, measured = job.user, self.sim.w.measured[job.i]
         self.planner.returned(user)
         self.last_turn[user] = job.i
@@ -62,11 +68,12 @@ class Promoter:
         if user in self.unused:
             self.unused.discard(user)
             self.counts["prefetch_hits"] += int(measured and user in self.sim.store.dram)
-        if user != self.reading:
-            return False
+        return user == self.reading
+
+    def wait_for(self, job: Any) -> None:
+        """`job`'s turn waits for the promotion in flight (queued LOADING)."""
         self.waiting = job
-        self.counts["adopted"] += int(measured)
-        return True
+        self.counts["adopted"] += int(self.sim.w.measured[job.i])
 
     def forget(self, user: int) -> None:
         self.planner.forget(user)
@@ -88,6 +95,9 @@ class Promoter:
             return
         size = store.ssd.size(user)
         need = dram.used + size - (dram.capacity - dram.watermark)
+        if size > dram.capacity - dram.watermark:  # it would be evicted as it lands, again and again
+            self.planner.returned(user)
+            return self.maybe_start(now)
         if need > 0 and not self.policy.prefetch_allowed(user, size, now, need, dram.size):
             self.refused = True
             return

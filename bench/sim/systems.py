@@ -42,6 +42,7 @@ class SystemSpec:
     restore_choice: bool = False  # per turn on SSD: load, recompute or split (bench.sim.restore)
     stall_weight: float = 0.0     # restore choice: weight of the decode stall it imposes
     promote: bool = False         # predictive promotion SSD -> DRAM (bench.sim.promote)
+    choose_at_arrival: bool = False  # restore choice: also ask at arrival (bench.sim.restore)
 
 
 BASE_SYSTEMS: dict[str, SystemSpec] = {s.name: s for s in (
@@ -56,7 +57,7 @@ BASE_SYSTEMS: dict[str, SystemSpec] = {s.name: s for s in (
     SystemSpec("bidaw-restore-stall", TIERED, "bidaw", 1, "bidaw", "auto", pin_queued=True,
                restore_choice=True, stall_weight=0.1),
     SystemSpec("bidaw-prefetch", TIERED, "bidaw", 1, "bidaw-prefetch", "auto", pin_queued=True,
-               restore_choice=True, stall_weight=0.1, promote=True),
+               restore_choice=True, stall_weight=0.3, promote=True, choose_at_arrival=True),
     SystemSpec("ideal", UNBOUNDED, "fcfs", 1, "lru", "auto"),
     SystemSpec("ideal-kv", UNBOUNDED, "fcfs", 1, "lru", "kv"),
 )}
