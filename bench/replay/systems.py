@@ -18,6 +18,7 @@ class System:
     kv_format: str = "auto"    # what the worker stores: the baselines store K/V; Bidaw lets
     #                            the model's config choose (tensor 6 for MHA models, else K/V)
     ideal: bool = False        # DRAM larger than all KV ever stored
+    restore_choice: bool = False  # scheduler --restore-choice on: load or recompute per turn
 
 
 SYSTEMS: dict[str, System] = {
@@ -39,6 +40,9 @@ SYSTEMS: dict[str, System] = {
                                "model (the same as bidaw for GQA models)", kv_format="kv"),
     "bidaw-size": System("bidaw", "bidaw-size", "Bidaw with size-aware eviction"),
     "ideal": System("fcfs", "lru", "all KV fits in DRAM", ideal=True),
+    "bidaw-restore": System("bidaw", "bidaw", "Bidaw choosing per turn to load its KV from SSD, "
+                            "recompute it or both (scheduler/restore_chooser.py)",
+                            restore_choice=True),
 }
 DEFAULT_SYSTEMS = ("recompute", "fcfs-lru", "cachedattention", "bidaw", "bidaw-size", "ideal")
 ABLATIONS = ("bidaw-sched-only", "bidaw-evict-only", "bidaw-no-tensor6")
@@ -58,6 +62,8 @@ def deployment_kwargs(system: System, sizes: TierSizes, *, model: str, max_loads
         store += ["--ssd-read-gbps-cap", f"{sizes.ssd_read_gbps_cap:.6f}",
                   "--ssd-read-gbps", f"{sizes.ssd_read_gbps_cap:.6f}"]
     scheduler = ["--max-loads", str(max_loads)]
+    if system.restore_choice:
+        scheduler += ["--restore-choice", "on"]
     if system.policy == "fcfs":
         scheduler += ["--prefetch-window", str(system.prefetch_window)]
         if system.sync_loads:
