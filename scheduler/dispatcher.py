@@ -22,7 +22,7 @@ import services.runtime.tracing as tracing
 from services.runtime import metrics
 from services.runtime.gen import common_pb2
 
-from scheduler.policy import QueuedRequest, RequestQueue
+from scheduler.policy import WAITING, QueuedRequest, RequestQueue
 from scheduler.restore_chooser import LiveRestoreChooser
 from scheduler.store_shards import StoreShards
 from scheduler.workers import Worker, WorkerPool
@@ -98,7 +98,10 @@ class Dispatcher:
                 raise QueueFull(f"{len(self.queue)} turns queued; retry later")
             pending = Pending(next(self._seq), session_id, arrival, trace_ctx=tracing.current(),
                               where=where, prompt_tokens=prompt_tokens)
-            self.queue.add(pending.seq, kv_session, pending.seq, arrival, where,
+            queued_as = where
+            if where == "ssd" and self._recompute_at_arrival(loc, prompt_tokens):
+                queued_as, pending.kv_max_tokens = "none", 0  # ready now: the worker recomputes
+            self.queue.add(pending.seq, kv_session, pending.seq, arrival, queued_as,
                            loc.num_bytes if loc is not None else 0)
             self._pending[pending.seq] = pending
             self._cond.notify_all()
@@ -211,6 +214,17 @@ class Dispatcher:
                     kv_bytes=loc.num_bytes if loc else 0,
                     kv_tokens=loc.num_tokens if loc else 0)
             self._cond.notify_all()
+
+    def _recompute_at_arrival(self, loc, prompt_tokens: int) -> bool:
+        """The restore choice for an arriving turn whose KV is on SSD (under the lock), behind
+        the loads still waiting in the preparing queue."""
+        if self.restore is None or not loc.load_estimate_s > 0:
+            return False
+        rate = loc.num_bytes / loc.load_estimate_s
+        waiting = sum(r.kv_bytes for r in map(self.queue.get, self._pending)
+                      if r is not None and r.state == WAITING)
+        return self.restore.recompute_at_arrival(loc, prompt_tokens, self.queue.ready_len,
+                                                 waiting / rate, self.pool.running())
 
     def _restore_instead(self, r: QueuedRequest, now: float) -> bool:
         """The restore choice for a load about to start (under the lock): True if the turn

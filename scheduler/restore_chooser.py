@@ -14,6 +14,8 @@ What the decision is given, all durations from now:
   batches them), the time left of the loads in flight (the store's estimates) and the turns
   running (the decode stall, weighed by `stall_weight`).
 Until the rate is known (`PrefillRate.min_turns` finished turns) every turn waits for its load.
+A turn is also asked when it arrives, with the loads waiting in the preparing queue added to its
+own (they may go first: an upper bound), and recomputes at once when that is best.
 """
 from __future__ import annotations
 
@@ -47,24 +49,29 @@ class LiveRestoreChooser:
                           summary.ttft_s - summary.queue_s - summary.kv_load_s)
 
     def choose(self, loc: kv_store_pb2.SessionLocation | None, prompt: int, ready_ahead: int,
-               loads_left_s: tuple[float, ...], running: int) -> int | None:
+               loads_left_s: tuple[float, ...], running: int, backlog_s: float = 0.0,
+               count: bool = True) -> int | None:
         """Stored tokens the worker should reuse: None (all: wait for the load), 0 (recompute)
-        or k (a prefix; the store reads only it)."""
+        or k (a prefix; the store reads only it). `backlog_s`: disk time of loads not yet
+        started that would go first (asked at arrival)."""
         cost = self.rate.cost()
         if cost is None or loc is None or loc.tier != common_pb2.TIER_SSD \
                 or loc.num_tokens < 1 or loc.num_bytes < 1 or not loc.load_estimate_s > 0:
             return None
-        kv = KVOnSSD(loc.num_tokens, loc.num_bytes, loc.load_estimate_s,
-                     loc.num_bytes / loc.load_estimate_s)
+        rate = loc.num_bytes / loc.load_estimate_s
+        kv = KVOnSSD(loc.num_tokens, loc.num_bytes, loc.load_estimate_s + backlog_s, rate)
         new = max(prompt - loc.num_tokens, 1)
         compute = ComputeSide(cost, new, ready_ahead * float(cost.step_s(new, 0, 0)),
                               tuple(max(t, 0.0) for t in loads_left_s), running)
         best = decide_restore(kv, compute, stall_weight=self.stall_weight).best
-        if best.name == WAIT_FOR_LOAD:
-            self.counts[WAIT_FOR_LOAD] += 1
-            return None
-        if best.name == RECOMPUTE:
-            self.counts[RECOMPUTE] += 1
-            return 0
-        self.counts["split"] += 1
-        return best.k
+        name = "split" if best.name not in (WAIT_FOR_LOAD, RECOMPUTE) else best.name
+        if count or name == RECOMPUTE:
+            self.counts[name] += 1
+        return None if name == WAIT_FOR_LOAD else 0 if name == RECOMPUTE else best.k
+
+    def recompute_at_arrival(self, loc: kv_store_pb2.SessionLocation | None, prompt: int,
+                             ready_ahead: int, backlog_s: float, running: int) -> bool:
+        """Asked when a turn arrives with its KV on SSD, behind `backlog_s` of loads waiting in
+        the preparing queue: True to recompute at once (else it is asked again when its load
+        would start, the wait behind those loads then sunk)."""
+        return self.choose(loc, prompt, ready_ahead, (), running, backlog_s, count=False) == 0

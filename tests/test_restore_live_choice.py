@@ -90,3 +90,11 @@ def test_prompt_size_counts_token_ids_or_characters():
 def test_a_bad_stall_weight_names_the_flag():
     with pytest.raises(ValueError, match="--restore-stall-weight"):
         LiveRestoreChooser(stall_weight=-1.0)
+
+
+def test_at_arrival_the_loads_waiting_ahead_can_make_it_recompute_at_once():
+    chooser = _trained()
+    # alone: wait 0.3 + 0.015 s beats recompute 0.515 s; behind 0.5 s of waiting loads it does not
+    assert not chooser.recompute_at_arrival(_on_ssd(load_s=0.3), 1010, 0, 0.0, 0)
+    assert chooser.recompute_at_arrival(_on_ssd(load_s=0.3), 1010, 0, 0.5, 0)
+    assert chooser.counts["recompute"] == 1 and chooser.counts["wait_for_load"] == 0
