@@ -95,7 +95,7 @@ class Promoter:
             return
         size = store.ssd.size(user)
         need = dram.used + size - (dram.capacity - dram.watermark)
-        if size > dram.capacity - dram.watermark:  # it would be evicted as it lands, again and again
+        if size > dram.capacity - dram.watermark:  # evicted as it lands, again and again
             self.planner.returned(user)
             return self.maybe_start(now)
         if need > 0 and not self.policy.prefetch_allowed(user, size, now, need, dram.size):

@@ -37,8 +37,9 @@ is offered only if it delays the turns ahead in total no more than WAIT's own st
 today's behaviour, always offered). Among those offered: the earliest first token; ties go to
 the option using less GPU time. Not modelled, by choice (the first unless asked, below): the
 stall any prefill step imposes on the running batch's decodes (the engine's prefill-first rule
-does the same for every miss today), the turns behind (FCFS puts this one first), tensor-6 restore FLOPs, and the disk time
-SPLIT and RECOMPUTE leave to the loads behind (it can only help them).
+does the same for every miss today), the turns behind (FCFS puts this one first), tensor-6
+restore FLOPs, and the disk time SPLIT and RECOMPUTE leave to the loads behind (it can only help
+them).
 
 The decode stall, when asked for (`stall_weight` λ > 0): every prefill step of this turn stalls
 the decodes of the `running` turns of the batch for its GPU time, and a recompute's step is
