@@ -111,8 +111,9 @@ class EngineHost:
                           session=req.turn.session_id, request_id=req.request_id):
             try:
                 stores = list(req.kv_stores) if self.use_scheduler_stores else None
+                limit = 0 if req.recompute_kv else (req.kv_prefix_tokens or None)
                 for ids, text, summary in self.runner.run(req.turn, req.since_arrival_s,
-                                                          req.queue_s, stores, key):
+                                                          req.queue_s, stores, key, limit):
                     event = common_pb2.TurnEvent(token_ids=ids, text=text)
                     if summary is not None:
                         event.summary.CopyFrom(common_pb2.TurnSummary(

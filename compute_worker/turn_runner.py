@@ -6,6 +6,7 @@ itself happens in the engine.
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from typing import Iterator
@@ -16,7 +17,7 @@ from services.runtime.metrics import TIER_LABELS
 from compute_worker.detokenizer import Detokenizer
 from compute_worker.engine import Engine
 from compute_worker.kv_codec import TENSOR6
-from compute_worker.kv_connector import KVConnector, Restored
+from compute_worker.kv_connector import KVConnector, Restored, fresh_cache
 from compute_worker.prompt import prompt_ids
 from compute_worker.sampling import Sampler
 from compute_worker.sequence import DONE, Sequence
@@ -54,16 +55,18 @@ class TurnRunner:
         return True
 
     def run(self, turn, since_arrival_s: float = 0.0, queue_s: float = 0.0,
-            kv_stores: list[str] | None = None, key: str = "") -> Iterator:
+            kv_stores: list[str] | None = None, key: str = "",
+            kv_max_tokens: int | None = None) -> Iterator:
         """Yields (token_ids, text, None) as tokens come, then ([], '', TurnSummary).
         `turn`: a TurnRequest (or anything with its fields). `kv_stores`: the store shards the
         scheduler sent (None: the connector's own). `key`: a unique name under which cancel()
-        stops this turn."""
+        stops this turn. `kv_max_tokens`: the scheduler's load-or-recompute choice, reuse at
+        most this many stored tokens (0: recompute the history; None: all that match)."""
         if key:
             with self._keys_lock:
                 self._turns_by_key[key] = None
         try:
-            yield from self._run(turn, since_arrival_s, queue_s, kv_stores, key)
+            yield from self._run(turn, since_arrival_s, queue_s, kv_stores, key, kv_max_tokens)
         finally:
             if key:
                 with self._keys_lock:
@@ -79,16 +82,38 @@ class TurnRunner:
             self._turns_by_key[key] = seq
             return True
 
-    def _restore(self, turn, prompt: list[int], kv_stores) -> Restored:
+    def _restore(self, turn, prompt: list[int], kv_stores, limit: int | None) -> Restored:
         with tracing.span("worker.kv_restore", prompt_tokens=len(prompt)) as span:
-            with self.engine.gate.restoring():
-                restored = self.connector.restore(turn.session_id, prompt,
-                                                  turn.parent_session_id, kv_stores)
+            if limit == 0:  # RECOMPUTE: the store is not asked
+                restored = Restored(fresh_cache(self.engine.model, prompt))
+            else:
+                restored = self._restore_prefix(turn, prompt, kv_stores, limit)
             span.set_attributes({
                 "bidaw.cached_tokens": restored.tokens, "bidaw.tier": TIER_LABELS[restored.tier],
                 "bidaw.kv_bytes": restored.tokens * self.connector.bytes_per_token,
                 "bidaw.format": "tensor6" if restored.format == TENSOR6 else "kv",
                 "bidaw.hit": restored.tokens > 0})
+        return restored
+
+    def _restore_prefix(self, turn, prompt: list[int], kv_stores, limit: int | None) -> Restored:
+        """The stored KV of the prompt's longest matching prefix, at most `limit` tokens (a
+        SPLIT: the connector reuses at most all but the last token of what it is shown, so it
+        is shown `limit` + 1; the rest is prefilled on top)."""
+        shown = prompt if limit is None or limit >= len(prompt) else prompt[:limit + 1]
+        with self.engine.gate.restoring():
+            restored = self.connector.restore(turn.session_id, shown, turn.parent_session_id,
+                                              kv_stores)
+        if shown is not prompt:
+            restored.cache.reserve(len(prompt) + 64 - restored.cache.length)
+        return restored
+
+    def _saved_from(self, restored: Restored, limit: int | None) -> Restored:
+        """What the save builds on. After a SPLIT the store holds more than was restored and
+        DRAM takes whole sessions only: K/V is written whole from token 0 (the cache holds it
+        all), so the session is back in DRAM as after a load; tensor 6, whose restored prefix
+        the worker holds as K/V only, is appended from the split point (it stays on SSD)."""
+        if limit and restored.tokens == limit and self.connector.kv_format != TENSOR6:
+            return dataclasses.replace(restored, tokens=0)
         return restored
 
     def _sequence(self, turn, prompt: list[int], restored: Restored, arrived: float) -> Sequence:
@@ -103,12 +128,13 @@ class TurnRunner:
             stops=[s for s in turn.stop if s], arrived=arrived,
             want_hidden6=self.connector.kv_format == TENSOR6)
 
-    def _run(self, turn, since_arrival_s: float, queue_s: float, kv_stores, key: str):
+    def _run(self, turn, since_arrival_s: float, queue_s: float, kv_stores, key: str,
+             limit: int | None):
         arrived = time.monotonic() - since_arrival_s
         ctx = tracing.current()
         prompt = prompt_ids(turn, self.tokenizer, self.engine.model.config.vocab_size,
                             self.max_context)
-        restored = self._restore(turn, prompt, kv_stores)
+        restored = self._restore(turn, prompt, kv_stores, limit)
         seq = self._sequence(turn, prompt, restored, arrived)
         if not self._started(key, seq):
             return
@@ -132,7 +158,7 @@ class TurnRunner:
         with tracing.span("worker.kv_save",
                           tokens=len(prompt) + len(seq.generated) - restored.tokens):
             self.connector.save(turn.session_id, prompt + seq.generated, seq.cache,
-                                seq.hidden6, restored, kv_stores)
+                                seq.hidden6, self._saved_from(restored, limit), kv_stores)
         yield [], "", TurnSummary(
             prompt_tokens=len(prompt), cached_tokens=restored.tokens,
             completion_tokens=len(seq.generated), kv_tier=restored.tier,

@@ -172,15 +172,19 @@ class Persister:
 
     # -- reads (the caller holds the session lock; no write of the session is running) --------
 
-    def read_session(self, session_id: str, admit: bool):
+    def read_session(self, session_id: str, admit: bool, prefix_tokens: int = 0):
         """(result, segments or None, buffer or None, version) with the verified file image in
         new DRAM segments (`admit` and room) or aligned memory; None if the file changed under
-        the read (read again)."""
+        the read (read again). `prefix_tokens` > 0: only the records holding those first tokens
+        (SsdTier.prefix_length)."""
         entry = self.catalog.get(session_id)
         segments: list[Segment] | None = None
+        length = entry.ssd_len if entry is not None else 0
+        if entry is not None and prefix_tokens > 0:
+            length = self.ssd.prefix_length(session_id, prefix_tokens, entry.ssd_len)
         with self._lock:
             if entry is not None and admit:
-                segments = self.space.dram_segments(session_id, 0, entry.ssd_len)
+                segments = self.space.dram_segments(session_id, 0, length)
         if entry is None:
             with self._lock:
                 self.index.forget(session_id, local_only=True)
@@ -188,9 +192,9 @@ class Persister:
         try:
             arena = self.space.dram.arena
             image = ScatterView([arena.view(s) for s in segments]) if segments else \
-                aligned_buffer(entry.ssd_len)
+                aligned_buffer(length)
             with self.ssd.open_read(session_id) as f:
-                result = self.ssd.read_file(f, entry.ssd_len, image)
+                result = self.ssd.read_file(f, length, image)
         except OSError as exc:
             result = ReadResult(SessionLog(), 0, f"unreadable: {exc.strerror or exc}")
         version = entry.version

@@ -72,9 +72,15 @@ class ReadPath:
 
     def _load_from_ssd(self, session_id: str, max_tokens: int, admit: bool) -> ReadHandle:
         """Read the session file (verified) into a new DRAM segment, or aligned memory when
-        DRAM has no room; the caller holds the session lock."""
+        DRAM has no room; the caller holds the session lock. A read of fewer tokens than the
+        session holds (a load-or-recompute split) reads only the records holding them, and
+        the session stays on SSD (DRAM holds whole sessions)."""
+        with self.parts.lock:
+            meta = self.parts.index.metas.get(session_id)
+            stored = meta.num_tokens if meta is not None else 0
+        prefix = max_tokens if 0 < max_tokens < stored else 0
         for _ in range(3):
-            got = self.parts.persister.read_session(session_id, admit)
+            got = self.parts.persister.read_session(session_id, admit, prefix)
             if got is not None:
                 break
         else:
@@ -92,7 +98,7 @@ class ReadPath:
             self.parts.counters.ssd_bytes_read += result.valid_end
             self.parts.index.touch_ssd(session_id)
             served = log_.meta.copy()
-            if segments and self.parts.index.versions.get(session_id) == version \
+            if segments and not prefix and self.parts.index.versions.get(session_id) == version \
                     and not self.parts.writer.busy(session_id):
                 self.parts.dram.put(session_id, _image_pieces(segments, log_.pieces), time.monotonic())
             log_.cut(served.num_tokens if max_tokens == 0 else max_tokens)

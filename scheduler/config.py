@@ -25,6 +25,13 @@ class SchedulerConfig(SecurityConfig):
                 "vLLM with LMCache's synchronous connector does; pair with the worker's "
                 "--restore-in-step true)"})
     max_loads: int = field(default=2, metadata={"help": "SSD->DRAM loads in flight at once"})
+    restore_choice: bool = field(default=False, metadata={
+        "help": "on: for a turn whose KV is on SSD, choose per turn to wait for its load, "
+                "recompute the history or load a prefix and recompute the rest, by the earliest "
+                "expected first token (scheduler/restore_chooser.py); off: always wait"})
+    restore_stall_weight: float = field(default=0.3, metadata={
+        "help": "restore choice: weight of the decode stall a recompute imposes on the running "
+                "turns (0: ignore it)"})
     max_queue: int = field(default=1024, metadata={
         "help": "queued turns beyond which new ones are refused (RESOURCE_EXHAUSTED)"})
     rpc_threads: int = field(default=0, metadata={

@@ -5,7 +5,9 @@ queue + disk-HRRN preparing queue, or "fcfs"). `step` is one round of decisions 
 settle loads whose end was missed, start the SSD loads the policy picks, and hand ready turns to
 the workers with a free slot. A store reporting a load finished (`on_load_finished`) puts its
 turn back at its arrival position, ready. The loop thread runs `step`, the store promotions it
-asks for (outside the lock) and, every 2 s, the members' upkeep.
+asks for (outside the lock) and, every 2 s, the members' upkeep. With a `restore` chooser
+(`--restore-choice on`), a load the policy picks may instead be skipped: the turn is ready at
+once and its worker recomputes the history, or loads only a prefix (`Pending.kv_max_tokens`).
 """
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ import services.runtime.tracing as tracing
 from services.runtime import metrics
 from services.runtime.gen import common_pb2
 
-from scheduler.policy import QueuedRequest, RequestQueue
+from scheduler.policy import WAITING, QueuedRequest, RequestQueue
+from scheduler.restore_chooser import LiveRestoreChooser
 from scheduler.store_shards import StoreShards
 from scheduler.workers import Worker, WorkerPool
 
@@ -41,6 +44,8 @@ class Pending:
     trace_ctx: object = None  # the turn's trace context, for spans the dispatcher records
     ready_at: float = 0.0  # when its KV was ready (arrival, or the end of its SSD load)
     where: str = "none"  # where its KV was when it arrived
+    prompt_tokens: int = 0  # the prompt's size (restore_chooser.prompt_tokens)
+    kv_max_tokens: int | None = None  # the restore choice: reuse at most this many (None: all)
 
 
 class QueueFull(Exception):
@@ -49,10 +54,11 @@ class QueueFull(Exception):
 
 class Dispatcher:
     def __init__(self, queue: RequestQueue, pool: WorkerPool, scheduler_id: str,
-                 max_queue: int):
+                 max_queue: int, restore: LiveRestoreChooser | None = None):
         self.queue = queue
         self.pool = pool
         self.max_queue = max_queue
+        self.restore = restore
         self.stores = StoreShards(scheduler_id, self.on_load_finished, self.queued_sessions)
         self._pending: dict[int, Pending] = {}  # queued, by request id (= seq)
         self._loading: dict[int, tuple[str, float]] = {}  # request id -> (session, start)
@@ -79,7 +85,7 @@ class Dispatcher:
     # -- a turn's side ----------------------------------------------------------------------
 
     def enqueue(self, session_id: str, arrival: float, parent: str = "",
-                announce: bool = True) -> Pending:
+                announce: bool = True, prompt_tokens: int = 0) -> Pending:
         """Queue a turn where its KV is; a new branch reads its parent's KV. `announce` tells
         the store it is queued (a re-run is the same turn: the store knows it already)."""
         loc = self.stores.location(session_id)
@@ -91,8 +97,11 @@ class Dispatcher:
             if len(self.queue) >= self.max_queue:
                 raise QueueFull(f"{len(self.queue)} turns queued; retry later")
             pending = Pending(next(self._seq), session_id, arrival, trace_ctx=tracing.current(),
-                              where=where)
-            self.queue.add(pending.seq, kv_session, pending.seq, arrival, where,
+                              where=where, prompt_tokens=prompt_tokens)
+            queued_as = where
+            if where == "ssd" and self._recompute_at_arrival(loc, prompt_tokens):
+                queued_as, pending.kv_max_tokens = "none", 0  # ready now: the worker recomputes
+            self.queue.add(pending.seq, kv_session, pending.seq, arrival, queued_as,
                            loc.num_bytes if loc is not None else 0)
             self._pending[pending.seq] = pending
             self._cond.notify_all()
@@ -132,6 +141,8 @@ class Dispatcher:
             self._reconcile_loads(now)
             decided = time.perf_counter()
             while (r := self.queue.next_load(now, len(self._loading))) is not None:
+                if self._restore_instead(r, now):
+                    continue
                 self._loading[r.request_id] = (str(r.session_id), now)
                 log.debug("load %s of %r (%d bytes)", r.request_id, r.session_id, r.kv_bytes)
                 loads.append(r)
@@ -203,6 +214,39 @@ class Dispatcher:
                     kv_bytes=loc.num_bytes if loc else 0,
                     kv_tokens=loc.num_tokens if loc else 0)
             self._cond.notify_all()
+
+    def _recompute_at_arrival(self, loc, prompt_tokens: int) -> bool:
+        """The restore choice for an arriving turn whose KV is on SSD (under the lock), behind
+        the loads still waiting in the preparing queue."""
+        if self.restore is None or not loc.load_estimate_s > 0:
+            return False
+        rate = loc.num_bytes / loc.load_estimate_s
+        waiting = sum(r.kv_bytes for r in map(self.queue.get, self._pending)
+                      if r is not None and r.state == WAITING)
+        return self.restore.recompute_at_arrival(loc, prompt_tokens, self.queue.ready_len,
+                                                 waiting / rate, self.pool.running())
+
+    def _restore_instead(self, r: QueuedRequest, now: float) -> bool:
+        """The restore choice for a load about to start (under the lock): True if the turn
+        recomputes or loads a prefix itself instead (it is ready now)."""
+        pending = self._pending.get(r.request_id)
+        if self.restore is None or pending is None:
+            return False
+        left = []
+        for session_id, _ in self._loading.values():
+            loc = self.stores.location(session_id)
+            left.append(loc.load_estimate_s if loc is not None else 0.0)
+        limit = self.restore.choose(self.stores.location(str(r.session_id)),
+                                    pending.prompt_tokens, self.queue.ready_len, tuple(left),
+                                    self.pool.running())
+        if limit is None:
+            return False
+        log.debug("restore choice for %s of %r: reuse %d tokens", r.request_id, r.session_id,
+                  limit)
+        pending.kv_max_tokens = limit
+        self.queue.load_finished(r.request_id)
+        pending.ready_at = now
+        return True
 
     def _reconcile_loads(self, now: float) -> None:
         """Loads whose end we missed (stream reconnects, store restarts) must not hang turns."""

@@ -19,6 +19,7 @@ from services.runtime import metrics
 from services.runtime.gen import common_pb2, compute_worker_pb2
 
 from scheduler.dispatcher import Dispatcher, Pending, QueueFull
+from scheduler.restore_chooser import prompt_tokens
 
 log = logging.getLogger("bidaw.scheduler")
 RETRY_WINDOW_S = 120.0  # how long after arrival a turn whose worker died is re-run
@@ -55,7 +56,8 @@ class Relay:
         """Queue the turn and wait for its worker; None if the client left first."""
         try:
             pending = self.dispatcher.enqueue(request.session_id, arrival,
-                                              parent=request.parent_session_id, announce=first)
+                                              parent=request.parent_session_id, announce=first,
+                                              prompt_tokens=prompt_tokens(request))
         except QueueFull as full:
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(full))
         return pending if self.dispatcher.wait(pending, context.is_active) else None
@@ -66,7 +68,8 @@ class Relay:
         worker_request = compute_worker_pb2.WorkerTurnRequest(
             request_id=f"{self.scheduler_id}-{pending.seq}", turn=request,
             queue_s=time.monotonic() - arrival, since_arrival_s=time.monotonic() - arrival,
-            kv_stores=self.dispatcher.stores.members())
+            kv_stores=self.dispatcher.stores.members(), recompute_kv=pending.kv_max_tokens == 0,
+            kv_prefix_tokens=pending.kv_max_tokens or 0)
         call = pending.worker.stub.RunTurn(worker_request)
         # A client that leaves cancels the worker's turn at once, not at its next event (a long
         # prefill sends none): gRPC Python does not carry cancellation across hops by itself.
@@ -112,4 +115,6 @@ class Relay:
         self.finished += 1
         metrics.observe_turn(summary)
         metrics.TURNS.labels("ok").inc()
+        if self.dispatcher.restore is not None:
+            self.dispatcher.restore.observe(summary)
         self.dispatcher.stores.turn_complete(session_id, summary.completion_tokens)

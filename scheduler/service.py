@@ -20,6 +20,7 @@ from scheduler.members import Members, Refused
 from scheduler.policy import QueueConfig
 from scheduler.recognition import Recognition
 from scheduler.relay import Relay
+from scheduler.restore_chooser import LiveRestoreChooser
 from scheduler.session_locks import SessionLocks
 from scheduler.validation import turn_problem
 from scheduler.workers import WorkerPool
@@ -31,7 +32,9 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self.pool = pool
         queue = QueueConfig(config.policy, config.max_loads, config.prefetch_window,
                             config.ssd_aware).build()
-        self.dispatcher = Dispatcher(queue, pool, config.scheduler_id, config.max_queue)
+        restore = (LiveRestoreChooser(config.restore_stall_weight) if config.restore_choice
+                   else None)
+        self.dispatcher = Dispatcher(queue, pool, config.scheduler_id, config.max_queue, restore)
         self.stores = self.dispatcher.stores
         self.members = Members(config, pool, self.stores, on_worker_joined=self.dispatcher.wake)
         self.relay = Relay(config.scheduler_id, self.dispatcher)

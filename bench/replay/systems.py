@@ -18,6 +18,7 @@ class System:
     kv_format: str = "auto"    # what the worker stores: the baselines store K/V; Bidaw lets
     #                            the model's config choose (tensor 6 for MHA models, else K/V)
     ideal: bool = False        # DRAM larger than all KV ever stored
+    restore_choice: bool = False  # scheduler --restore-choice on: load or recompute per turn
 
 
 SYSTEMS: dict[str, System] = {
@@ -41,6 +42,9 @@ SYSTEMS: dict[str, System] = {
     "bidaw-prefetch": System("bidaw", "bidaw-prefetch", "Bidaw-size, and the store promotes "
                              "SSD->DRAM the sessions it expects back soon, on idle disk time"),
     "ideal": System("fcfs", "lru", "all KV fits in DRAM", ideal=True),
+    "bidaw-restore": System("bidaw", "bidaw", "Bidaw choosing per turn to load its KV from SSD, "
+                            "recompute it or both (scheduler/restore_chooser.py)",
+                            restore_choice=True),
 }
 DEFAULT_SYSTEMS = ("recompute", "fcfs-lru", "cachedattention", "bidaw", "bidaw-size", "ideal")
 ABLATIONS = ("bidaw-sched-only", "bidaw-evict-only", "bidaw-no-tensor6")
@@ -61,6 +65,8 @@ def deployment_kwargs(system: System, sizes: TierSizes, *, model: str, dtype: st
         store += ["--ssd-read-gbps-cap", f"{sizes.ssd_read_gbps_cap:.6f}",
                   "--ssd-read-gbps", f"{sizes.ssd_read_gbps_cap:.6f}"]
     scheduler = ["--max-loads", str(max_loads)]
+    if system.restore_choice:
+        scheduler += ["--restore-choice", "on"]
     if system.policy == "fcfs":
         scheduler += ["--prefetch-window", str(system.prefetch_window)]
         if system.sync_loads:

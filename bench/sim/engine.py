@@ -7,7 +7,7 @@ scheduling queue (scheduler.policy) decides which load starts and who is dispatc
 eviction policy (kv_store.eviction) decides what leaves DRAM. Consecutive decode steps are fused
 into one event up to the first step that ends after the next pending event or finishes a
 request, which is exact at step granularity: nothing could have changed the batch earlier.
-bidaw-restore's systems may recompute or load a prefix instead of a whole KV (bench.sim.restore).
+Per system: load, recompute or split a KV on SSD (bench.sim.restore); promote it (.promote).
 """
 from __future__ import annotations
 
@@ -17,13 +17,15 @@ from bench.sim.cost_profile import CostModel
 from bench.sim.events import ARRIVAL, GPU_DONE, LOAD_DONE, EventHeap
 from bench.sim.job import Job
 from bench.sim.metrics import TurnLog
-from bench.sim.restore import RestoreChooser
+from bench.sim.promote import PROMOTE, Promoter
+from bench.sim.restore import RestoreChooser, where_on_arrival
 from bench.sim.ssd import SharedBandwidth
 from bench.sim.systems import SystemSpec, make_tiers, system_spec
 from bench.sim.tiers import DRAM, SSD
 from bench.sim.workload import Workload
 from compute_worker.tensor_choice import TENSOR6
-from scheduler.policy import KV_DRAM, KV_NONE, KV_SSD, QueueConfig
+from scheduler.policy import KV_DRAM, KV_LOADING, KV_NONE, KV_SSD, QueueConfig
+
 
 class TimedSimulation:
     def __init__(self, workload: Workload, cost: CostModel, spec: SystemSpec,
@@ -31,25 +33,23 @@ class TimedSimulation:
                  policy_kwargs: dict | None = None,
                  progress: Callable[[int], None] | None = None) -> None:
         self.w, self.cost, self.spec, self.end_oracle = workload, cost, spec, end_oracle
-        self.progress = progress
+        self.progress = progress  # called with 1 per measured turn done
         loads = max_concurrent_loads or cost.max_concurrent_loads
         self.queue = QueueConfig(spec.queue, loads, spec.prefetch_window).build()
         self.tensor = cost.tensors.tensor if spec.tensor == "auto" else spec.tensor
         self.stored_bpt = cost.stored_bytes_per_token(self.tensor)
         self.store = make_tiers(spec, cost, policy_kwargs or {})
         self.ssd = SharedBandwidth(cost.ssd_bytes_per_s)
-        self.events = EventHeap()
-        self.log = TurnLog()
+        self.events, self.log = EventHeap(), TurnLog()
         self.jobs: dict[int, Job] = {}
         self.queued: dict[int, Job] = {}  # user -> its queued job (one per user at a time)
         self.running: list[Job] = []
-        self.gpu_busy = False
-        self.gpu_used = self.ctx_sum = 0
+        self.gpu_busy, self.gpu_used, self.ctx_sum = False, 0, 0
         self.seq = self.ssd_version = self.reads_in_flight = 0
         self.left_to_measure = workload.measured_count
-        self.now = 0.0
-        self.gpu_free_at = 0.0  # when the GPU step in progress ends
+        self.now = self.gpu_free_at = 0.0  # gpu_free_at: when the GPU step in progress ends
         self.chooser = RestoreChooser(self) if spec.restore_choice else None  # counts in log
+        self.promoter = Promoter(self) if spec.promote else None
 
     # ---- driver ------------------------------------------------------------------------------
     def run(self) -> TurnLog:
@@ -64,6 +64,8 @@ class TimedSimulation:
             elif kind == LOAD_DONE:
                 if payload == self.ssd_version:
                     self._loads_done(now)
+            elif kind == PROMOTE:
+                self.promoter.timer(now)
             else:
                 self._gpu_done(payload, now)
         return self.log
@@ -73,30 +75,27 @@ class TimedSimulation:
         w, cost, store = self.w, self.cost, self.store
         user = w.user[i]
         job = Job(i, user, now)
-        hist = min(w.history[i], cost.max_kv_tokens)
-        job.hist = hist
+        job.hist = hist = min(w.history[i], cost.max_kv_tokens)
         where = KV_NONE
+        adopted = self.promoter is not None and self.promoter.arrived(job)
         if hist > 0 and store is not None:
             loc = store.location(user)
             if loc == DRAM:
                 where = KV_DRAM
                 store.hit(user, now)
             elif loc == SSD:
-                where = KV_SSD
+                where = where_on_arrival(self, job, adopted, now)
             if w.measured[i]:
-                if loc == DRAM:
-                    self.log.hits += 1
-                    job.hit = True
-                else:
-                    self.log.misses += 1
+                job.hit = loc == DRAM
+                self.log.hits += job.hit
+                self.log.misses += not job.hit
             if self.spec.pin_queued:
                 store.pinned.add(user)
         elif hist > 0 and w.measured[i]:
             self.log.misses += 1  # recompute: nothing cached
-        self.jobs[i] = job
-        self.queued[user] = job
+        self.jobs[i] = self.queued[user] = job
         self.seq += 1
-        kv_bytes = store.size(user) if where == KV_SSD else 0
+        kv_bytes = store.size(user) if where in (KV_SSD, KV_LOADING) else 0
         self.queue.add(i, user, self.seq, now, where, kv_bytes)
         self._start_loads(now)
         self._schedule_gpu(now)
@@ -126,6 +125,8 @@ class TimedSimulation:
             started = True
         if started:
             self._arm_ssd()
+        if self.promoter is not None:
+            self.promoter.maybe_start(now)
 
     def _arm_ssd(self) -> None:
         self.ssd_version += 1
@@ -135,8 +136,10 @@ class TimedSimulation:
 
     def _loads_done(self, now: float) -> None:
         for rid in self.ssd.finish_due(now):
-            if isinstance(rid, tuple):
-                continue  # a write finished; it only took bandwidth
+            if isinstance(rid, tuple):  # a write (it only took bandwidth) or a promotion
+                if rid[0] == "p":
+                    self.promoter.finished(now)
+                continue
             self.reads_in_flight -= 1
             job = self.jobs[rid]
             if not job.split_k:  # a prefix stays a staging copy; the full KV enters at write-back
@@ -153,6 +156,8 @@ class TimedSimulation:
         """Evict to the DRAM limit; a queued DRAM hit that lost its KV must now load it again."""
         store = self.store
         for user in store.evict(now, lambda: self.queue.upcoming(self.spec.lookahead)):
+            if self.promoter is not None:
+                self.promoter.evicted(user, now)
             job = self.queued.get(user)
             if job is None or user not in store.ssd:
                 continue  # nothing queued, or the KV is gone for good (recomputed at dispatch)
@@ -196,15 +201,12 @@ class TimedSimulation:
             del self.queued[job.user]
             if store is not None:
                 store.pinned.add(job.user)
-            job.dispatch = now
-            job.new_tokens = new
-            job.gpu_bytes = gpu_bytes
+            job.dispatch, job.new_tokens, job.gpu_bytes = now, new, gpu_bytes
             job.ctx = restored  # tokens the new ones attend to
             if restored:
                 job.pcie_bytes = restored * self.stored_bpt
                 job.restore_tokens = restored if self.tensor == TENSOR6 else 0
-            used += gpu_bytes
-            tokens += new
+            used, tokens = used + gpu_bytes, tokens + new
             batch.append(job)
         return batch
 
@@ -221,8 +223,7 @@ class TimedSimulation:
         self.events.push(self.gpu_free_at, GPU_DONE, batch)
 
     def _start_decode(self, now: float) -> None:
-        cost = self.cost
-        n = len(self.running)
+        cost, n = self.cost, len(self.running)
         kmax = min(j.remaining for j in self.running)
         horizon = self.events.next_time()
         t, ctx, k = now, self.ctx_sum, 0
@@ -261,8 +262,7 @@ class TimedSimulation:
     # ---- completion --------------------------------------------------------------------------
     def _finish(self, job: Job, now: float) -> None:
         w, store, i = self.w, self.store, job.i
-        self.gpu_used -= job.gpu_bytes
-        self.ctx_sum -= job.ctx
+        self.gpu_used, self.ctx_sum = self.gpu_used - job.gpu_bytes, self.ctx_sum - job.ctx
         del self.jobs[i]
         if w.measured[i]:
             self.log.add(job.arrival, job.dispatch, job.first_token, now)
@@ -282,10 +282,11 @@ class TimedSimulation:
             store.dram.policy.observe_answer(user, w.answer[i], now)
             if self.end_oracle and w.last[i]:
                 store.free(user)
+                if self.promoter is not None:
+                    self.promoter.forget(user)
             self._evict(now)
             self._start_loads(now)
-        j = w.next_turn[i]
-        if j >= 0:
+        if (j := w.next_turn[i]) >= 0:
             self.events.push(w.next_arrival(i, j, now), ARRIVAL, j)
 
 

@@ -17,6 +17,7 @@ class TurnLog:
     ssd_bytes: int = 0       # read from SSD for measured turns
     load_s: list[float] = field(default_factory=list)       # SSD load durations (measured turns)
     restore_choices: dict[str, int] | None = None  # bidaw-restore: measured turns per choice
+    promotions: dict[str, int] | None = None  # bidaw-prefetch: bench.sim.promote's counts
 
     def add(self, arrival: float, dispatch: float, first_token: float, done: float) -> None:
         self.arrival.append(arrival)
@@ -57,4 +58,6 @@ class TurnLog:
         }
         if self.restore_choices is not None:  # only systems that choose report it
             out["restore_choices"] = dict(self.restore_choices)
+        if self.promotions is not None:
+            out.update(self.promotions)
         return out

@@ -11,10 +11,17 @@ What the decision is given, at the instant the load would start (durations from 
 - ahead_ready_s: when each turn ahead whose read is in flight lands (the SSD model's estimate).
 Turns ahead are looked for among the first `AHEAD` queued; beyond them W is cut short.
 
-`stall_weight` λ (bidaw-restore-stall): the decision ignores that every prefill step stalls the
-running batch's decodes, and a recompute's step is long; this variant picks, among the options
-the decision offers, the least ttft + λ · (running turns) · gpu time (λ = 1: the sum of the
-latencies it adds; λ = 0: the decision's own choice).
+`stall_weight` λ (bidaw-restore-stall): the decision weighs in the stall its prefill steps impose
+on the running batch's decodes (`decide_restore(..., stall_weight=λ)` with `running` = the turns
+decoding now), so the live scheduler and the simulator make one decision.
+
+`choose_at_arrival` (bidaw-prefetch): a turn that arrives with its KV on SSD is also asked at
+once, with the disk backlog it joins as A (the SSD model's estimate for its read behind the
+transfers in flight and every load still waiting in the preparing queue, whichever order HRRN
+gives them: an upper bound); if recomputing is its best option it is queued READY at once (as a
+KV lost from the SSD), else it waits in the preparing queue and is asked again when its load
+would start. The load-start decision alone sees only the transfers in flight, once the wait in
+the preparing queue is sunk.
 
 Options applied: WAIT_FOR_LOAD reads the whole KV (today's path); RECOMPUTE reads nothing and
 makes the turn READY at once, as a KV lost from the SSD does (the prefill recomputes the
@@ -27,11 +34,25 @@ from __future__ import annotations
 from typing import Any
 
 from bench.sim.tiers import DRAM
-from scheduler.policy import (KV_NONE, LOADING, READY, RECOMPUTE, SPLIT, WAIT_FOR_LOAD,
-                              ComputeSide, KVOnSSD, QueuedRequest, decide_restore)
+from scheduler.policy import (KV_LOADING, KV_NONE, KV_SSD, LOADING, READY, RECOMPUTE, SPLIT,
+                              WAIT_FOR_LOAD, WAITING, ComputeSide, KVOnSSD, QueuedRequest,
+                              decide_restore)
 
 AHEAD = 256  # queued turns looked at for those ahead (beyond them W is underestimated)
 CHOICE_NAMES = {WAIT_FOR_LOAD: "wait", RECOMPUTE: "recompute", SPLIT: "split"}
+
+
+def where_on_arrival(sim: Any, job: Any, adopted: bool, now: float) -> str:
+    """Where a turn arriving with its KV on SSD is queued: KV_SSD (its load is decided when it
+    would start), KV_LOADING (`adopted`: it waits for the promotion of its KV in flight) or
+    KV_NONE (`choose_at_arrival`: recomputed at once, as if its KV were lost)."""
+    if sim.spec.choose_at_arrival and sim.chooser.recompute_at_arrival(
+            job, sim.store.size(job.user), now, sim.promoter.left_s(now) if adopted else None):
+        return KV_NONE
+    if adopted:
+        sim.promoter.wait_for(job)
+        return KV_LOADING
+    return KV_SSD
 
 
 class RestoreChooser:
@@ -51,18 +72,41 @@ class RestoreChooser:
         kv = KVOnSSD(n, req.kv_bytes, sim.ssd.load_estimate(req.kv_bytes, now),
                      sim.cost.ssd_bytes_per_s)
         slot_free, ahead_ready = self._ahead(req, now)
-        choice = decide_restore(kv, ComputeSide(self.step, int(sim.w.query[job.i]), slot_free,
-                                                ahead_ready))
-        best = choice.best
-        if sim.spec.stall_weight:  # each running turn's decode waits out this turn's steps
-            stall = sim.spec.stall_weight * len(sim.running)
-            best = min((o for o in choice.options if o.offered),
-                       key=lambda o: (o.ttft_s + stall * o.gpu_s, o.gpu_s))
+        compute = ComputeSide(self.step, int(sim.w.query[job.i]), slot_free, ahead_ready,
+                              running=len(sim.running))
+        best = decide_restore(kv, compute, stall_weight=sim.spec.stall_weight).best
         k = {WAIT_FOR_LOAD: n, RECOMPUTE: 0}.get(best.name, best.k)
         job.split_k = k if 0 < k < n else 0
         if sim.w.measured[job.i]:
             self.counts[CHOICE_NAMES[best.name]] += 1
         return k
+
+    def recompute_at_arrival(self, job: Any, kv_bytes: int, now: float,
+                             load_s: float | None = None) -> bool:
+        """`choose_at_arrival`: whether the arriving `job` (KV on SSD, `kv_bytes`) should skip
+        the preparing queue and recompute (counted as a recompute). `load_s`: when its KV lands
+        (a promotion in flight), else the backlog's estimate."""
+        sim = self.sim
+        if load_s is None:
+            waiting = sum(r.kv_bytes for r in (sim.queue.get(sim.queued[u].i)
+                                               for u in sim.queue.upcoming(AHEAD))
+                          if r.state == WAITING)
+            load_s = sim.ssd.load_estimate(kv_bytes, now) + waiting / sim.cost.ssd_bytes_per_s
+        kv = KVOnSSD(job.hist, kv_bytes, load_s, sim.cost.ssd_bytes_per_s)
+        slot_free = max(sim.gpu_free_at - now, 0.0) if sim.gpu_busy else 0.0
+        for user in sim.queue.upcoming(AHEAD):  # every READY turn queued is ahead of this one
+            other = sim.queued[user]
+            req = sim.queue.get(other.i)
+            if req.state == READY:
+                slot_free += float(self._prefill_s(req, other))
+        compute = ComputeSide(self.step, int(sim.w.query[job.i]), slot_free,
+                              running=len(sim.running))
+        best = decide_restore(kv, compute, stall_weight=sim.spec.stall_weight).best
+        if best.name != RECOMPUTE:
+            return False
+        if sim.w.measured[job.i]:
+            self.counts[CHOICE_NAMES[RECOMPUTE]] += 1
+        return True
 
     def _ahead(self, req: QueuedRequest, now: float) -> tuple[float, tuple[float, ...]]:
         """W and the landing times of the reads in flight of the turns ahead of `req`."""

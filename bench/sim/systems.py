@@ -6,6 +6,8 @@ baselines hold no lease on a queued request's KV (a DRAM hit can be evicted befo
 is then loaded again — what CachedAttention's queue-aware eviction prevents for the next 30);
 Bidaw leases the KV of every queued request, as the KV store service does. `bidaw-restore` is
 Bidaw choosing, per turn whose KV is on SSD, to load it, recompute it or both (bench.sim.restore).
+`bidaw-prefetch` is that choice (with the decode stall weighed in, as bidaw-restore-stall) plus
+predictive promotion (bench.sim.promote) on bidaw-prefetch's eviction (bidaw-size's ranking).
 `fcfs-lru-head` loads only when a request reaches the head (the GPU keeps running the batch).
 
 A system = a scheduling queue (scheduler.policy) + an eviction policy (kv_store.eviction) + the
@@ -39,6 +41,8 @@ class SystemSpec:
     pin_queued: bool = False     # lease the KV of every queued request (else only loads + running)
     restore_choice: bool = False  # per turn on SSD: load, recompute or split (bench.sim.restore)
     stall_weight: float = 0.0     # restore choice: weight of the decode stall it imposes
+    promote: bool = False         # predictive promotion SSD -> DRAM (bench.sim.promote)
+    choose_at_arrival: bool = False  # restore choice: also ask at arrival (bench.sim.restore)
 
 
 BASE_SYSTEMS: dict[str, SystemSpec] = {s.name: s for s in (
@@ -52,6 +56,8 @@ BASE_SYSTEMS: dict[str, SystemSpec] = {s.name: s for s in (
                restore_choice=True),
     SystemSpec("bidaw-restore-stall", TIERED, "bidaw", 1, "bidaw", "auto", pin_queued=True,
                restore_choice=True, stall_weight=0.1),
+    SystemSpec("bidaw-prefetch", TIERED, "bidaw", 1, "bidaw-prefetch", "auto", pin_queued=True,
+               restore_choice=True, stall_weight=0.3, promote=True, choose_at_arrival=True),
     SystemSpec("ideal", UNBOUNDED, "fcfs", 1, "lru", "auto"),
     SystemSpec("ideal-kv", UNBOUNDED, "fcfs", 1, "lru", "kv"),
 )}

@@ -88,7 +88,10 @@ class SsdTier:
             tmp.unlink(missing_ok=True)  # a rewrite that never got renamed into place
         return found
 
-    def scan_file(self, path: pathlib.Path, limit: int | None = None) -> tuple[SessionLog, int]:
+    def scan_file(self, path: pathlib.Path, limit: int | None = None, stop_at_token: int = 0
+                  ) -> tuple[SessionLog, int]:
+        """The log of the file's first `limit` bytes (all) and its length, read from the headers.
+        `stop_at_token` > 0: stop before the first record that starts at or past that token."""
         log = SessionLog()
         size = path.stat().st_size if limit is None else limit
         with open(path, "rb") as fh:
@@ -106,8 +109,20 @@ class SsdTier:
                     break
                 if log.meta is None and self.path(header.session_id) != path:
                     break  # a file under another session's name
+                if 0 < stop_at_token <= header.start_token:
+                    break
                 log.apply(header, payload_at, end)
         return log, log.end
+
+    def prefix_length(self, session_id: str, tokens: int, length: int) -> int:
+        """Bytes of the session's file (of its committed `length`) that hold its first `tokens`
+        tokens: up to the end of the last record starting before token `tokens`. The records
+        after it start at or past that token, so they only append or replace from there on:
+        a prefix of tokens is a prefix of the file. Headers only; `length` if unreadable."""
+        try:
+            return self.scan_file(self.path(session_id), length, stop_at_token=tokens)[1] or length
+        except OSError:
+            return length
 
     # -- writes -----------------------------------------------------------------------------
 

@@ -30,7 +30,9 @@ Policies:
 Load or recompute (`restore_choice`): for a turn whose KV is on SSD,
 `decide_restore(KVOnSSD(...), ComputeSide(...))` picks WAIT_FOR_LOAD, RECOMPUTE or SPLIT (load a
 prefix, recompute the rest; SPLIT_REVERSED with `suffix_loads=True`) by the earliest expected
-first token that delays no turn ahead; see its docstring for the model.
+first token that delays no turn ahead (`stall_weight`: also the running decodes' stall); see its
+docstring for the model. `PrefillRate` (prefill_rate.py) learns the compute side's step from
+finished turns for the live scheduler (scheduler/restore_chooser.py).
 
 Costs: add, load_finished, pop_ready O(log n); remove O(log n) amortised; upcoming(n) O(n α);
 next_load O(n) vectorised for "bidaw" (one numpy argmax, tens of µs at 10,000 queued; R's order

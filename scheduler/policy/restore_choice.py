@@ -35,10 +35,17 @@ whatever it chooses. The others wait for their own loads, ready at `ahead_ready_
 becomes ready at R while a GPU step of this turn runs over [s, e) waits e − R for it. An option
 is offered only if it delays the turns ahead in total no more than WAIT's own step does (WAIT is
 today's behaviour, always offered). Among those offered: the earliest first token; ties go to
-the option using less GPU time. Not modelled, by choice: the stall any prefill step imposes on
-the running batch's decodes (the engine's prefill-first rule does the same for every miss
-today), the turns behind (FCFS puts this one first), tensor-6 restore FLOPs, and the disk time
-SPLIT and RECOMPUTE leave to the loads behind (it can only help them).
+the option using less GPU time. Not modelled, by choice (the first unless asked, below): the
+stall any prefill step imposes on the running batch's decodes (the engine's prefill-first rule
+does the same for every miss today), the turns behind (FCFS puts this one first), tensor-6
+restore FLOPs, and the disk time SPLIT and RECOMPUTE leave to the loads behind (it can only help
+them).
+
+The decode stall, when asked for (`stall_weight` λ > 0): every prefill step of this turn stalls
+the decodes of the `running` turns of the batch for its GPU time, and a recompute's step is
+long. The choice (and each split's k) is then, among the options offered, the least
+ttft + λ · running · gpu time (λ = 1: the sum of the latencies it adds; λ = 0, or an empty
+batch: the earliest first token).
 """
 from __future__ import annotations
 
@@ -116,9 +123,11 @@ class ComputeSide:
     new_tokens: int                 # q: the turn's new prompt tokens
     slot_free_s: float = 0.0        # W: when the turns ahead leave the GPU to this one
     ahead_ready_s: tuple[float, ...] = ()  # when each turn ahead still loading becomes ready
+    running: int = 0                # turns decoding in the batch (their decodes wait out a prefill)
 
     def __post_init__(self) -> None:
-        _check("ComputeSide", new_tokens=self.new_tokens, slot_free_s=self.slot_free_s)
+        _check("ComputeSide", new_tokens=self.new_tokens, slot_free_s=self.slot_free_s,
+               running=self.running)
         for r in self.ahead_ready_s:
             _check("ComputeSide", ahead_ready_s=r)
 
@@ -151,24 +160,29 @@ def _delay(starts: np.ndarray, ends: np.ndarray, ready: np.ndarray) -> np.ndarra
 
 
 def _pick(name: str, ks: np.ndarray, ttft: np.ndarray, gpu: np.ndarray, delay: np.ndarray,
-          allowed: float, last: bool) -> Option:
-    """The best k: earliest first token among those delaying no more than `allowed`; ties go
-    to the least GPU time, then (`last`) the larger k."""
+          allowed: float, last: bool, stall: float) -> Option:
+    """The best k: the least ttft + `stall` · GPU time (the earliest first token when 0) among
+    those delaying no more than `allowed`; ties go to the least GPU time, then (`last`) the
+    larger k."""
     if ks.size == 0:
         return Option(name, 0, float("inf"), 0.0, 0.0, False)
     ok = delay <= allowed + 1e-12
     if not ok.any():
         i = int(np.argmin(ttft))
         return Option(name, int(ks[i]), float(ttft[i]), float(gpu[i]), float(delay[i]), False)
-    order = np.lexsort((-ks if last else ks, gpu, ttft, ~ok))  # last key sorts first
+    order = np.lexsort((-ks if last else ks, gpu, ttft + stall * gpu, ~ok))  # last key first
     i = int(order[0])
     return Option(name, int(ks[i]), float(ttft[i]), float(gpu[i]), float(delay[i]), True)
 
 
-def decide_restore(kv: KVOnSSD, compute: ComputeSide, suffix_loads: bool = False) -> RestoreChoice:
+def decide_restore(kv: KVOnSSD, compute: ComputeSide, suffix_loads: bool = False,
+                   stall_weight: float = 0.0) -> RestoreChoice:
     """The option with the earliest expected first token that does not delay the turns ahead
     (see the module's docstring for the model). `suffix_loads`: the store can read a suffix,
-    so SPLIT_REVERSED is considered."""
+    so SPLIT_REVERSED is considered. `stall_weight` λ: weigh in the running decodes' stall,
+    ttft + λ · running · gpu time."""
+    _check("decide_restore", stall_weight=stall_weight)
+    stall = stall_weight * compute.running
     n, q, w, cost = kv.tokens, compute.new_tokens, compute.slot_free_s, compute.cost
     a, beta = kv.ahead_s, kv.s_per_token
     ready = np.asarray(compute.ahead_ready_s, dtype=float)
@@ -181,13 +195,13 @@ def decide_restore(kv: KVOnSSD, compute: ComputeSide, suffix_loads: bool = False
 
     gpu = float(cost.step_s(n + q, 0, 0))
     recompute = _pick(RECOMPUTE, np.zeros(1, dtype=int), one + w + gpu, one + gpu,
-                      _delay(one + w, one + w + gpu, ready), wait.delay_s, last=False)
+                      _delay(one + w, one + w + gpu, ready), wait.delay_s, False, stall)
 
     ks = np.arange(1, n)
     start_k = np.maximum(a + ks * beta, w)
     gpu_k = cost.step_s(n - ks + q, ks, ks)
     split = _pick(SPLIT, ks, start_k + gpu_k, gpu_k,
-                  _delay(start_k, start_k + gpu_k, ready), wait.delay_s, last=True)
+                  _delay(start_k, start_k + gpu_k, ready), wait.delay_s, True, stall)
     options = [wait, split, recompute]
 
     if suffix_loads:
@@ -196,6 +210,7 @@ def decide_restore(kv: KVOnSSD, compute: ComputeSide, suffix_loads: bool = False
         second = cost.step_s(q, n, n - ks)
         delay = _delay(w + 0 * ks, w + first, ready) + _delay(start2, start2 + second, ready)
         options.insert(2, _pick(SPLIT_REVERSED, ks, start2 + second, first + second, delay,
-                                wait.delay_s, last=False))
-    best = min((o for o in options if o.offered), key=lambda o: (o.ttft_s, o.gpu_s))
+                                wait.delay_s, False, stall))
+    best = min((o for o in options if o.offered), key=lambda o: (o.ttft_s + stall * o.gpu_s,
+                                                                  o.gpu_s))
     return RestoreChoice(best, tuple(options))

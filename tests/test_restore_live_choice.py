@@ -1,0 +1,100 @@
+"""The live scheduler's load-or-recompute choice: the prefill cost it learns from turn summaries
+(scheduler.policy.prefill_rate) and the choice it makes from a store's SessionLocation
+(scheduler.restore_chooser), on hand-made cases whose answer is worked out by hand."""
+from __future__ import annotations
+
+import pytest
+
+from scheduler.policy.prefill_rate import PrefillRate
+from scheduler.restore_chooser import LiveRestoreChooser, prompt_tokens
+from services.runtime.gen import common_pb2, kv_store_pb2
+
+
+def _summary(prompt, cached, prefill_s, queue_s=0.2, load_s=0.1):
+    return common_pb2.TurnSummary(prompt_tokens=prompt, cached_tokens=cached,
+                                  ttft_s=queue_s + load_s + prefill_s, queue_s=queue_s,
+                                  kv_load_s=load_s)
+
+
+def _trained(stall_weight=0.0) -> LiveRestoreChooser:
+    """A chooser that has seen turns costing 10 ms + 0.5 ms per computed token."""
+    chooser = LiveRestoreChooser(stall_weight)
+    for computed in (10, 200, 50, 800, 400, 30, 1000, 120):
+        chooser.observe(_summary(computed + 500, 500, 0.010 + 0.0005 * computed))
+    return chooser
+
+
+def _on_ssd(tokens=1000, load_s=1.0, tier=common_pb2.TIER_SSD):
+    return kv_store_pb2.SessionLocation(session_id="s", tier=tier, num_bytes=tokens * 1000,
+                                        num_tokens=tokens, load_estimate_s=load_s)
+
+
+def test_the_prefill_cost_is_fitted_from_summaries():
+    cost = _trained().rate.cost()
+    assert cost.overhead_s == pytest.approx(0.010, rel=1e-6)
+    assert cost.s_per_token == pytest.approx(0.0005, rel=1e-6)
+
+
+def test_until_enough_turns_are_seen_every_turn_waits_for_its_load():
+    chooser = LiveRestoreChooser()
+    for _ in range(7):
+        chooser.observe(_summary(600, 500, 0.06))
+    assert chooser.rate.cost() is None
+    assert chooser.choose(_on_ssd(load_s=100.0), 1010, 0, (), 0) is None
+
+
+def test_equal_sizes_give_a_rate_without_overhead_and_idle_turns_say_nothing():
+    rate = PrefillRate(min_turns=2)
+    for _ in range(3):
+        rate.observe(100, 0.05)
+    rate.observe(0, 0.01)  # all restored: no prefill rate in it
+    cost = rate.cost()
+    assert (cost.overhead_s, cost.s_per_token) == (0.0, pytest.approx(0.0005))
+
+
+def test_a_slow_load_on_an_idle_gpu_recomputes():
+    # recompute 1,010 tokens: 0.515 s; wait: 1 s + one step; split k: k ms + (1010 - k) 0.5 ms
+    assert _trained().choose(_on_ssd(load_s=1.0), 1010, 0, (), 0) == 0
+
+
+def test_a_fast_load_is_waited_for():
+    assert _trained().choose(_on_ssd(load_s=0.05), 1010, 0, (), 0) is None
+
+
+def test_turns_ready_ahead_make_it_load_the_prefix_that_lands_meanwhile():
+    # 40 ready turns ahead, one 10-token step each: W = 40 * 0.015 = 0.6 s; a prefix of 600
+    # tokens lands by then (1 ms each) and the other 400 + 10 are recomputed
+    assert _trained().choose(_on_ssd(load_s=1.0), 1010, 40, (), 0) == 600
+
+
+def test_a_weighed_stall_of_a_large_batch_makes_it_wait_instead_of_recomputing():
+    chooser = _trained(stall_weight=0.3)
+    assert chooser.choose(_on_ssd(load_s=1.0), 1010, 0, (), 0) == 0  # nobody running
+    assert chooser.choose(_on_ssd(load_s=1.0), 1010, 0, (), 20) is None
+    assert chooser.counts == {"wait_for_load": 1, "recompute": 1, "split": 0}
+
+
+def test_kv_not_on_ssd_or_without_an_estimate_is_left_alone():
+    chooser = _trained()
+    assert chooser.choose(_on_ssd(tier=common_pb2.TIER_DRAM), 1010, 0, (), 0) is None
+    assert chooser.choose(_on_ssd(load_s=0.0), 1010, 0, (), 0) is None
+    assert chooser.choose(None, 1010, 0, (), 0) is None
+
+
+def test_prompt_size_counts_token_ids_or_characters():
+    assert prompt_tokens(common_pb2.TurnRequest(prompt_token_ids=[1, 2, 3])) == 3
+    msgs = [common_pb2.ChatMessage(role="user", content="x" * 40)]
+    assert prompt_tokens(common_pb2.TurnRequest(messages=msgs)) == 10
+
+
+def test_a_bad_stall_weight_names_the_flag():
+    with pytest.raises(ValueError, match="--restore-stall-weight"):
+        LiveRestoreChooser(stall_weight=-1.0)
+
+
+def test_at_arrival_the_loads_waiting_ahead_can_make_it_recompute_at_once():
+    chooser = _trained()
+    # alone: wait 0.3 + 0.015 s beats recompute 0.515 s; behind 0.5 s of waiting loads it does not
+    assert not chooser.recompute_at_arrival(_on_ssd(load_s=0.3), 1010, 0, 0.0, 0)
+    assert chooser.recompute_at_arrival(_on_ssd(load_s=0.3), 1010, 0, 0.5, 0)
+    assert chooser.counts["recompute"] == 1 and chooser.counts["wait_for_load"] == 0
