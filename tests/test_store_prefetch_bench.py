@@ -13,11 +13,15 @@ from bench.replay.table import render
 def test_bidaw_prefetch_runs_the_store_with_predictive_promotion():
     sizes = TierSizes(dram_bytes=1 << 28, ideal_dram_bytes=1 << 30, ssd_bytes=1 << 32,
                       ssd_read_gbps_cap=0.0066)
-    kw = deployment_kwargs(SYSTEMS["bidaw-prefetch"], sizes, model="m", time_scale=0.5)
+    kw = deployment_kwargs(SYSTEMS["bidaw-promote"], sizes, model="m", time_scale=0.5)
     size = deployment_kwargs(SYSTEMS["bidaw-size"], sizes, model="m", time_scale=0.5)
     assert kw["eviction"] == "bidaw-prefetch" and size["eviction"] == "bidaw-size"
     assert {k: v for k, v in kw.items() if k != "eviction"} == \
         {k: v for k, v in size.items() if k != "eviction"}  # the same system, plus promotion
+    both = deployment_kwargs(SYSTEMS["bidaw-prefetch"], sizes, model="m", time_scale=0.5)
+    assert both["eviction"] == "bidaw-prefetch"  # promotion, and the load-or-recompute choice
+    assert both["extra_args"]["scheduler"][-2:] == ["--restore-choice", "on"]
+    assert "--restore-choice" not in kw["extra_args"]["scheduler"]
 
 
 def test_ssd_reads_split_demand_and_speculative_bytes():

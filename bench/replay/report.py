@@ -83,7 +83,7 @@ def summarize(records: Sequence[TurnRecord], samples: Sequence[QueueSample] = ()
 
 def ssd_reads(store_stats: dict) -> dict:
     """The store's SSD reads, from its Stats at the end of a run: demand (promotions and
-    worker reads) and speculative (predictive promotion, bidaw-prefetch) MB, and the turns
+    worker reads) and speculative (predictive promotion: bidaw-promote, bidaw-prefetch) MB, and the turns
     whose KV a speculative read had brought into DRAM."""
     total = store_stats.get("ssd_bytes_read", 0)
     spec = store_stats.get("speculative_bytes_read", 0)
@@ -132,7 +132,9 @@ def ratios(systems: dict[str, dict]) -> dict[str, float]:
         ratio("fcfs-lru-head", "bidaw", key)
         ratio("cachedattention", "bidaw", key)
         ratio("bidaw-size", "ideal", key)
+        ratio("bidaw-promote", "bidaw-size", key)
         ratio("bidaw-prefetch", "bidaw-size", key)
+        ratio("bidaw-restore", "bidaw", key)
     return out
 
 

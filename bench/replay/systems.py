@@ -39,8 +39,11 @@ SYSTEMS: dict[str, System] = {
     "bidaw-no-tensor6": System("bidaw", "bidaw", "ablation: Bidaw storing K/V whatever the "
                                "model (the same as bidaw for GQA models)", kv_format="kv"),
     "bidaw-size": System("bidaw", "bidaw-size", "Bidaw with size-aware eviction"),
-    "bidaw-prefetch": System("bidaw", "bidaw-prefetch", "Bidaw-size, and the store promotes "
-                             "SSD->DRAM the sessions it expects back soon, on idle disk time"),
+    "bidaw-promote": System("bidaw", "bidaw-prefetch", "Bidaw-size, and the store promotes "
+                            "SSD->DRAM the sessions it expects back soon, on idle disk time"),
+    "bidaw-prefetch": System("bidaw", "bidaw-prefetch", "bidaw-promote, and the scheduler "
+                             "chooses per turn to load, recompute or both (as the timed "
+                             "simulator's bidaw-prefetch)", restore_choice=True),
     "ideal": System("fcfs", "lru", "all KV fits in DRAM", ideal=True),
     "bidaw-restore": System("bidaw", "bidaw", "Bidaw choosing per turn to load its KV from SSD, "
                             "recompute it or both (scheduler/restore_chooser.py)",
