@@ -27,6 +27,18 @@ def test_a_bf16_linear_is_dense_within_bf16_rounding():
     assert 0 < err < 0.03, err
 
 
+def test_a_bf16_linear_gives_a_row_the_same_bits_whatever_rows_run_with_it():
+    # what keeps restored KV == recompute: a prompt's rows run as one chunk, as other chunks
+    # or one per decode step; oneDNN alone would pick another kernel for each row count
+    gen = torch.Generator().manual_seed(4)
+    layer = Bf16Linear(torch.randn(960, 576, generator=gen), None)
+    x = torch.randn(100, 576, generator=gen)
+    whole = layer(x)
+    for start, rows in ((0, 1), (5, 1), (3, 7), (17, 60), (40, 33), (99, 1)):
+        assert torch.equal(layer(x[start:start + rows]), whole[start:start + rows])
+    assert torch.equal(layer(x[None])[0], whole)  # [batch, rows, in] as the layers call it
+
+
 def test_the_rule_runs_dense_weights_as_bf16_where_auto_says():
     auto = choose_dtype("auto", "cpu", SAPPHIRE_RAPIDS)
     assert (auto.dtype, auto.dense_weights) == (torch.float32, "bf16")
