@@ -71,7 +71,7 @@ class EngineHost:
         device = config.device or pick_device()
         self.dtype_choice = resolve_dtype(config.dtype, device)
         model, tokenizer = load_model(config.model, device=device, dtype=self.dtype_choice.dtype)
-        weights, why = prepare_model(model, config.weights, self.dtype_choice.dense_weights)
+        weights, why = prepare_model(model, config.weights)
         log.info("weights %s (%s)", weights, why)
         # no KV across weight formats: the label names the format (dense: the model's name)
         self.model_name = weights_label(model.config.name or config.model, weights)

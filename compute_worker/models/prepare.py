@@ -17,21 +17,18 @@ CHOICES = ("auto", *WEIGHT_FORMATS)
 HEAD_FORMAT = {"int8": "int8", "int4": "int8"}
 
 
-def resolve_weights(choice: str, device: torch.device | str, cpu_capability: str | None = None,
-                    dense_as: str = "dense") -> tuple[str, str]:
+def resolve_weights(choice: str, device: torch.device | str,
+                    cpu_capability: str | None = None) -> tuple[str, str]:
     """(format, why) for a `weights` choice on `device`. auto: the format that decodes fastest
     at batch 1 (`bidaw bench compute`, side by side on this 2-core Sapphire Rapids: int4 42.5,
     int8 27.6, dense 18.9 tokens/s): int4 on a CPU with AVX-512; dense elsewhere, as on CUDA the
     dense bfloat16 matmuls are the fast path (the kernels used here are CPU ones) and on other
     CPUs the int kernels' speed is unmeasured. It does not weigh prefill, where the int kernels
     lose to dense (int4 117, dense float32 411, bfloat16 2,300 tokens/s): a worker that mostly
-    recomputes long prompts should stay dense. `dense_as`: the format dense weights run in, as
-    `--dtype auto` chose it (loaders/dtype_choice.py: bf16 on a CPU with AMX)."""
+    recomputes long prompts should stay dense (or ask for bf16: docs/weights.md)."""
     device = torch.device(device)
     if choice not in CHOICES:
         raise ValueError(f"weights must be one of {', '.join(CHOICES)}, not {choice!r}")
-    if choice == "dense" and dense_as != "dense":
-        return dense_as, f"dense as {dense_as}: --dtype auto runs the matmuls on the matrix units"
     if choice != "auto":
         if choice not in ("dense", "bf16") and device.type != "cpu":
             raise ValueError(f"weights {choice} runs on CPU only (torch's weight-only kernels "
@@ -54,12 +51,11 @@ def _quantize_children(module: nn.Module, fmt: str) -> None:
 
 
 @torch.no_grad()
-def prepare_model(model: CausalLM, choice: str = "dense",
-                  dense_as: str = "dense") -> tuple[str, str]:
+def prepare_model(model: CausalLM, choice: str = "dense") -> tuple[str, str]:
     """Fuse the model's projections and put its layers' linears in the chosen format and its
     output projection in HEAD_FORMAT's (none: dense), in place. Returns (format, why). The
     embedding table stays dense: a token reads one row of it."""
-    fmt, why = resolve_weights(choice, model.device, dense_as=dense_as)
+    fmt, why = resolve_weights(choice, model.device)
     if model.weights not in ("dense", fmt):
         raise ValueError(f"the model's weights are {model.weights} already, not {fmt}")
     if fmt == "bf16" and model.dtype != torch.float32:
