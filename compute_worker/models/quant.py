@@ -30,19 +30,16 @@ WEIGHT_FORMATS = ("dense", "bf16", "int8", "int4")
 QUANTIZED = WEIGHT_FORMATS[1:]
 INT4_GROUP = 32  # the source GGUF's Q4_1 block: its 4-bit levels map onto int4 exactly
 ACTIVATION = torch.bfloat16  # what the kernels run vectorised on
-ROW_BLOCK = 32  # rows per bf16 matmul call (Bf16Linear): one oneDNN kernel for every row
 
 
 class Bf16Linear(nn.Module):
     """W rounded to bfloat16 [out, in]; y = W (x rounded to bfloat16), widened to x's dtype.
     torch's CPU bf16 matmul accumulates in float32 and rounds its output to bfloat16 (no
     float32-output form on CPU), so the widening is exact and the next op runs in float32.
-
-    oneDNN picks its kernel (and so the order of a row's sums) by the number of rows, and the
-    output's rounding to bf16 turns that order into whole bf16 steps: a token's K/V would depend
-    on the chunk it ran in, and restored KV answers drift from recompute. So the rows always run
-    in blocks of ROW_BLOCK (the last one zero-padded): one kernel, a row's bits whatever its
-    neighbours, at ~2-5x float32's prefill matmul speed here (a decode step pads to it)."""
+    oneDNN picks its kernel (and so the order of a row's sums) by the number of rows, so a row's
+    bf16 output can differ by a step between chunkings; running rows in fixed blocks to avoid
+    that changed no answer over 19 conversations (`bidaw bench exactness`) and made the layer
+    slower than float32 (a weight reorder per call), so it is not done."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__()
@@ -50,12 +47,7 @@ class Bf16Linear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, x.shape[-1]).to(ACTIVATION)
-        n = rows.shape[0]
-        rows = F.pad(rows, (0, 0, 0, -n % ROW_BLOCK))
-        y = torch.cat([F.linear(rows[at:at + ROW_BLOCK], self.weight)
-                       for at in range(0, rows.shape[0], ROW_BLOCK)])
-        y = y[:n].to(x.dtype).view(*x.shape[:-1], -1)
+        y = F.linear(x.to(ACTIVATION), self.weight).to(x.dtype)
         return y if self.bias is None else y + self.bias
 
 
