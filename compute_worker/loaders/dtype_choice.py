@@ -1,8 +1,8 @@
 """Which dtype the worker runs its model (and so its KV) in: `--dtype auto|float32|bfloat16`.
 
 `auto` picks bfloat16 on CUDA and float32 on every CPU. A CPU whose matrix units run bf16
-natively (AMX-BF16 or AVX512-BF16) prefills 2-4x faster in bf16, but there answers from
-restored KV equal recompute in only 60% of seeded conversations in bf16 throughout and ~86%
+natively (AMX-BF16 or AVX512-BF16) prefills 2.7x faster in bf16, but there answers from
+restored KV equal recompute in only 60% of seeded conversations in bf16 throughout and 80%
 with float32 activations around bf16 matmuls (`--weights bf16`), short of the >= 95% the
 project holds reuse to (`bidaw bench exactness`, docs/engine.md "Choosing the dtype"); float32
 matches in all of them. So bf16 on a CPU is an explicit choice (`--dtype bfloat16` or
@@ -47,7 +47,7 @@ def choose_dtype(requested: str, device_type: str, cpu_flags: frozenset[str]) ->
         if flag in cpu_flags:
             return DtypeChoice(torch.float32, f"auto: float32, exact KV reuse (the CPU's {label} "
                                f"matrix units prefill bf16 faster, but restored-KV answers "
-                               f"would match recompute in only ~60-86%: --dtype bfloat16 or "
+                               f"would match recompute in only 60-80%: --dtype bfloat16 or "
                                f"--weights bf16 to choose them)")
     return DtypeChoice(torch.float32, "auto: the CPU has no AMX-BF16 or AVX512-BF16 "
                                       "(bf16 would be emulated, slower than fp32)")
