@@ -20,6 +20,7 @@ from services.runtime.gen import common_pb2
 from compute_worker.engine import Engine
 from compute_worker.kv_client import KVClient
 from compute_worker.kv_connector import Recompute
+from compute_worker.models.quant import weights_label
 from compute_worker.store_connector import StoreConnector
 from compute_worker.turn_runner import TurnRunner
 from kv_store.config import StoreConfig
@@ -48,6 +49,7 @@ class ExactnessReport:
     conversations: int
     turns: int
     max_tokens: int
+    weights: str = "dense"  # the format prepare_model put the linears in
     matched: int = 0  # conversations whose every turn matched
     restored_tokens: int = 0  # prompt tokens served from stored KV (reuse did happen)
     divergences: list[Divergence] = field(default_factory=list)
@@ -103,11 +105,11 @@ def run_exactness(model, tokenizer, store: KVClient, conversations: int, turns: 
                   seed: int = 0, max_tokens: int = 24, kv_format: int = common_pb2.KV_FORMAT_KV,
                   progress=None) -> ExactnessReport:
     """Compare restored-KV answers with recomputed ones over `conversations` chats."""
-    restored = TurnRunner(Engine(model), StoreConnector(store, model, "exactness", kv_format),
-                          tokenizer)
+    restored = TurnRunner(Engine(model), StoreConnector(
+        store, model, weights_label("exactness", model.weights), kv_format), tokenizer)
     fresh = TurnRunner(Engine(model), Recompute(model, kv_format), tokenizer)
     report = ExactnessReport(str(model.dtype).removeprefix("torch."), conversations, turns,
-                             max_tokens)
+                             max_tokens, model.weights)
     try:
         for index in range(conversations):
             session, history, diverged = f"exactness-{seed}-{index}", [], None

@@ -1,6 +1,6 @@
 """Weight formats (compute_worker/models/prepare.py, quant.py, fuse.py): fused dense weights give
-the loaded model's numbers bit for bit; within int8 and int4 a restored KV answer equals the
-recomputed one (real SmolLM2, real store) and KV of one format is never served to another."""
+the loaded model's numbers bit for bit; within bf16, int8 and int4 a restored KV answer equals
+the recomputed one (real SmolLM2, real store) and KV of one format is never served to another."""
 from __future__ import annotations
 
 import copy
@@ -20,7 +20,7 @@ from services.runtime.gen import common_pb2
 from tests.test_models import CONFIGS, make_hf, ours_from_hf, run, tokens
 
 KV, T6 = common_pb2.KV_FORMAT_KV, common_pb2.KV_FORMAT_TENSOR6
-FORMATS = ("dense", "int8", "int4")
+FORMATS = ("dense", "bf16", "int8", "int4")
 
 
 @pytest.fixture(scope="module", params=list(CONFIGS))
@@ -47,8 +47,10 @@ def test_formats_against_transformers(hf):
             assert torch.equal(model.kv_from_hidden6(step.hidden6, 0), cache.data[:, :, :, :23])
         else:
             assert not torch.equal(out, before)  # the quantized weights did run
-    # bounds ~3x the errors observed on these random-weight models (int4 ~0.4, int8 ~0.04 std)
+    # bounds ~3x the errors observed on these random-weight models (int4 ~0.4, int8 ~0.04,
+    # bf16 ~BF16 std)
     assert errors["dense"] < 1e-4 and errors["int8"] < 0.15 and errors["int4"] < 1.5, errors
+    assert errors["bf16"] < 0.05, errors
 
 
 def near(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -59,7 +61,7 @@ def near(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool((a - b).abs().max() < 0.03 * a.std())
 
 
-@pytest.mark.parametrize("fmt", ["int8", "int4"])
+@pytest.mark.parametrize("fmt", ["bf16", "int8", "int4"])
 def test_quantized_chunks_and_steps_match_one_shot(hf, fmt):
     model = ours_from_hf(hf)
     prepare_model(model, fmt)
@@ -117,29 +119,31 @@ def test_restored_kv_answers_equal_recompute_in_each_format(smollm, store, fmt):
         fresh.engine.stop()
 
 
-def test_kv_of_one_format_is_not_served_to_another(smollm, store):
+@pytest.mark.parametrize("fmt", ["int8", "bf16"])  # bf16: float32 KV, still not dense's
+def test_kv_of_one_format_is_not_served_to_another(smollm, store, fmt):
     base, tok = smollm
-    int8 = copy.deepcopy(base)
-    prepare_model(int8, "int8")
-    writer = TurnRunner(Engine(int8), make_connector(store, int8, weights_label("smol", "int8"),
-                                                     KV), tok)
+    other = copy.deepcopy(base)
+    prepare_model(other, fmt)
+    writer = TurnRunner(Engine(other), make_connector(store, other, weights_label("smol", fmt),
+                                                      KV), tok)
     reader = TurnRunner(Engine(base), make_connector(store, base, weights_label("smol", "dense"),
                                                      KV), tok)
     prompt = tok.apply_chat_template([{"role": "user", "content": "Say hi."}])
     try:
-        ids, _ = answer(writer, "mixed", prompt, 4)
-        _, again = answer(writer, "mixed", prompt + ids + [tok.encode("!")[0]], 2)
-        _, other = answer(reader, "mixed", prompt + ids + [tok.encode("!")[0]], 2)
+        ids, _ = answer(writer, f"mixed-{fmt}", prompt, 4)
+        _, again = answer(writer, f"mixed-{fmt}", prompt + ids + [tok.encode("!")[0]], 2)
+        _, dense = answer(reader, f"mixed-{fmt}", prompt + ids + [tok.encode("!")[0]], 2)
     finally:
         writer.engine.stop()
         reader.engine.stop()
-    assert again.cached_tokens > 0  # the int8 worker does reuse its own KV
-    assert other.cached_tokens == 0 and other.kv_tier == common_pb2.TIER_NONE
+    assert again.cached_tokens > 0  # the writer does reuse its own KV
+    assert dense.cached_tokens == 0 and dense.kv_tier == common_pb2.TIER_NONE
 
 
 def test_labels_and_the_auto_rule():
     assert weights_label("smol", "dense") == "smol"  # dense KV is today's: same identity
     assert weights_label("smol", "int8") == "smol:int8"
+    assert weights_label("smol", "bf16") == "smol:bf16"
     assert weights_label("smol", "int4") == "smol:int4-g32"
     assert resolve_weights("auto", "cpu", "AVX512")[0] == "int4"
     assert resolve_weights("auto", "cpu", "AVX2")[0] == "dense"
@@ -147,13 +151,14 @@ def test_labels_and_the_auto_rule():
     assert resolve_weights("int8", "cpu") == ("int8", "asked for")
     with pytest.raises(ValueError, match="CPU only"):
         resolve_weights("int4", "cuda")
-    with pytest.raises(ValueError, match="auto, dense, int8, int4"):
+    with pytest.raises(ValueError, match="auto, dense, bf16, int8, int4"):
         resolve_weights("int3", "cpu")
     with pytest.raises(ValueError, match="weights must be"):
         weights_label("smol", "auto")
 
 
 def test_shapes_the_kernels_cannot_take_stay_dense():
+    torch.manual_seed(0)  # unseeded, the int4 bound failed now and then
     w = torch.randn(40, 56)  # int8 needs in % 16, int4 out % 16 and in % 32
     assert quantize_linear("int8", w, None) is None and quantize_linear("int4", w, None) is None
     x = torch.randn(3, 64)
@@ -173,5 +178,5 @@ def test_the_worker_flag_reaches_the_engine_and_bad_values_name_it():
 
     assert EngineConfig.from_worker(WorkerConfig()).weights == "dense"  # today's numbers
     assert EngineConfig.from_worker(WorkerConfig(weights="int4")).weights == "int4"
-    with pytest.raises(ValueError, match="--weights must be one of auto, dense, int8, int4"):
+    with pytest.raises(ValueError, match="--weights must be one of auto, dense, bf16, int8, int4"):
         EngineConfig.from_worker(WorkerConfig(weights="fp8"))

@@ -15,6 +15,8 @@ def register(sub, groups) -> None:
         "whole history. Prints how many conversations match and, for the others, the turn and "
         "token where they first diverge.")
     p.add_argument("--dtype", default="float32", help="float32 or bfloat16")
+    p.add_argument("--weights", default="dense", help="dense, bf16, int8 or int4 (the linears' "
+                   "format: bidaw serve worker --weights)")
     p.add_argument("--conversations", type=int, default=100, help="conversations to run")
     p.add_argument("--turns", type=int, default=3, help="turns per conversation")
     p.add_argument("--seed", type=int, default=0, help="picks the conversations")
@@ -33,6 +35,13 @@ def _check(args) -> None:
     if args.dtype not in DTYPES:
         raise SystemExit(f"bidaw bench exactness: --dtype must be one of {', '.join(DTYPES)}, "
                          f"not {args.dtype!r}")
+    from compute_worker.models.quant import WEIGHT_FORMATS
+
+    if args.weights not in WEIGHT_FORMATS:
+        raise SystemExit(f"bidaw bench exactness: --weights must be one of "
+                         f"{', '.join(WEIGHT_FORMATS)}, not {args.weights!r}")
+    if args.weights == "bf16" and args.dtype != "float32":
+        raise SystemExit("bidaw bench exactness: --weights bf16 needs --dtype float32")
     if args.kv_format not in FORMATS:
         raise SystemExit(f"bidaw bench exactness: --kv-format must be kv or tensor6, "
                          f"not {args.kv_format!r}")
@@ -47,8 +56,10 @@ def run(args) -> int:
     from compute_worker.kv_codec import KV, TENSOR6
     from compute_worker.loaders.dtype_choice import DTYPES
     from compute_worker.loaders.registry import load_model
+    from compute_worker.models.prepare import prepare_model
 
     model, tokenizer = load_model(args.model, device="cpu", dtype=DTYPES[args.dtype])
+    prepare_model(model, args.weights)
 
     def progress(done, report):
         if not args.json:
@@ -63,7 +74,8 @@ def run(args) -> int:
         print(json.dumps(report.to_json(), indent=1))
         return 0
     print(file=sys.stderr)
-    print(f"{report.dtype}: {report.matched}/{report.conversations} conversations match "
+    print(f"{report.dtype}, weights {report.weights}: {report.matched}/{report.conversations} "
+          f"conversations match "
           f"recompute token for token ({report.restored_tokens} prompt tokens restored)")
     for d in report.divergences:
         print(f"  conversation {d.conversation}: first differs at turn {d.turn}, "

@@ -1,9 +1,14 @@
 """Which dtype the worker runs its model (and so its KV) in: `--dtype auto|float32|bfloat16`.
 
-`auto` picks bfloat16 on CUDA, and on a CPU whose matrix units run it natively (AMX-BF16 or
-AVX512-BF16: prefill-shaped matmuls run ~2.3x faster than fp32 there); elsewhere bf16 is
-emulated and slower, so fp32. The choice is a pure function of the device and the CPU's flags
-(testable anywhere); `cpu_flags` reads them from /proc/cpuinfo.
+`auto` picks bfloat16 on CUDA and float32 on every CPU. A CPU whose matrix units run bf16
+natively (AMX-BF16 or AVX512-BF16) prefills 2.7x faster in bf16, but there answers from
+restored KV equal recompute in only 60% of seeded conversations in bf16 throughout and 80%
+with float32 activations around bf16 matmuls (`--weights bf16`), short of the >= 95% the
+project holds reuse to (`bidaw bench exactness`, docs/engine.md "Choosing the dtype"); float32
+matches in all of them. So bf16 on a CPU is an explicit choice (`--dtype bfloat16` or
+`--weights bf16`), and elsewhere bf16 would be emulated and slower anyway. The choice is a
+pure function of the device and the CPU's flags (testable anywhere); `cpu_flags` reads them
+from /proc/cpuinfo.
 """
 from __future__ import annotations
 
@@ -40,7 +45,10 @@ def choose_dtype(requested: str, device_type: str, cpu_flags: frozenset[str]) ->
         return DtypeChoice(torch.bfloat16, "auto: CUDA runs bf16 natively, half the KV bytes")
     for flag, label in BF16_CPU_FLAGS:
         if flag in cpu_flags:
-            return DtypeChoice(torch.bfloat16, f"auto: the CPU has {label} matrix units")
+            return DtypeChoice(torch.float32, f"auto: float32, exact KV reuse (the CPU's {label} "
+                               f"matrix units prefill bf16 faster, but restored-KV answers "
+                               f"would match recompute in only 60-80%: --dtype bfloat16 or "
+                               f"--weights bf16 to choose them)")
     return DtypeChoice(torch.float32, "auto: the CPU has no AMX-BF16 or AVX512-BF16 "
                                       "(bf16 would be emulated, slower than fp32)")
 

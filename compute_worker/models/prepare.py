@@ -1,5 +1,5 @@
-"""What a loaded model runs as: its weight format (`weights`: dense | int8 | int4 | auto) and the
-fused projections every format shares."""
+"""What a loaded model runs as: its weight format (`weights`: dense | bf16 | int8 | int4 | auto)
+and the fused projections every format shares."""
 from __future__ import annotations
 
 import torch
@@ -12,7 +12,8 @@ from compute_worker.models.quant import WEIGHT_FORMATS, quantize_linear
 CHOICES = ("auto", *WEIGHT_FORMATS)
 # The output projection in int4 moves SmolLM2's logits far more than its layers do (its GGUF keeps
 # the embedding table finer than Q4_1: int4 is 9% off it, int8 1%), as llama.cpp's quantizers
-# keep the output tensor finer too.
+# keep the output tensor finer too. bf16 keeps it dense: logits rounded to bf16 (a step of 0.125
+# at 20) would tie often, and a tie's pick would depend on the chunk that computed it.
 HEAD_FORMAT = {"int8": "int8", "int4": "int8"}
 
 
@@ -24,12 +25,12 @@ def resolve_weights(choice: str, device: torch.device | str,
     dense bfloat16 matmuls are the fast path (the kernels used here are CPU ones) and on other
     CPUs the int kernels' speed is unmeasured. It does not weigh prefill, where the int kernels
     lose to dense (int4 117, dense float32 411, bfloat16 2,300 tokens/s): a worker that mostly
-    recomputes long prompts should stay dense."""
+    recomputes long prompts should stay dense (or ask for bf16: docs/weights.md)."""
     device = torch.device(device)
     if choice not in CHOICES:
         raise ValueError(f"weights must be one of {', '.join(CHOICES)}, not {choice!r}")
     if choice != "auto":
-        if choice != "dense" and device.type != "cpu":
+        if choice not in ("dense", "bf16") and device.type != "cpu":
             raise ValueError(f"weights {choice} runs on CPU only (torch's weight-only kernels "
                              f"used here are CPU ones); use dense on {device.type}")
         return choice, "asked for"
@@ -52,15 +53,19 @@ def _quantize_children(module: nn.Module, fmt: str) -> None:
 @torch.no_grad()
 def prepare_model(model: CausalLM, choice: str = "dense") -> tuple[str, str]:
     """Fuse the model's projections and put its layers' linears in the chosen format and its
-    output projection in HEAD_FORMAT's, in place. Returns (format, why). The embedding table stays dense: a token
-    reads one row of it."""
+    output projection in HEAD_FORMAT's (none: dense), in place. Returns (format, why). The
+    embedding table stays dense: a token reads one row of it."""
     fmt, why = resolve_weights(choice, model.device)
     if model.weights not in ("dense", fmt):
         raise ValueError(f"the model's weights are {model.weights} already, not {fmt}")
+    if fmt == "bf16" and model.dtype != torch.float32:
+        raise ValueError(f"weights bf16 is for a float32 model; this one is {model.dtype} "
+                         f"(its dense weights are bf16 already)")
     fuse_projections(model)
     model.weights = fmt
     if fmt != "dense":
         for layer in model.layers:
             _quantize_children(layer, fmt)
-        model.head = quantize_linear(HEAD_FORMAT[fmt], model.output_weight(), None)
+        if fmt in HEAD_FORMAT:
+            model.head = quantize_linear(HEAD_FORMAT[fmt], model.output_weight(), None)
     return fmt, why

@@ -1,4 +1,5 @@
-"""Weight-only quantized linears: int8 per output channel, int4 per group of 32 inputs.
+"""Weight-only formats: bf16 (the matrix units' dtype), int8 per output channel, int4 per group
+of 32 inputs.
 
 A decode step reads every weight once per token, so fewer bytes per weight is fewer ms per token
 once the step's op overhead is small. torch ships CPU kernels for both (`_weight_int8pack_mm`,
@@ -13,15 +14,41 @@ equal to a recomputed one within a format (tests/test_quant.py).
 
 A format changes the model's numbers: KV made with one must never be served to a worker with
 another, so `weights_label` is part of the model's identity in the store.
+
+bf16 is the prefill format of a float32 model on a CPU with AMX: the weights are stored in
+bfloat16 (half the bytes) and each matmul runs on the matrix units, while everything between the
+matmuls (residual stream, norms, attention, KV) stays float32, so a restored prefix's rounding
+does not compound through the layers as in a model wholly in bfloat16 (docs/weights.md).
 """
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-WEIGHT_FORMATS = ("dense", "int8", "int4")
+WEIGHT_FORMATS = ("dense", "bf16", "int8", "int4")
+QUANTIZED = WEIGHT_FORMATS[1:]
 INT4_GROUP = 32  # the source GGUF's Q4_1 block: its 4-bit levels map onto int4 exactly
 ACTIVATION = torch.bfloat16  # what the kernels run vectorised on
+
+
+class Bf16Linear(nn.Module):
+    """W rounded to bfloat16 [out, in]; y = W (x rounded to bfloat16), widened to x's dtype.
+    torch's CPU bf16 matmul accumulates in float32 and rounds its output to bfloat16 (no
+    float32-output form on CPU), so the widening is exact and the next op runs in float32.
+    oneDNN picks its kernel (and so the order of a row's sums) by the number of rows, so a row's
+    bf16 output can differ by a step between chunkings; running rows in fixed blocks to avoid
+    that matched 31 of 40 conversations where this matches 32 (`bidaw bench exactness`) and
+    made the layer slower than float32 (a weight reorder per call), so it is not done."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.register_buffer("weight", weight.detach().to(ACTIVATION).contiguous())
+        self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.linear(x.to(ACTIVATION), self.weight).to(x.dtype)
+        return y if self.bias is None else y + self.bias
 
 
 class Int8Linear(nn.Module):
@@ -69,6 +96,8 @@ def supported(fmt: str, weight: torch.Tensor) -> bool:
     """Whether torch's kernel takes this shape (out of its range it crashes or returns inf:
     int8 needs in % 16, int4 out % 16 and in % INT4_GROUP)."""
     out_f, in_f = weight.shape
+    if fmt == "bf16":  # a plain matmul: any shape, any device
+        return True
     if weight.device.type != "cpu":
         return False
     if fmt == "int8":
@@ -78,16 +107,16 @@ def supported(fmt: str, weight: torch.Tensor) -> bool:
 
 def quantize_linear(fmt: str, weight: torch.Tensor, bias: torch.Tensor | None) -> nn.Module | None:
     """The `fmt` form of a linear layer, or None where the kernel cannot take its shape."""
-    if fmt not in ("int8", "int4"):
+    if fmt not in QUANTIZED:
         raise ValueError(f"weights must be one of {', '.join(WEIGHT_FORMATS)}, not {fmt!r}")
     if not supported(fmt, weight):
         return None
-    return (Int8Linear if fmt == "int8" else Int4Linear)(weight, bias)
+    return {"bf16": Bf16Linear, "int8": Int8Linear, "int4": Int4Linear}[fmt](weight, bias)
 
 
 def weights_label(model_name: str, fmt: str) -> str:
     """The model's name in the KV store for weights `fmt`: dense KV keeps the plain name (dense
-    is today's numbers), a quantized format's KV is another model's."""
+    is today's numbers), another format's KV is another model's (bf16: `name:bf16`)."""
     if fmt not in WEIGHT_FORMATS:
         raise ValueError(f"weights must be one of {', '.join(WEIGHT_FORMATS)}, not {fmt!r}")
     return model_name if fmt == "dense" else f"{model_name}:{fmt}" + (
