@@ -75,7 +75,10 @@ def first_difference(a: list[int], b: list[int]) -> int | None:
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def _answer(runner: TurnRunner, session: str, history: list[tuple[str, str]], max_tokens: int):
+def answer_turn(runner: TurnRunner, session: str, history: list[tuple[str, str]],
+                max_tokens: int = 20) -> tuple[list[int], str, object]:
+    """One turn of `history` ((role, content) pairs) through `runner`: (token ids, text, the
+    turn's summary)."""
     turn = common_pb2.TurnRequest(session_id=session, max_tokens=max_tokens, messages=[
         common_pb2.ChatMessage(role=r, content=c) for r, c in history])
     ids, text, summary = [], "", None
@@ -115,8 +118,8 @@ def run_exactness(model, tokenizer, store: KVClient, conversations: int, turns: 
             session, history, diverged = f"exactness-{seed}-{index}", [], None
             for number, text in enumerate(user_messages(seed, index, turns), start=1):
                 history.append(("user", text))
-                served, answer, summary = _answer(restored, session, history, max_tokens)
-                again, _, _ = _answer(fresh, session, history, max_tokens)
+                served, answer, summary = answer_turn(restored, session, history, max_tokens)
+                again, _, _ = answer_turn(fresh, session, history, max_tokens)
                 report.restored_tokens += summary.cached_tokens
                 token = first_difference(served, again)
                 if diverged is None and token is not None:

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from compute_worker import kv_codec
+from bench.exactness import answer_turn
 from compute_worker.engine import Engine
 from compute_worker.kv_client import KVClient
 from compute_worker.store_connector import make_connector
@@ -37,12 +38,7 @@ def runner(model_tok, store, fmt=KV) -> TurnRunner:
 
 
 def ask(runner, session, history, max_tokens=6):
-    turn = common_pb2.TurnRequest(session_id=session, max_tokens=max_tokens, messages=[
-        common_pb2.ChatMessage(role=r, content=c) for r, c in history])
-    ids, text, summary = [], "", None
-    for new_ids, new_text, s in runner.run(turn):
-        ids, text, summary = ids + new_ids, text + new_text, s or summary
-    return ids, text, summary
+    return answer_turn(runner, session, history, max_tokens)
 
 
 def prompt_of(tok, history) -> list[int]:

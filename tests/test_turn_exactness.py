@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from bench.exactness import answer_turn
 from compute_worker.engine import Engine
 from compute_worker.kv_client import KVClient
 from compute_worker.store_connector import make_connector
@@ -32,15 +33,7 @@ def make_engine(model, tok, store, fmt=KV):
     return TurnRunner(Engine(model), make_connector(store, model, "smol", fmt), tok)
 
 
-def run_turn(runner, session, messages, max_tokens=20):
-    turn = common_pb2.TurnRequest(session_id=session, max_tokens=max_tokens, messages=[
-        common_pb2.ChatMessage(role=r, content=c) for r, c in messages])
-    ids, text, summary = [], "", None
-    for new_ids, new_text, s in runner.run(turn):
-        ids += new_ids
-        text += new_text
-        summary = s or summary
-    return ids, text, summary
+run_turn = answer_turn
 
 
 def test_dram_ssd_and_recompute_answers_are_identical(smollm, stores):
