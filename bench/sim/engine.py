@@ -120,7 +120,7 @@ class TimedSimulation:
             job.load_start = now
             if self.w.measured[job.i]:
                 self.log.ssd_bytes += nbytes
-            self.ssd.start(req.request_id, nbytes, now)
+            self.ssd.start(req.request_id, nbytes, now, urgent=True)  # promotions pause
             self.reads_in_flight += 1
             started = True
         if started:

@@ -74,6 +74,8 @@ class Promoter:
         """`job`'s turn waits for the promotion in flight (queued LOADING)."""
         self.waiting = job
         self.counts["adopted"] += int(self.sim.w.measured[job.i])
+        self.sim.ssd.expedite(("p", self.reading), job.arrival)  # now a demand read: no pause
+        self.sim._arm_ssd()
 
     def forget(self, user: int) -> None:
         self.planner.forget(user)
@@ -108,7 +110,7 @@ class Promoter:
         if i >= 0 and sim.w.measured[j if j >= 0 else i]:
             self.counts["speculative_read_bytes"] += self.nbytes
             self.counts["prefetches"] += 1
-        sim.ssd.start(("p", user), self.nbytes, now)
+        sim.ssd.start(("p", user), self.nbytes, now, background=True)
         sim._arm_ssd()
 
     def _arm(self, at: float | None, now: float) -> None:

@@ -69,9 +69,9 @@ class RestoreChooser:
         """History tokens to load (job.hist: all, 0: recompute); sets job.split_k for SPLIT."""
         sim = self.sim
         n = job.hist
+        slot_free, ahead_ready, behind = self._ahead(req, now)
         kv = KVOnSSD(n, req.kv_bytes, sim.ssd.load_estimate(req.kv_bytes, now),
-                     sim.cost.ssd_bytes_per_s)
-        slot_free, ahead_ready = self._ahead(req, now)
+                     sim.cost.ssd_bytes_per_s, loads_behind=behind)
         compute = ComputeSide(self.step, int(sim.w.query[job.i]), slot_free, ahead_ready,
                               running=len(sim.running))
         best = decide_restore(kv, compute, stall_weight=sim.spec.stall_weight).best
@@ -87,12 +87,14 @@ class RestoreChooser:
         the preparing queue and recompute (counted as a recompute). `load_s`: when its KV lands
         (a promotion in flight), else the backlog's estimate."""
         sim = self.sim
+        waiting = [r.kv_bytes for r in (sim.queue.get(sim.queued[u].i)
+                                        for u in sim.queue.upcoming(AHEAD)) if r.state == WAITING]
+        # as many loads as wait now will wait behind this one when it starts (a stationary queue:
+        # those arriving during its wait); none behind a promotion in flight, read anyway
+        behind = len(waiting) * sim.spec.disk_behind if load_s is None else 0
         if load_s is None:
-            waiting = sum(r.kv_bytes for r in (sim.queue.get(sim.queued[u].i)
-                                               for u in sim.queue.upcoming(AHEAD))
-                          if r.state == WAITING)
-            load_s = sim.ssd.load_estimate(kv_bytes, now) + waiting / sim.cost.ssd_bytes_per_s
-        kv = KVOnSSD(job.hist, kv_bytes, load_s, sim.cost.ssd_bytes_per_s)
+            load_s = sim.ssd.load_estimate(kv_bytes, now) + sum(waiting) / sim.cost.ssd_bytes_per_s
+        kv = KVOnSSD(job.hist, kv_bytes, load_s, sim.cost.ssd_bytes_per_s, loads_behind=behind)
         slot_free = max(sim.gpu_free_at - now, 0.0) if sim.gpu_busy else 0.0
         for user in sim.queue.upcoming(AHEAD):  # every READY turn queued is ahead of this one
             other = sim.queued[user]
@@ -108,22 +110,28 @@ class RestoreChooser:
             self.counts[CHOICE_NAMES[RECOMPUTE]] += 1
         return True
 
-    def _ahead(self, req: QueuedRequest, now: float) -> tuple[float, tuple[float, ...]]:
-        """W and the landing times of the reads in flight of the turns ahead of `req`."""
+    def _ahead(self, req: QueuedRequest, now: float) -> tuple[float, tuple[float, ...], int]:
+        """W, the landing times of the reads in flight of the turns ahead of `req`, and the
+        loads still waiting for the disk (behind `req`'s, which starts now)."""
         sim = self.sim
         slot_free = max(sim.gpu_free_at - now, 0.0) if sim.gpu_busy else 0.0
         lands = sim.ssd.finish_estimates(now)
         ready: list[float] = []
+        behind, before = 0, True
         for user in sim.queue.upcoming(AHEAD):
             job = sim.queued[user]
             other = sim.queue.get(job.i)
             if other is req:
-                break
-            if other.state == READY:
+                before = False
+            elif other.state == WAITING:
+                behind += sim.spec.disk_behind
+            elif not before:
+                continue
+            elif other.state == READY:
                 slot_free += float(self._prefill_s(other, job))
             elif other.state == LOADING and job.i in lands:
                 ready.append(lands[job.i])
-        return slot_free, tuple(ready)
+        return slot_free, tuple(ready), behind
 
     def _prefill_s(self, req: QueuedRequest, job: Any) -> float:
         """One prefill step of a READY turn alone, as the engine will size it."""

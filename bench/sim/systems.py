@@ -43,6 +43,7 @@ class SystemSpec:
     stall_weight: float = 0.0     # restore choice: weight of the decode stall it imposes
     promote: bool = False         # predictive promotion SSD -> DRAM (bench.sim.promote)
     choose_at_arrival: bool = False  # restore choice: also ask at arrival (bench.sim.restore)
+    disk_behind: bool = False     # restore choice: weigh the loads waiting behind on the disk
 
 
 BASE_SYSTEMS: dict[str, SystemSpec] = {s.name: s for s in (
@@ -57,7 +58,8 @@ BASE_SYSTEMS: dict[str, SystemSpec] = {s.name: s for s in (
     SystemSpec("bidaw-restore-stall", TIERED, "bidaw", 1, "bidaw", "auto", pin_queued=True,
                restore_choice=True, stall_weight=0.1),
     SystemSpec("bidaw-prefetch", TIERED, "bidaw", 1, "bidaw-prefetch", "auto", pin_queued=True,
-               restore_choice=True, stall_weight=0.3, promote=True, choose_at_arrival=True),
+               restore_choice=True, stall_weight=0.3, promote=True, choose_at_arrival=True,
+               disk_behind=True),
     SystemSpec("ideal", UNBOUNDED, "fcfs", 1, "lru", "auto"),
     SystemSpec("ideal-kv", UNBOUNDED, "fcfs", 1, "lru", "kv"),
 )}

@@ -46,6 +46,12 @@ the decodes of the `running` turns of the batch for its GPU time, and a recomput
 long. The choice (and each split's k) is then, among the options offered, the least
 ttft + λ · running · gpu time (λ = 1: the sum of the latencies it adds; λ = 0, or an empty
 batch: the earliest first token).
+
+The disk's side of the same sum (`kv.loads_behind` D > 0, weighed by the same λ): every load
+waiting for the disk behind this one starts later by the SSD time this turn takes (nβ for WAIT,
+kβ for SPLIT, none for RECOMPUTE), so the cost is ttft + λ · (running · gpu time + D · disk
+time). Without it a saturated disk looks free to each turn in turn, while the GPU's stall is
+charged: the choice would lean to the resource whose queue it does not see.
 """
 from __future__ import annotations
 
@@ -97,13 +103,15 @@ class KVOnSSD:
     num_bytes: int
     load_s: float
     bytes_per_s: float
+    loads_behind: int = 0  # D: loads waiting for the disk after this one (with stall_weight)
 
     def __post_init__(self) -> None:
         if self.tokens < 1:
             raise ValueError(f"KVOnSSD.tokens must be >= 1, got {self.tokens!r}")
         if not self.bytes_per_s > 0:
             raise ValueError(f"KVOnSSD.bytes_per_s must be > 0, got {self.bytes_per_s!r}")
-        _check("KVOnSSD", num_bytes=self.num_bytes, load_s=self.load_s)
+        _check("KVOnSSD", num_bytes=self.num_bytes, load_s=self.load_s,
+               loads_behind=self.loads_behind)
 
     @property
     def ahead_s(self) -> float:
@@ -160,17 +168,17 @@ def _delay(starts: np.ndarray, ends: np.ndarray, ready: np.ndarray) -> np.ndarra
 
 
 def _pick(name: str, ks: np.ndarray, ttft: np.ndarray, gpu: np.ndarray, delay: np.ndarray,
-          allowed: float, last: bool, stall: float) -> Option:
-    """The best k: the least ttft + `stall` · GPU time (the earliest first token when 0) among
-    those delaying no more than `allowed`; ties go to the least GPU time, then (`last`) the
-    larger k."""
+          allowed: float, last: bool, penalty: np.ndarray) -> Option:
+    """The best k: the least ttft + `penalty` (the others' wait it adds, weighed; the earliest
+    first token when 0) among those delaying no more than `allowed`; ties go to the least GPU
+    time, then (`last`) the larger k."""
     if ks.size == 0:
         return Option(name, 0, float("inf"), 0.0, 0.0, False)
     ok = delay <= allowed + 1e-12
     if not ok.any():
         i = int(np.argmin(ttft))
         return Option(name, int(ks[i]), float(ttft[i]), float(gpu[i]), float(delay[i]), False)
-    order = np.lexsort((-ks if last else ks, gpu, ttft + stall * gpu, ~ok))  # last key first
+    order = np.lexsort((-ks if last else ks, gpu, ttft + penalty, ~ok))  # last key first
     i = int(order[0])
     return Option(name, int(ks[i]), float(ttft[i]), float(gpu[i]), float(delay[i]), True)
 
@@ -179,12 +187,13 @@ def decide_restore(kv: KVOnSSD, compute: ComputeSide, suffix_loads: bool = False
                    stall_weight: float = 0.0) -> RestoreChoice:
     """The option with the earliest expected first token that does not delay the turns ahead
     (see the module's docstring for the model). `suffix_loads`: the store can read a suffix,
-    so SPLIT_REVERSED is considered. `stall_weight` λ: weigh in the running decodes' stall,
-    ttft + λ · running · gpu time."""
+    so SPLIT_REVERSED is considered. `stall_weight` λ: weigh in the running decodes' stall and
+    the loads behind on the disk, ttft + λ · (running · gpu time + loads_behind · disk time)."""
     _check("decide_restore", stall_weight=stall_weight)
     stall = stall_weight * compute.running
     n, q, w, cost = kv.tokens, compute.new_tokens, compute.slot_free_s, compute.cost
     a, beta = kv.ahead_s, kv.s_per_token
+    disk = stall_weight * kv.loads_behind * beta  # per token read
     ready = np.asarray(compute.ahead_ready_s, dtype=float)
     one = np.zeros(1)
 
@@ -192,16 +201,20 @@ def decide_restore(kv: KVOnSSD, compute: ComputeSide, suffix_loads: bool = False
     gpu = float(cost.step_s(q, n, n))
     wait = Option(WAIT_FOR_LOAD, n, start + gpu, gpu,
                   float(_delay(one + start, one + start + gpu, ready)[0]), True)
+    penalty = {WAIT_FOR_LOAD: stall * gpu + disk * n}
 
     gpu = float(cost.step_s(n + q, 0, 0))
     recompute = _pick(RECOMPUTE, np.zeros(1, dtype=int), one + w + gpu, one + gpu,
-                      _delay(one + w, one + w + gpu, ready), wait.delay_s, False, stall)
+                      _delay(one + w, one + w + gpu, ready), wait.delay_s, False,
+                      one + stall * gpu)
+    penalty[RECOMPUTE] = stall * recompute.gpu_s
 
     ks = np.arange(1, n)
     start_k = np.maximum(a + ks * beta, w)
     gpu_k = cost.step_s(n - ks + q, ks, ks)
-    split = _pick(SPLIT, ks, start_k + gpu_k, gpu_k,
-                  _delay(start_k, start_k + gpu_k, ready), wait.delay_s, True, stall)
+    split = _pick(SPLIT, ks, start_k + gpu_k, gpu_k, _delay(start_k, start_k + gpu_k, ready),
+                  wait.delay_s, True, stall * gpu_k + disk * ks)
+    penalty[SPLIT] = stall * split.gpu_s + disk * split.k
     options = [wait, split, recompute]
 
     if suffix_loads:
@@ -210,7 +223,9 @@ def decide_restore(kv: KVOnSSD, compute: ComputeSide, suffix_loads: bool = False
         second = cost.step_s(q, n, n - ks)
         delay = _delay(w + 0 * ks, w + first, ready) + _delay(start2, start2 + second, ready)
         options.insert(2, _pick(SPLIT_REVERSED, ks, start2 + second, first + second, delay,
-                                wait.delay_s, False, stall))
-    best = min((o for o in options if o.offered), key=lambda o: (o.ttft_s + stall * o.gpu_s,
-                                                                  o.gpu_s))
+                                wait.delay_s, False, stall * (first + second) + disk * (n - ks)))
+        rev = options[2]
+        penalty[SPLIT_REVERSED] = stall * rev.gpu_s + disk * (n - rev.k)
+    best = min((o for o in options if o.offered),
+               key=lambda o: (o.ttft_s + penalty[o.name], o.gpu_s))
     return RestoreChoice(best, tuple(options))
