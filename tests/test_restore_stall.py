@@ -67,3 +67,29 @@ def test_a_bad_weight_names_itself(weight):
 def test_a_negative_running_batch_names_the_field():
     with pytest.raises(ValueError, match="running"):
         ComputeSide(GPU, new_tokens=10, running=-1)
+
+
+def _behind(d: int) -> KVOnSSD:
+    return KVOnSSD(tokens=1000, num_bytes=1_000_000, load_s=1.0, bytes_per_s=1e6, loads_behind=d)
+
+
+def test_loads_waiting_behind_on_the_disk_make_a_busy_batch_recompute():
+    # λ · running = 2 as above: wait 1.015, recompute 1.515. Six loads behind, each delayed by
+    # the 1 s read: wait 1.015 + 0.1 · 6 · 1.0 = 1.615; a split at k costs 1.515 + 0.0001 k
+    side = ComputeSide(GPU, new_tokens=10, running=20)
+    assert decide_restore(_behind(0), side, stall_weight=0.1).best.name == WAIT_FOR_LOAD
+    r = decide_restore(_behind(6), side, stall_weight=0.1)
+    assert r.best.name == RECOMPUTE and r.best.ttft_s == pytest.approx(0.505)
+    assert r[WAIT_FOR_LOAD].ttft_s == pytest.approx(1.005)  # the turn's own times are unchanged
+
+
+def test_more_loads_behind_never_read_more_and_no_weight_ignores_them():
+    side = ComputeSide(GPU, new_tokens=10, slot_free_s=0.4, running=8)
+    read = [decide_restore(_behind(d), side, stall_weight=0.1).best.k for d in range(12)]
+    assert read == sorted(read, reverse=True) and read[0] > 0 and read[-1] == 0
+    assert decide_restore(_behind(9), side) == decide_restore(_behind(0), side)
+
+
+def test_a_negative_count_of_loads_behind_names_the_field():
+    with pytest.raises(ValueError, match="loads_behind"):
+        _behind(-1)
