@@ -56,16 +56,21 @@ def _policy(**kw) -> BidawPrefetchPolicy:
     return pol
 
 
-def test_off_by_default_every_session_counts_as_returning():
-    pol = _policy()
+def test_without_an_end_model_every_session_counts_as_returning():
+    pol = _policy(end_after_s=None)
     assert pol.ends is None
     pol.admit("u", 100, 0.0)
     pol.observe_answer("u", 50, 0.0)
     assert pol.return_chance(pol._sessions.get("u"), 1e6) == 1.0
+    with_model = _policy()
+    with_model.admit("u", 100, 0.0)
+    with_model.observe_answer("u", 50, 0.0)
+    s = with_model._sessions.get("u")
+    assert with_model.return_chance(s, 1e6) < with_model.return_chance(s, 1.0) <= 1.0
 
 
 def test_sessions_that_end_after_one_turn_are_no_candidates():
-    pol = _policy(end_after_s=100.0)
+    pol = _policy(end_after_s=100.0, min_return_chance=0.5)
     t = 0.0
     for i in range(300):                  # one-shot traffic: nobody comes back
         pol.admit(f"x{i}", 100, t)
@@ -99,3 +104,53 @@ def test_victim_margin_refuses_a_close_trade():
     size_of = {"late": 100}.get
     assert setup(1.0).prefetch_allowed("soon", 100, 5.0, 100, size_of)
     assert not setup(1000.0).prefetch_allowed("soon", 100, 5.0, 100, size_of)
+
+
+def _promoted(pol, key="p", answer=8):
+    pol.admit(key, 100, 0.0)
+    pol.observe_answer(key, answer, 0.0)
+    pol.remove(key)                       # evicted ...
+    pol.admit_prefetched(key, 100, 5.0)   # ... and promoted back before its return
+    return pol
+
+
+def test_a_promoted_session_in_its_window_goes_only_when_nothing_else_can():
+    pol = _promoted(_policy())
+    latest = pol._window(pol._sessions.get("p"))[1]
+    pol.admit("kept", 100, 0.0)
+    pol.observe_answer("kept", 0, 0.0)    # due sooner than 'p' is, at first ...
+    at = latest - 1.0                     # ... but by now idle long: its mean excess is large
+    assert pol.victim(at) == "kept"
+    assert pol.victim(at, {"kept"}) == "p"  # nothing else: the promotion goes
+    assert _promoted(_policy(keep_promoted=False)).victim(at) is not None
+    pol.touch("p", 100, at)               # back: an ordinary entry again
+    assert "p" not in pol._awaited
+
+
+def test_a_promotion_counts_as_ended_by_its_learned_chance_of_returning():
+    # everybody has been seen to come back: a promotion not back is kept past its window
+    kept = _policy(end_after_s=100.0)
+    for i in range(300):
+        kept.admit(f"r{i}", 100, float(i))
+        kept.observe_answer(f"r{i}", 8, float(i))
+        kept.touch(f"r{i}", 100, i + 20.0)
+    assert kept.ends.probability(1) > 0.99
+    kept.admit("p", 100, 500.0)
+    kept.observe_answer("p", 8, 500.0)
+    kept.remove("p")
+    kept.admit_prefetched("p", 100, 505.0)
+    s = kept._sessions.get("p")
+    window_end = kept._window(s)[1]
+    assert kept._stale.priority("p")[0] > window_end
+    # where most sessions end after their first turn, it goes first at the window's end
+    ends = _policy(end_after_s=100.0)
+    for i in range(300):
+        ends.admit(f"y{i}", 100, float(i))
+        ends.observe_answer(f"y{i}", 8, float(i))
+    t = 1000.0
+    ends.admit("p", 100, t)
+    ends.observe_answer("p", 8, t)
+    assert ends.ends.probability(1) < ends.min_return_chance
+    ends.remove("p")
+    ends.admit_prefetched("p", 100, t + 5.0)
+    assert ends._stale.priority("p")[0] == pytest.approx(ends._window(ends._sessions.get("p"))[1])
