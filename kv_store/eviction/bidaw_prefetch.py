@@ -1,31 +1,46 @@
 """Bidaw-prefetch: bidaw-size's eviction, plus what promotion needs from the same prediction.
 
-Eviction is bidaw-size's, unchanged. Predictive promotion (SSD -> DRAM before the user returns)
-asks the policy three things, all answered from the one return-time model it evicts with (its
-ThinkTimeModel, per answer length, scaled by the user's own pace): when an evicted session is
-expected back (`return_window`: a central and a high quantile of its next gap), whether its KV
-is worth the DRAM of the entry it would push out (`prefetch_allowed`: only if the policy's next
-victim is stale or scores worse, i.e. is less likely to be reused in time), and to take it in
-without counting an access (`admit_prefetched`: no think time observed, the idle clock keeps
-running, so the user's real return is what the model learns from; a promoted session not back
-by the high quantile is stale, evicted first). The live store also tells it when a turn arrives
+Eviction is bidaw-size's, except for promoted sessions not back yet. Predictive promotion
+(SSD -> DRAM before the user returns) asks the policy three things, all answered from the one
+return-time model it evicts with (its ThinkTimeModel, per answer length, scaled by the user's own
+pace): when an evicted session is expected back (`return_window`: a central and a high quantile
+of its next gap), whether its KV is worth the DRAM of the entry it would push out
+(`prefetch_allowed`: only if the policy's next victims are stale or together worth less, i.e.
+less likely to be reused in time), and to take it in without counting an access
+(`admit_prefetched`: no think time observed, the idle clock keeps running, so the user's real
+return is what the model learns from). The live store also tells it when a turn arrives
 (`observe_arrival`), before its KV is read. Pure: time is an argument.
+
+Whether a session returns at all (SessionEndModel: per turns so far, learned online, weighed by
+the silence so far) scales each entry's worth, drops candidates unlikely to return, and sets
+when a promoted session not back yet counts as ended: inside its return window it goes only
+when nothing else can (its mean excess would otherwise make a promotion due any moment the
+first victim), and it goes first once its chance of returning falls below `min_return_chance`,
+never before the window's end. With an end oracle ends are announced, the learned chance stays
+near 1 and a promotion is kept; without one it ends at about the window's end.
+`victim_margin` > 1 counts the victims' worth that many times (fewer promotions and bytes,
+fewer hits; docs/policies.md has the measurements).
 """
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from typing import Callable
 
+from kv_store.eviction.answer_ranked import SAME_TURN_S
 from kv_store.eviction.base import Key
 from kv_store.eviction.bidaw_size import BidawSizePolicy
-from kv_store.eviction.think_time_model import ThinkTimeModel
+from kv_store.eviction.session_end_model import SessionEndModel
+from kv_store.eviction.think_time_model import GAP_EDGES, GapStats, ThinkTimeModel
 
 
 class BidawPrefetchPolicy(BidawSizePolicy):
     name = "bidaw-prefetch"
 
     def __init__(self, horizon_s: float = 30.0, return_quantile: float = 0.5,
-                 high_quantile: float = 0.9, **kwargs) -> None:
+                 high_quantile: float = 0.9, min_return_chance: float = 0.7,
+                 end_after_s: float | None = 600.0, victim_margin: float = 1.0,
+                 keep_promoted: bool = True, **kwargs) -> None:
         if not 0.0 < return_quantile < high_quantile < 1.0:
             raise ValueError("bidaw-prefetch needs 0 < return_quantile < high_quantile < 1 "
                              f"(got {return_quantile}, {high_quantile})")
@@ -33,6 +48,14 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         self.horizon_s = horizon_s  # promote once the expected return is this close (PrefetchPlanner)
         self.return_quantile = return_quantile
         self.high_quantile = high_quantile
+        # whether a session comes back at all (None: every one does, the first version)
+        self.ends = None if end_after_s is None else SessionEndModel(end_after_s)
+        self.min_return_chance = min_return_chance  # below it at promotion time: no candidate
+        self.victim_margin = victim_margin          # victims must be worth < gain / margin
+        # promoted, not back yet: key -> the end of its return window (until then kept, if
+        # anything else can go: it was read because it is due, its mean excess says otherwise)
+        self.keep_promoted = keep_promoted
+        self._awaited: dict[Key, float] = {}
         # the same model bidaw-size builds, asked for two more quantiles (defaults already held)
         self.think = ThinkTimeModel(extra_quantiles=(self.stale_quantile, return_quantile,
                                                      high_quantile))
@@ -44,9 +67,32 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         s = self._sessions.get(key)
         if s is None or s.last is None:
             return None
+        window = self._window(s)
+        # asked at eviction; the chance that matters is the one when promotion would start
+        at = max(window[0] - self.horizon_s, s.last)
+        if self.return_chance(s, at) < self.min_return_chance:
+            return None
+        return window
+
+    def _window(self, s) -> tuple[float, float]:
         q = self.think.stats(s.answer).quantiles
         f = math.exp(s.pace)
         return s.last + q[self.return_quantile] * f, s.last + q[self.high_quantile] * f
+
+    def return_chance(self, s, now: float) -> float:
+        """P(session `s` has another turn | its turns so far, idle since `s.last`): the
+        SessionEndModel's estimate, weighed by how unusual the silence is for a returning user
+        (the think-time model's survival at its pace). 1 while a turn is under way, for a user
+        whose own gaps predict it (SignalModel) and without an end model."""
+        if self.ends is None or s.answer is None or s.last is None or self._flat(s):
+            return 1.0
+        idle = (now - s.last) / math.exp(s.pace)
+        return self.ends.chance(s.turns, _survival(self.think.stats(s.answer), idle))
+
+    def _worth(self, s, now: float) -> float:
+        """An entry's worth in DRAM, as `prefetch_victims` weighs it: the rate at which it is
+        expected to be hit, 1 / expected remaining wait, times the chance it returns at all."""
+        return self.return_chance(s, now) / max(self.expected_remaining(s, now), 1e-3)
 
     def score(self, key: Key, now: float) -> float:
         """The eviction score (larger goes first): expected remaining wait × size^β."""
@@ -73,7 +119,8 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         s = self._sessions.get(key)
         if s is None:
             return None
-        gain = 1.0 / max(self.expected_remaining(s, now), 1e-3)
+        gain = self._worth(s, now)
+        gain /= self.victim_margin
         chosen, seen, lost, victims = self._victim, set(exclude), 0.0, []
         try:
             while need > 0:
@@ -83,7 +130,7 @@ class BidawPrefetchPolicy(BidawSizePolicy):
                 stale = (self.stale_quantile is not None and v in self._stale
                          and self._stale.priority(v)[0] <= now)
                 if not stale:
-                    lost += 1.0 / max(self.expected_remaining(self._sessions.get(v), now), 1e-3)
+                    lost += self._worth(self._sessions.get(v), now)
                     if lost >= gain:
                         return None
                 seen.add(v)
@@ -103,6 +150,8 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         if s is None or s.last is None or s.answer is None:
             return
         self._note_return(key, now)
+        if self.ends is not None:
+            self.ends.returned(key, now)
         self._learn_gap(s, now - s.last)
         s.last, s.answer = now, None  # until this turn's answer: the read observes no gap
         if key in self._entered:
@@ -118,10 +167,63 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         self._entered[key] = self._seq
         s.size = size
         self._rank(key, s)
+        self._awaited[key] = self._window(s)[1]
         if self.stale_quantile is not None:
             # a guess: if the user is not back by the window's end, it goes first (else an ended
             # session would hold DRAM until the far stale deadline); a return re-ranks it
-            latest = self.return_window(key)[1]
+            latest = self._promotion_deadline(s)
             deadline, order = self._stale.priority(key)
             if latest < deadline:
                 self._stale.set(key, (latest, order))
+
+    # ---- what the end model learns from (the same events the think-time model sees) ------
+    def observe_answer(self, key: Key, answer_tokens: int, now: float) -> None:
+        super().observe_answer(key, answer_tokens, now)
+        if self.ends is not None:
+            self.ends.finished(key, self._sessions.get(key).turns, now)
+
+    def _access(self, key: Key, size: int, now: float) -> None:
+        s = self._sessions.get(key)
+        if (self.ends is not None and s is not None and s.answer is not None
+                and s.last is not None and now - s.last >= SAME_TURN_S):
+            self.ends.returned(key, now)
+        self._awaited.pop(key, None)
+        super()._access(key, size, now)
+
+    def victim(self, now: float, exclude: frozenset | set = frozenset()) -> Key | None:
+        """bidaw-size's victim, but a promoted session still inside its return window goes only
+        when nothing else can (it was read because it is due; its mean excess says otherwise)."""
+        if self.keep_promoted and self._awaited:
+            due = [k for k, latest in self._awaited.items() if latest > now]
+            if due:
+                k = super().victim(now, set(exclude).union(due))
+                if k is not None:
+                    return k
+        return super().victim(now, exclude)
+
+    def _promotion_deadline(self, s) -> float:
+        """When a promoted session not back yet has probably ended: the end of its return
+        window, or with an end model the moment its chance of returning falls below
+        `min_return_chance` (never, in effect, where ends are announced: p near 1)."""
+        if self.ends is None:
+            return self._window(s)[1]
+        p, c = self.ends.probability(s.turns), self.min_return_chance
+        if p <= c:
+            return self._window(s)[1]
+        stats = self.think.stats(s.answer)
+        tail = c * (1.0 - p) / ((1.0 - c) * p)   # p·S / (p·S + 1 - p) = c
+        return max(s.last + stats.gap_at_survival(tail) * math.exp(s.pace), self._window(s)[1])
+
+    def _note_removal(self, key: Key) -> None:
+        self._awaited.pop(key, None)
+        if key != self._victim and self.ends is not None:
+            self.ends.forget(key)  # freed, not evicted: its end was announced
+        super()._note_removal(key)
+
+
+def _survival(stats: GapStats, idle: float) -> float:
+    """P(think time >= `idle`) in `stats` (at bin-edge resolution)."""
+    i = bisect_right(GAP_EDGES, idle) - 1
+    if i < 0:
+        return 1.0
+    return -stats.neg_survival[min(i, len(stats.neg_survival) - 1)]
