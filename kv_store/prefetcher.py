@@ -10,9 +10,10 @@ read at a time, begun only while the Promoter has no demand load queued or runni
 (`Promoter.begin_speculative`), and read in the background (tiers/read_gate.py): in small
 chunks, each waiting while a demand read is on the disk, so a demand read asked for meanwhile
 waits for at most the chunks already issued. A demand read of the session being read takes that
-read over (it stops yielding) and finds the KV in DRAM when it lands. A refusal is weighed again at the next change (a session back, one leaving DRAM, the
-disk idle) or after `POLL_S`. A promoted session not back by its window's high quantile is not
-promoted again until it is (the planner's rule).
+read over (it stops yielding) and finds the KV in DRAM when it lands. A refusal is weighed
+again at the next change (a session back, one leaving DRAM, the disk idle) or after `POLL_S`.
+A promoted session not back by its window's high quantile is not promoted again until it is
+(the planner's rule).
 
 Counted: speculative reads and their bytes (part of the store's ssd_bytes_read), and prefetch
 hits: a session promoted this way that is in DRAM when it comes back (its arrival, or else its
