@@ -48,3 +48,8 @@ _.resolved
 _.hrrn_ratio
 _.metrics_port
 _.simulate_policies
+
+# The SSD read gate's counters (kv_store/tiers/read_gate.py): how often a speculative read
+# yielded to demand, or was taken over by one; the tests read them.
+_.yields
+_.adoptions

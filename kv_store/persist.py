@@ -172,11 +172,12 @@ class Persister:
 
     # -- reads (the caller holds the session lock; no write of the session is running) --------
 
-    def read_session(self, session_id: str, admit: bool, prefix_tokens: int = 0):
+    def read_session(self, session_id: str, admit: bool, prefix_tokens: int = 0,
+                     background: bool = False):
         """(result, segments or None, buffer or None, version) with the verified file image in
         new DRAM segments (`admit` and room) or aligned memory; None if the file changed under
         the read (read again). `prefix_tokens` > 0: only the records holding those first tokens
-        (SsdTier.prefix_length)."""
+        (SsdTier.prefix_length). `background`: a speculative read (it yields to demand)."""
         entry = self.catalog.get(session_id)
         segments: list[Segment] | None = None
         length = entry.ssd_len if entry is not None else 0
@@ -194,7 +195,7 @@ class Persister:
             image = ScatterView([arena.view(s) for s in segments]) if segments else \
                 aligned_buffer(length)
             with self.ssd.open_read(session_id) as f:
-                result = self.ssd.read_file(f, length, image)
+                result = self.ssd.read_file(f, length, image, background)
         except OSError as exc:
             result = ReadResult(SessionLog(), 0, f"unreadable: {exc.strerror or exc}")
         version = entry.version

@@ -7,15 +7,18 @@ PrefetchPlanner orders the sessions evicted to SSD by expected return (the polic
 (`prefetch_victims`: only entries worth less than it, never one leased, pinned, queued or being
 written; exactly those are evicted). The I/O is the store's read path, on this thread, one
 read at a time, begun only while the Promoter has no demand load queued or running
-(`Promoter.begin_speculative`): a demand promotion asked for meanwhile waits for at most that
-one read. A refusal is weighed again at the next change (a session back, one leaving DRAM, the
-disk idle) or after `POLL_S`. A promoted session not back by its window's high quantile is not
-promoted again until it is (the planner's rule).
+(`Promoter.begin_speculative`), and read in the background (tiers/read_gate.py): in small
+chunks, each waiting while a demand read is on the disk, so a demand read asked for meanwhile
+waits for at most the chunks already issued. A demand read of the session being read takes that
+read over (it stops yielding) and finds the KV in DRAM when it lands. A refusal is weighed
+again at the next change (a session back, one leaving DRAM, the disk idle) or after `POLL_S`.
+A promoted session not back by its window's high quantile is not promoted again until it is
+(the planner's rule).
 
 Counted: speculative reads and their bytes (part of the store's ssd_bytes_read), and prefetch
 hits: a session promoted this way that is in DRAM when it comes back (its arrival, or else its
-first access; one back while its read is still in flight is not a hit, as in the simulator). A
-demand promotion of the session being read speculatively waits for that read.
+first access; one back, or asked for by a demand read, while its read is still in flight is
+not a hit, as in the simulator).
 """
 from __future__ import annotations
 
@@ -57,6 +60,7 @@ class Prefetcher:
         self.reads = reads
         self.promoter = promoter
         self._lock = lock
+        self.gate = space.index.ssd.gate  # its reads yield the disk to demand reads
         self.planner = PrefetchPlanner(policy.inner.horizon_s)
         self.counters = PrefetchCounters()
         self._unused: dict[Key, int] = {}  # prefetched, in DRAM, not back yet: key -> bytes
@@ -92,7 +96,8 @@ class Prefetcher:
         self._unused.pop(session_id, None)
 
     def _landed(self, session_id: Key, size: int) -> None:
-        if not (session_id == self._reading and self._back_meanwhile):
+        too_late = self._back_meanwhile or self.gate.adopted(session_id)  # asked for in flight
+        if not (session_id == self._reading and too_late):
             self._unused[session_id] = size
 
     def _removed(self, session_id: Key) -> None:
@@ -161,8 +166,8 @@ class Prefetcher:
 
     def _read(self, key: Key, size: int) -> None:
         try:
-            with self.policy.speculating():
-                handle = self.reads.open_read(key)
+            with self.policy.speculating(), self.gate.background(key):
+                handle = self.reads.open_read(key, speculative=True)
             tier = handle.tier
             handle.release()
         except errors.StoreError as exc:

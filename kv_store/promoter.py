@@ -4,8 +4,9 @@ the SSD tier measures (or the cap, when one emulates a slower disk).
 
 Speculative reads (the Prefetcher's, ahead of a predicted return) use what demand leaves idle:
 one at a time, begun only while no promotion is queued or running, never queued; a demand
-promotion asked for meanwhile starts at once beside it, so it is delayed by at most that one
-read (its share of the disk)."""
+promotion asked for meanwhile starts at once, and the speculative read yields the disk to it
+(tiers/read_gate.py), so it is delayed by at most the few chunks that read has in flight (all of
+that read when it is of the same session: the demand takes it over)."""
 from __future__ import annotations
 
 import threading
@@ -86,9 +87,12 @@ class Promoter:
 
     def estimate(self, session_id: str, nbytes: int) -> float:
         """Seconds until `session_id` is in DRAM: the bytes of every load ahead of it, and
-        its own, at the disk's shared rate."""
+        its own, at the disk's shared rate (a speculative read yields: not ahead, unless it is
+        of this very session)."""
         with self._cond:
-            ahead = sum(self._running.values()) + (self._speculative or ("", 0))[1]
+            ahead = sum(self._running.values())
+            if self._speculative is not None and self._speculative[0] == session_id:
+                ahead += self._speculative[1]
             for sid, size in self._queued.items():
                 if sid == session_id:
                     break

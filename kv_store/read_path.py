@@ -30,12 +30,21 @@ class ReadPath:
         # turn, so the KV stays in DRAM until that turn reads it (or the pin expires).
         self._promoted: dict[str, str] = {}
 
-    def open_read(self, session_id: str, max_tokens: int = 0) -> ReadHandle:
+    def open_read(self, session_id: str, max_tokens: int = 0,
+                  speculative: bool = False) -> ReadHandle:
         """The session's KV (its first `max_tokens` tokens if > 0) and the tier serving it; a
-        read from SSD brings the session into DRAM when it fits. Call `release` when done."""
+        read from SSD brings the session into DRAM when it fits. Call `release` when done.
+        `speculative`: the Prefetcher's read, which yields the disk to demand reads; a demand
+        read of the session it is reading takes that read over and waits for it."""
         check_session_id(session_id)
         if max_tokens < 0:
             raise errors.invalid("max_tokens is negative")
+        if speculative:
+            return self._open_read(session_id, max_tokens, True)
+        with self.parts.persister.ssd.gate.wanted(session_id):
+            return self._open_read(session_id, max_tokens, False)
+
+    def _open_read(self, session_id: str, max_tokens: int, speculative: bool) -> ReadHandle:
         self.parts.index.refresh(session_id)
         with self.parts.lock:  # the turn a promotion was for is reading: its pin has done its job
             hold = self._promoted.pop(session_id, None)
@@ -50,7 +59,7 @@ class ReadPath:
                 if handle is not None:
                     return handle
                 if not self.parts.writer.busy(session_id):
-                    return self._load_from_ssd(session_id, max_tokens, admit=True)
+                    return self._load_from_ssd(session_id, max_tokens, speculative)
             self.parts.writer.wait(session_id)  # its SSD copy is on the way: read it once it is
 
     def _read_dram(self, session_id: str, max_tokens: int) -> ReadHandle | None:
@@ -70,7 +79,7 @@ class ReadPath:
             return ReadHandle(served, Tier.DRAM, shm=pieces, arena=self.parts.dram.arena,
                               on_release=lambda: self.parts.space.release_pieces(pieces))
 
-    def _load_from_ssd(self, session_id: str, max_tokens: int, admit: bool) -> ReadHandle:
+    def _load_from_ssd(self, session_id: str, max_tokens: int, background: bool) -> ReadHandle:
         """Read the session file (verified) into a new DRAM segment, or aligned memory when
         DRAM has no room; the caller holds the session lock. A read of fewer tokens than the
         session holds (a load-or-recompute split) reads only the records holding them, and
@@ -80,7 +89,7 @@ class ReadPath:
             stored = meta.num_tokens if meta is not None else 0
         prefix = max_tokens if 0 < max_tokens < stored else 0
         for _ in range(3):
-            got = self.parts.persister.read_session(session_id, admit, prefix)
+            got = self.parts.persister.read_session(session_id, True, prefix, background)
             if got is not None:
                 break
         else:

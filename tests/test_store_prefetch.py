@@ -119,9 +119,10 @@ def test_a_demand_promotion_waits_for_at_most_the_one_prefetch_in_flight(store):
     # one begun beside it: the only one it met was the read already in flight.
     assert {spec for spec, demand in samples if demand} <= {first[0], None}
     assert not any(spec is not None and spec != first[0] and demand for spec, demand in samples)
-    # Two reads' worth at most (the prefetch's and its own, sharing the disk), not three.
+    # Its own read and the prefetch's chunks already issued (it yields the disk: ~1.3 reads
+    # measured; sharing the disk for the rest of that read measured ~1.7), not three reads.
     one_read = 2 * MIB / 10e6
-    assert waited < 2.6 * one_read, (waited, one_read)
+    assert waited < 1.6 * one_read, (waited, one_read)
     assert {client.lookup(s).tier for s in ("p", "q")} == {DRAM}
     stream.close()
 
@@ -145,6 +146,7 @@ def test_a_demand_promotion_of_the_session_being_prefetched_waits_for_that_read(
     got = client.read("p")
     assert got.tier == DRAM and got.data == data
     assert stat(core, "prefetches") == 1 and stat(core, "prefetch_hits") == 0  # too late
+    assert core.ssd.gate.adoptions == 1  # the demand took that read over
     stream.close()
 
 

@@ -92,3 +92,26 @@ def test_stopped_supervisor_restarts_nothing():
     launched[0].wait()
     time.sleep(0.5)
     assert len(launched) == 1
+
+
+def test_a_run_is_measured_from_the_process_start_not_from_when_it_was_watched():
+    # A deployment watches its services only once all are ready: the store started first may
+    # have run a while by then. This one ran ~2.5 s, only ~0.8 s of it watched.
+    lines: list[str] = []
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    sup = Supervisor(lambda name: subprocess.Popen(["sleep", "60"], start_new_session=True),
+                     RestartPolicy(first_delay_s=30.0), lines.append, poll_s=0.02)
+    try:
+        time.sleep(1.7)
+        sup.watch("store", proc)
+        sup.start()
+        time.sleep(0.8)
+        proc.kill()
+        _until(lambda: lines)
+        assert lines[0].startswith("store killed by SIGKILL after"), lines
+        ran = float(lines[0].split(" after ")[1].split(" s")[0])
+        assert 2.3 <= ran <= 3.2, lines[0]
+    finally:
+        sup.stop()
+        proc.kill()
+        proc.wait()

@@ -21,10 +21,16 @@ from concurrent.futures import ThreadPoolExecutor
 from kv_store.tiers import ssd_record
 from kv_store.tiers.aligned_io import ALIGN, DirectFile, align_up, aligned_buffer, fsync_dir
 from kv_store.tiers.bandwidth import BandwidthCap, BandwidthMeter
+from kv_store.tiers.read_gate import ReadGate
 from kv_store.tiers.scatter import ScatterView
 from kv_store.tiers.ssd_log import SessionLog
 from kv_store.tiers.ssd_record import CorruptRecord
 from kv_store.tiers.ssd_verify import ReadResult, RecordChecker
+
+# A background (speculative) read goes in chunks this small, this many in flight, so a demand
+# read that arrives meanwhile waits for at most these before the disk is its own.
+BACKGROUND_IO_BYTES = 2 << 20
+BACKGROUND_DEPTH = 2
 
 
 class SsdTier:
@@ -48,6 +54,7 @@ class SsdTier:
                                            thread_name_prefix="ssd-read")
         self._active_reads = 0
         self._lock = threading.Lock()
+        self.gate = ReadGate()  # demand reads first, speculative ones in what they leave
 
     @property
     def used_bytes(self) -> int:
@@ -218,17 +225,24 @@ class SsdTier:
         with self.open_read(session_id) as f:
             return self.read_file(f, length, into)
 
-    def read_file(self, f: DirectFile, length: int, into) -> ReadResult:
+    def read_file(self, f: DirectFile, length: int, into, background: bool = False
+                  ) -> ReadResult:
         """Read the first `length` bytes of an open session file into `into` (a ScatterView,
         or one page-aligned buffer; at least align_up(length) bytes) and verify every record
-        as its bytes arrive."""
+        as its bytes arrive. `background`: a speculative read, which yields to demand reads
+        (`gate`; the caller holds `gate.background`)."""
         image = into if isinstance(into, ScatterView) else ScatterView([into])
+        if background:  # not metered: its pauses are no measure of the disk
+            return self._read_verified(f, image, length, min(self.io_bytes, BACKGROUND_IO_BYTES),
+                                       min(self.read_depth, BACKGROUND_DEPTH),
+                                       self.gate.wait_turn)
         start = time.monotonic()
         with self._lock:
             self._active_reads += 1
             overlap = self._active_reads
         try:
-            result = self._read_verified(f, image, length)
+            with self.gate.urgent():
+                result = self._read_verified(f, image, length, self.io_bytes, self.read_depth)
         finally:
             with self._lock:
                 self._active_reads -= 1
@@ -241,23 +255,26 @@ class SsdTier:
             time.sleep(wait)
         return f.pread_into(view, offset)
 
-    def _read_verified(self, f: DirectFile, image: ScatterView, length: int) -> ReadResult:
-        jobs = [(off, view) for block in range(0, align_up(length), self.io_bytes)
-                for off, view in _at(image, block, min(block + self.io_bytes, align_up(length)))]
+    def _read_verified(self, f: DirectFile, image: ScatterView, length: int, io_bytes: int,
+                       depth: int, before_chunk=None) -> ReadResult:
+        jobs = [(off, view) for block in range(0, align_up(length), io_bytes)
+                for off, view in _at(image, block, min(block + io_bytes, align_up(length)))]
         futures = {}
 
         def submit(k: int) -> None:
             if k < len(jobs):
+                if before_chunk is not None:
+                    before_chunk()
                 off, view = jobs[k]
                 futures[k] = self._readers.submit(self._read_chunk, f, view, off)
 
-        for k in range(self.read_depth):
+        for k in range(depth):
             submit(k)
         checker = RecordChecker(image, length)
         try:
             for k, (off, view) in enumerate(jobs):
                 got = futures.pop(k).result()
-                submit(k + self.read_depth)
+                submit(k + depth)
                 checker.advance(off + got)
                 if got < len(view) or checker.failed:
                     break

@@ -74,8 +74,10 @@ class Supervisor:
         self.given_up: set[str] = set()
 
     def watch(self, name: str, proc: subprocess.Popen) -> None:
+        """Watch `proc`, started any time before (a deployment watches its services only once
+        all are ready): its run is measured from its own start."""
         with self._lock:
-            self._watched[name] = _Watched(proc, time.monotonic(), Backoff(self._policy))
+            self._watched[name] = _Watched(proc, started_at(proc.pid), Backoff(self._policy))
             self.restarts.setdefault(name, 0)
 
     def start(self) -> "Supervisor":
@@ -113,7 +115,7 @@ class Supervisor:
         except OSError as exc:  # could not even start: a fast failure
             self._schedule(name, w, 0.0, f"could not be started ({exc})")
             return
-        w.started, w.due = time.monotonic(), None
+        w.started, w.due = started_at(w.proc.pid), None
         self.restarts[name] += 1
         self._say(f"{name} restarted (pid {w.proc.pid}, restart {self.restarts[name]})")
 
@@ -127,6 +129,21 @@ class Supervisor:
             return
         w.due = time.monotonic() + delay
         self._say(f"{name} {why} after {ran:.1f} s; restarting in {delay:.1f} s")
+
+
+def started_at(pid: int) -> float:
+    """When process `pid` started, on the `time.monotonic()` clock: from its start time in
+    /proc (clock ticks since boot); now where /proc cannot say (not Linux, already gone)."""
+    now = time.monotonic()
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rpartition(")")[2].split()  # after "pid (comm)": state is first
+        ticks = int(fields[19])  # field 22 of stat(5), starttime
+        since_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+        age = since_boot - ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return now
+    return now - max(age, 0.0)
 
 
 def _kill_group(pgid: int) -> None:
