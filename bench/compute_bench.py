@@ -1,10 +1,10 @@
 """Figures of the compute side, measured side by side in one run (`bidaw bench compute`).
 
 - prefill of a 1,000-token prompt and decode throughput of the continuous-batching engine
-  with 1, 4 and 16 concurrent sessions, dense in float32 and bfloat16 and in the int8 and int4
-  weight formats; the decode roofline of each against the read bandwidth measured in the same
-  run, the fastest's decode step profile, and llama.cpp's quoted figures beside them
-  (bench/compute/);
+  with 1, 4 and 16 concurrent sessions, dense in float32 and bfloat16 and in the bf16, int8
+  and int4 weight formats; the decode roofline of each against the read bandwidth measured in
+  the same run, the fastest's decode step profile, and llama.cpp's figures beside them
+  (measured by `--llama-bench`'s binary after ours, else quoted; bench/compute/);
 - restoring a 2,000-token OPT history from stored tensor 6 vs stored K/V vs recomputing it;
 - time to first token of a turn after a 1,000-token history: KV from DRAM vs full recompute.
 
@@ -21,6 +21,7 @@ import torch
 
 from bench.compute.decode import drain, turn
 from bench.compute.figures import engine_figures
+from bench.compute.llamacpp import measure as measure_llamacpp
 from bench.compute.random_models import OPT_125M_SHAPE, random_model
 from bench.compute.reference import versus_llamacpp
 from compute_worker.engine import Engine
@@ -90,7 +91,9 @@ def ttft_dram_vs_recompute(model, tokenizer, store: KVClient, history: int = 100
             "ttft_recompute_over_dram": full_s / dram_s}
 
 
-def run(sessions=(1, 4, 16)) -> dict:
+def run(sessions=(1, 4, 16), llama_bench: str | None = None) -> dict:
+    """Every figure; `llama_bench`: a llama-bench binary to measure llama.cpp with after ours
+    (none: its quoted figures)."""
     from compute_worker.loaders.registry import load_model
     from kv_store.main import start
 
@@ -108,7 +111,9 @@ def run(sessions=(1, 4, 16)) -> dict:
             core.close()
     tps = result["decode_tokens_per_s"]
     result["batching_speedup_16_vs_1"] = tps[str(max(sessions))] / tps[str(min(sessions))]
+    measured = measure_llamacpp(llama_bench) if llama_bench else None
     result.update(versus_llamacpp(tps[str(min(sessions))],
                                   max(*result["prefill_tokens_per_s"].values(),
-                                      *result["prefill_tokens_per_s_by_weights"].values())))
+                                      *result["prefill_tokens_per_s_by_weights"].values()),
+                                  measured))
     return result

@@ -2,6 +2,7 @@
 numbers, and every measurement once on a tiny random-weight model (seconds, no download)."""
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -12,7 +13,8 @@ from bench.compute.dtypes import cast_copy, prefill_tokens_per_s
 from bench.compute.figures import engine_figures
 from bench.compute.profile import ATTENTION, SAMPLING, STEP, split_step_times
 from bench.compute.random_models import random_model
-from bench.compute.reference import versus_llamacpp
+from bench.compute.llamacpp import ENV, binary_from, measure, parse_results, smollm2_gguf
+from bench.compute.reference import QUOTED, versus_llamacpp
 from bench.compute.roofline import decode_bytes_per_token, gbps, roofline_fraction
 from compute_worker.models.prepare import prepare_model
 
@@ -89,10 +91,10 @@ def test_engine_figures_on_a_tiny_model_give_every_key_consistently():
     out = engine_figures(random_model(TINY), sessions=(1, 2), prefill_tokens=64,
                          read_bytes=1 << 22)
     assert set(out["prefill_tokens_per_s"]) == {"float32", "bfloat16"}
-    assert set(out["prefill_tokens_per_s_by_weights"]) == {"dense", "int8", "int4"}
+    assert set(out["prefill_tokens_per_s_by_weights"]) == {"dense", "bf16", "int8", "int4"}
     assert all(v > 0 for v in out["prefill_tokens_per_s"].values())
     by_dtype, by_weights = out["decode_tokens_per_s_by_dtype"], out["decode_tokens_per_s_by_weights"]
-    assert set(by_weights) == {"dense", "int8", "int4"}
+    assert set(by_weights) == {"dense", "bf16", "int8", "int4"}
     assert by_weights["dense"]["1"] == max(d["1"] for d in by_dtype.values())
     fastest = out["decode_weights"]
     assert out["decode_tokens_per_s"] == by_weights[fastest]
@@ -122,3 +124,46 @@ def test_llamacpp_reference_is_quoted_with_its_source():
     assert out["decode_vs_llamacpp"] == pytest.approx(0.8)
     assert out["prefill_vs_llamacpp"] == pytest.approx(2.0)
     assert "not measured in this run" in out["llamacpp_reference"]["source"]
+    assert "llamacpp_quoted" not in out
+
+
+def test_measured_llamacpp_figures_replace_the_quoted_ones():
+    measured = {"decode_tokens_per_s": 50.0, "prefill_tokens_per_s": 100.0,
+                "source": "measured in this run: llama-bench ..."}
+    out = versus_llamacpp(40.0, 300.0, measured)
+    assert out["llamacpp_reference"] is measured
+    assert out["decode_vs_llamacpp"] == pytest.approx(0.8)
+    assert out["prefill_vs_llamacpp"] == pytest.approx(3.0)
+    assert out["llamacpp_quoted"] == QUOTED
+
+
+# llama-bench -o json's shape (fields it prints beside these are left out)
+LLAMA_BENCH_JSON = json.dumps([
+    {"model_type": "llama ?B Q4_1", "n_threads": 2, "n_prompt": 1000, "n_gen": 0,
+     "avg_ts": 512.5, "stddev_ts": 3.0},
+    {"model_type": "llama ?B Q4_1", "n_threads": 2, "n_prompt": 0, "n_gen": 32,
+     "avg_ts": 101.25, "stddev_ts": 1.0}])
+
+
+def test_llama_bench_json_parses_into_prefill_and_decode():
+    assert parse_results(LLAMA_BENCH_JSON) == {"prefill_tokens_per_s": 512.5,
+                                               "decode_tokens_per_s": 101.25}
+    with pytest.raises(ValueError, match="decode_tokens_per_s"):
+        parse_results(json.dumps(json.loads(LLAMA_BENCH_JSON)[:1]))
+
+
+def test_llama_bench_runs_on_our_gguf_with_our_thread_count(tmp_path, monkeypatch):
+    fake = tmp_path / "llama-bench"  # prints its argv to a file and the JSON above
+    argv = tmp_path / "argv"
+    fake.write_text(f"#!/bin/sh\necho \"$@\" > {argv}\ncat <<'EOF'\n{LLAMA_BENCH_JSON}\nEOF\n")
+    fake.chmod(0o755)
+    out = measure(str(fake), threads=2, prompt=1000, gen=32, repeat=3)
+    assert out["decode_tokens_per_s"] == 101.25 and out["prefill_tokens_per_s"] == 512.5
+    args = argv.read_text().split()
+    assert args[args.index("-m") + 1] == str(smollm2_gguf())
+    assert args[args.index("-t") + 1] == "2" and args[args.index("-p") + 1] == "1000"
+    assert out["source"].startswith("measured in this run: " + str(fake))
+    monkeypatch.setenv(ENV, "/opt/llama-bench")
+    assert binary_from(None) == "/opt/llama-bench" and binary_from("x") == "x"
+    monkeypatch.delenv(ENV)
+    assert binary_from(None) is None

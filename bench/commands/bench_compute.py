@@ -8,18 +8,23 @@ import json
 def register(sub, groups) -> None:
     p = groups["bench"].add_parser(
         "compute", help="compute-side figures (CPU or GPU)",
-        description="Engine figures of SmolLM2-135M (dense float32 and bfloat16, int8 and int4 "
-        "weights) against the memory roofline and llama.cpp's quoted figures, KV restore vs "
-        "recompute and TTFT, in a few minutes. The scheduler's queueing gain is `bidaw bench "
-        "live`'s.")
+        description="Engine figures of SmolLM2-135M (dense float32 and bfloat16, bf16, int8 and "
+        "int4 weights) against the memory roofline and llama.cpp's (measured with --llama-bench, "
+        "else quoted), KV restore vs recompute and TTFT, in a few minutes. The scheduler's "
+        "queueing gain is `bidaw bench live`'s.")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--llama-bench", metavar="PATH", default=None,
+                   help="a llama.cpp llama-bench binary: measure llama.cpp on the same GGUF and "
+                   "thread count after our figures (default: $BIDAW_LLAMA_BENCH; unset: its "
+                   "figures quoted from issue 19)")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from bench.compute.llamacpp import binary_from
     from bench.compute_bench import run as measure
 
-    result = measure()
+    result = measure(llama_bench=binary_from(args.llama_bench))
     if args.json:
         print(json.dumps(result, indent=1))
     else:

