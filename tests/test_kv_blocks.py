@@ -56,19 +56,26 @@ def test_the_decode_that_completes_a_block_feeds_the_block_again():
     assert [t.shape[0] for t in seq.hidden6] == [4, 4]
 
 
-def _decode(model, prompt: list[int], new: int) -> Sequence:
-    """Run one greedy turn through the real engine; the finished Sequence (cache kept)."""
-    engine = Engine(model, max_batch=1)
+def _decode(model, prompt: list[int], new: int, *others: list[int]) -> Sequence:
+    """Run a greedy turn through the real engine, beside turns of `others` prompts; the
+    finished Sequence of the first (cache kept)."""
+    engine = Engine(model, max_batch=1 + len(others))
     try:
-        seq = Sequence("s", prompt, model.new_cache(len(prompt) + new), list(prompt),
-                       Sampler(), _NoText(), new, set(), [], 0.0, block=model.kv_block)
-        engine.add(seq)
-        while seq.out.get(timeout=120) is not DONE:
-            pass
-        assert seq.error is None
-        return seq
+        seqs = [Sequence("s", p, model.new_cache(len(p) + new), list(p), Sampler(), _NoText(),
+                         new, set(), [], 0.0, block=model.kv_block) for p in (prompt, *others)]
+        for seq in seqs:
+            engine.add(seq)
+        for seq in seqs:
+            while seq.out.get(timeout=120) is not DONE:
+                pass
+            assert seq.error is None
+        return seqs[0]
     finally:
         engine.stop()
+
+
+def _ids(n: int, seed: int) -> list[int]:
+    return torch.randint(100, 40000, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
 
 
 class _NoText:
@@ -90,7 +97,7 @@ def _blocks(model, block):
 def _kv_after_turns(model) -> tuple[torch.Tensor, torch.Tensor, int]:
     """K/V of a prompt and its 90 decoded tokens, as the turn computed them and as one
     prefill recomputes them; and how many positions are whole blocks."""
-    prompt = torch.randint(100, 40000, (70,), generator=torch.Generator().manual_seed(3)).tolist()
+    prompt = _ids(70, 3)
     seq = _decode(model, prompt, 90)
     history = (prompt + seq.generated)[:seq.cache.length]
     again = model.new_cache(len(history))
@@ -107,3 +114,16 @@ def test_bf16_whole_blocks_equal_a_recompute_bit_for_bit(smollm_bf16, blocked):
     assert n >= 2 * BLOCK
     same = torch.equal(turn.view(torch.int16), recomputed.view(torch.int16))
     assert same == blocked  # without blocks the cut shows in bf16's last bits
+
+
+def test_bf16_a_turn_is_the_same_beside_other_turns(smollm_bf16):
+    # Rows of a batch do not mix: the linears give a row its bits whatever rows run beside it
+    # and attention is per sequence, so batching does not change a bf16 answer or its KV.
+    model, _ = smollm_bf16
+    prompt = _ids(40, 4)
+    alone = _decode(model, prompt, 40)
+    beside = _decode(model, prompt, 40, _ids(100, 5), _ids(7, 6))
+    assert alone.generated == beside.generated
+    n = whole_blocks(alone.cache.length, BLOCK)
+    assert torch.equal(alone.cache.to_token_major(0, n).view(torch.int16),
+                       beside.cache.to_token_major(0, n).view(torch.int16))
