@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from compute_worker.engine import Engine
+from compute_worker.loaders.row_probe import rows_invariant
 from compute_worker.models.kv_blocks import BLOCK, kv_block, whole_blocks
 from compute_worker.sampling import Sampler
 from compute_worker.sequence import DONE, Sequence
@@ -127,3 +128,10 @@ def test_bf16_a_turn_is_the_same_beside_other_turns(smollm_bf16):
     n = whole_blocks(alone.cache.length, BLOCK)
     assert torch.equal(alone.cache.to_token_major(0, n).view(torch.int16),
                        beside.cache.to_token_major(0, n).view(torch.int16))
+
+
+def test_the_row_probe_tells_row_wise_from_batch_dependent():
+    x = torch.randn(112, 8, generator=torch.Generator().manual_seed(1))
+    assert rows_invariant(lambda rows: rows * 2 + 1, x)
+    assert not rows_invariant(lambda rows: rows - rows.mean(0), x)  # a row sees its neighbours
+    assert not rows_invariant(lambda rows: rows * len(rows), x)
