@@ -26,6 +26,7 @@ class Sequence:
     stops: list[str]
     arrived: float  # monotonic time the turn arrived at the scheduler
     want_hidden6: bool = False
+    block: int = 0  # the model's kv_block: prefill chunks end on block edges, full blocks redone
     generated: list[int] = field(default_factory=list)
     hidden6: list[torch.Tensor] = field(default_factory=list)
     out: queue.Queue = field(default_factory=queue.Queue)
@@ -33,21 +34,36 @@ class Sequence:
     ttft: float = 0.0
     cancelled: bool = False
     error: BaseException | None = None
+    _redone: int = 0  # tokens of hidden6 that the step being fed computes again
 
     @property
     def finished(self) -> bool:
         return bool(self.finish_reason)
 
     def next_input(self, budget: int) -> list[int]:
-        """Tokens to feed this step: a prefill chunk of at most `budget`, or the last token."""
+        """Tokens to feed this step: a prefill chunk of at most `budget`, or the last token.
+        With blocks (kv_blocks.py) a chunk that leaves prompt behind ends on a block edge, and
+        the decode that completes a block feeds the whole block again as one prefill, its
+        decoded tokens' KV replaced by the block-aligned one."""
         if self.pending:
-            return self.pending[:max(budget, 1)]
+            n = max(budget, 1)
+            if self.block and n < len(self.pending):
+                n = max(n - n % self.block, self.block)
+            return self.pending[:n]
+        end = self.cache.length + 1  # positions held once the last token is fed
+        if self.block and end % self.block == 0:
+            start = end - self.block
+            self.cache.truncate(start)
+            self._redone = self.block - 1
+            return (self.prompt + self.generated)[start:end]
         return [self.generated[-1]]
 
     def fed(self, n: int, hidden6: torch.Tensor | None) -> bool:
         """Record that `n` inputs went through; True when logits are due (prefill is done)."""
         if hidden6 is not None:
+            _drop_rows(self.hidden6, self._redone)
             self.hidden6.append(hidden6)
+        self._redone = 0
         if self.pending:
             self.pending = self.pending[n:]
             return not self.pending
@@ -76,3 +92,12 @@ class Sequence:
         self.error = exc
         self.finish_reason = self.finish_reason or "error"
         self.out.put(DONE)
+
+
+def _drop_rows(chunks: list[torch.Tensor], n: int) -> None:
+    """Drop the last `n` rows of the concatenation of `chunks`, in place."""
+    while n > 0:
+        last = chunks.pop()
+        if last.shape[0] > n:
+            chunks.append(last[:last.shape[0] - n])
+        n -= last.shape[0]

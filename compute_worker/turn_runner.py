@@ -18,6 +18,7 @@ from compute_worker.detokenizer import Detokenizer
 from compute_worker.engine import Engine
 from compute_worker.kv_codec import TENSOR6
 from compute_worker.kv_connector import KVConnector, Restored, fresh_cache
+from compute_worker.models.kv_blocks import whole_blocks
 from compute_worker.prompt import prompt_ids
 from compute_worker.sampling import Sampler
 from compute_worker.sequence import DONE, Sequence
@@ -105,7 +106,17 @@ class TurnRunner:
                                               kv_stores)
         if shown is not prompt:
             restored.cache.reserve(len(prompt) + 64 - restored.cache.length)
-        return restored
+        return self._whole_blocks(restored)
+
+    def _whole_blocks(self, restored: Restored) -> Restored:
+        """With aligned KV blocks (kv_blocks.py) only whole blocks are reused: the last, partial
+        one was computed by decodes, or in another cut, and is recomputed as a block."""
+        keep = whole_blocks(restored.tokens, self.engine.model.kv_block)
+        if keep == restored.tokens:
+            return restored
+        restored.cache.truncate(keep)
+        prefix6 = restored.prefix6[:keep * self.connector.bytes_per_token]
+        return dataclasses.replace(restored, tokens=keep, prefix6=prefix6)
 
     def _saved_from(self, restored: Restored, limit: int | None) -> Restored:
         """What the save builds on. After a SPLIT the store holds more than was restored and
@@ -126,7 +137,8 @@ class TurnRunner:
                         self.max_context - len(prompt)),
             eos=set() if turn.ignore_eos else set(cfg.eos_token_ids),
             stops=[s for s in turn.stop if s], arrived=arrived,
-            want_hidden6=self.connector.kv_format == TENSOR6)
+            want_hidden6=self.connector.kv_format == TENSOR6,
+            block=self.engine.model.kv_block)
 
     def _run(self, turn, since_arrival_s: float, queue_s: float, kv_stores, key: str,
              limit: int | None):

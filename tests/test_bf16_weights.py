@@ -28,7 +28,8 @@ def test_a_bf16_linear_is_dense_within_bf16_rounding():
 
 
 def test_bf16_weights_are_asked_for_never_picked_by_auto():
-    # auto keeps float32 dense on a CPU with AMX: bf16 weights miss the exactness goal there
+    # auto never picks bf16 weights; on a CPU with AMX it picks float32 or, where its linears
+    # are row-invariant, bf16 throughout (docs/engine.md)
     assert choose_dtype("auto", "cpu", SAPPHIRE_RAPIDS).dtype == torch.float32
     assert resolve_weights("auto", "cpu", "AVX512")[0] == "int4"
     assert resolve_weights("bf16", "cpu") == ("bf16", "asked for")

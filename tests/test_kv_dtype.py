@@ -27,11 +27,16 @@ SAPPHIRE_RAPIDS = frozenset({"avx512f", "avx512_bf16", "amx_tile", "amx_bf16"})
 
 def test_auto_picks_bf16_where_the_hardware_runs_it():
     assert choose_dtype("auto", "cuda", frozenset()).dtype == torch.bfloat16
-    amx = choose_dtype("auto", "cpu", SAPPHIRE_RAPIDS)
-    # on a CPU float32 even with matrix units: bf16 misses the exactness goal (docs/engine.md)
-    assert amx.dtype == torch.float32 and "AMX-BF16" in amx.reason and "exact" in amx.reason
-    avx = choose_dtype("auto", "cpu", frozenset({"avx512f", "avx512_bf16"}))
-    assert avx.dtype == torch.float32 and "AVX512-BF16" in avx.reason
+    # bf16 on the matrix units where their linears are row-invariant: block-aligned KV keeps
+    # reuse exact; float32 where they are not (row_probe.py; docs/engine.md)
+    amx = choose_dtype("auto", "cpu", SAPPHIRE_RAPIDS, lambda: True)
+    assert amx.dtype == torch.bfloat16 and "AMX-BF16" in amx.reason and "exact" in amx.reason
+    mixed = choose_dtype("auto", "cpu", SAPPHIRE_RAPIDS, lambda: False)
+    assert mixed.dtype == torch.float32 and "AMX-BF16" in mixed.reason
+    asked = []
+    avx = choose_dtype("auto", "cpu", frozenset({"avx512f", "avx512_bf16"}),
+                       lambda: asked.append(1) or True)
+    assert avx.dtype == torch.float32 and "AVX512-BF16" in avx.reason and not asked
     plain = choose_dtype("auto", "cpu", frozenset({"avx2", "avx512f", "fma"}))
     assert plain.dtype == torch.float32 and "no AMX-BF16" in plain.reason
     forced = choose_dtype("float32", "cpu", SAPPHIRE_RAPIDS)

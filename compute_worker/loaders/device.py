@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from compute_worker.loaders.dtype_choice import DtypeChoice, choose_dtype, cpu_flags
+from compute_worker.loaders.row_probe import bf16_linears_row_invariant
 
 
 def pick_device() -> str:
@@ -18,4 +19,5 @@ def pick_dtype(device: torch.device | str) -> torch.dtype:
 
 def resolve_dtype(requested: str, device: torch.device | str) -> DtypeChoice:
     """`--dtype requested` for a model on `device`, with the reason."""
-    return choose_dtype(requested, torch.device(device).type, cpu_flags())
+    return choose_dtype(requested, torch.device(device).type, cpu_flags(),
+                        lambda: bf16_linears_row_invariant(device))

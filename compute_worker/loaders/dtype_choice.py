@@ -1,27 +1,27 @@
 """Which dtype the worker runs its model (and so its KV) in: `--dtype auto|float32|bfloat16`.
 
-`auto` picks bfloat16 on CUDA and float32 on every CPU. A CPU whose matrix units run bf16
-natively (AMX-BF16 or AVX512-BF16) prefills 2.7x faster in bf16, but there answers from
-restored KV equal recompute in only 60% of seeded conversations in bf16 throughout and 80%
-with float32 activations around bf16 matmuls (`--weights bf16`), short of the >= 95% the
-project holds reuse to (`bidaw bench exactness`, docs/engine.md "Choosing the dtype"); float32
-matches in all of them. So bf16 on a CPU is an explicit choice (`--dtype bfloat16` or
-`--weights bf16`), and elsewhere bf16 would be emulated and slower anyway. The choice is a
-pure function of the device and the CPU's flags (testable anywhere); `cpu_flags` reads them
-from /proc/cpuinfo.
+`auto` picks bfloat16 on CUDA, and on a CPU with AMX-BF16 matrix units (Sapphire Rapids and
+later) when its bf16 linears give a row the same bits whatever rows run beside it (row_probe.py,
+asked at start): there bf16 prefills several times faster than float32, the KV is half the
+bytes, and block-aligned KV (models/kv_blocks.py) keeps answers from restored KV equal to a
+recompute's. Where the probe fails, bf16 answers would drift from recompute (59 of 100
+seeded conversations matched on such a CPU before blocks), so auto keeps float32. A CPU with
+AVX512-BF16 but no AMX, or neither, also gets float32: its bf16 speed is unmeasured, or bf16
+would be emulated and slower. `--dtype bfloat16` chooses bf16 anywhere. The choice is a pure
+function of the device, the CPU's flags and the probe's answer (testable anywhere);
+`cpu_flags` reads the flags from /proc/cpuinfo.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
 from compute_worker.config import DTYPE_CHOICES
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # DTYPE_CHOICES but auto
-# Flags of a CPU whose bf16 dot products run in hardware, by what the kernels gain from them.
-BF16_CPU_FLAGS = (("amx_bf16", "AMX-BF16"), ("avx512_bf16", "AVX512-BF16"))
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,10 @@ class DtypeChoice:
         return str(self.dtype).removeprefix("torch.")
 
 
-def choose_dtype(requested: str, device_type: str, cpu_flags: frozenset[str]) -> DtypeChoice:
-    """The dtype for `--dtype requested` on `device_type` ("cuda" or "cpu")."""
+def choose_dtype(requested: str, device_type: str, cpu_flags: frozenset[str],
+                 rows_invariant: Callable[[], bool] = lambda: False) -> DtypeChoice:
+    """The dtype for `--dtype requested` on `device_type` ("cuda" or "cpu"). `rows_invariant`:
+    the probe (row_probe.py), asked only for an AMX-BF16 CPU under auto."""
     if requested in DTYPES:
         return DtypeChoice(DTYPES[requested], "--dtype " + requested)
     if requested != "auto":
@@ -43,12 +45,19 @@ def choose_dtype(requested: str, device_type: str, cpu_flags: frozenset[str]) ->
                          f"not {requested!r}")
     if device_type == "cuda":
         return DtypeChoice(torch.bfloat16, "auto: CUDA runs bf16 natively, half the KV bytes")
-    for flag, label in BF16_CPU_FLAGS:
-        if flag in cpu_flags:
-            return DtypeChoice(torch.float32, f"auto: float32, exact KV reuse (the CPU's {label} "
-                               f"matrix units prefill bf16 faster, but restored-KV answers "
-                               f"would match recompute in only 60-80%: --dtype bfloat16 or "
-                               f"--weights bf16 to choose them)")
+    if "amx_bf16" in cpu_flags:
+        if rows_invariant():
+            return DtypeChoice(torch.bfloat16, "auto: the CPU's AMX-BF16 matrix units run bf16 "
+                               "(faster prefill, half the KV bytes) and its bf16 linears are "
+                               "row-invariant, so block-aligned KV keeps reuse exact")
+        return DtypeChoice(torch.float32, "auto: float32, exact KV reuse (the CPU's AMX-BF16 "
+                           "linears give a row other bits beside other rows, so bf16 answers "
+                           "from restored KV would drift from recompute: --dtype bfloat16 to "
+                           "choose it anyway)")
+    if "avx512_bf16" in cpu_flags:
+        return DtypeChoice(torch.float32, "auto: float32 (the CPU has AVX512-BF16 but no "
+                           "AMX-BF16: bf16's speed there is unmeasured; --dtype bfloat16 to "
+                           "choose it)")
     return DtypeChoice(torch.float32, "auto: the CPU has no AMX-BF16 or AVX512-BF16 "
                                       "(bf16 would be emulated, slower than fp32)")
 

@@ -11,6 +11,12 @@ On CUDA one call replaces a decode batch's B attention calls per layer (each seq
 append stays its own copy). On the CPU the loop wins at every batch measured (4-64 decodes over
 100-1,000 keys: the fused call 1.1-5x slower, its padding copy and masked kernel cost more than
 the per-call overhead saved), so it loops.
+
+Block-aligned prefill (`Packed.block` > 0, models that round to bf16: kv_blocks.py): a chunk's
+queries attend block by block, each block of `block` positions aligned at an absolute multiple
+of it, over exactly the keys up to its end. A block's output then depends on its tokens and the
+keys before it only, not on how the prefill was cut into chunks, so KV computed across turns
+(prompt, decodes, the next prompt) and KV recomputed in one pass agree bit for bit.
 """
 from __future__ import annotations
 
@@ -32,6 +38,27 @@ class _Seq:
     sl: slice  # rows of this sequence in the packed batch
     mask: torch.Tensor | None  # [T, P+T] bool, or None when is_causal/no mask suffices
     is_causal: bool
+    blocks: list["_Block"] | None = None  # a block-aligned prefill's blocks (None: whole)
+
+
+@dataclass
+class _Block:
+    """Queries lo..hi-1 of a chunk attend over keys 0..end-1 (causal within the block)."""
+    lo: int
+    hi: int
+    end: int
+    mask: torch.Tensor | None  # [hi-lo, end] bool; None: square causal (the block at 0)
+
+
+def _blocks(P: int, T: int, block: int, device) -> list[_Block]:
+    """A chunk at positions P..P+T-1 cut at the aligned edges (multiples of `block`)."""
+    edges = [P, *range(P - P % block + block, P + T, block), P + T]
+    out = []
+    for start, stop in zip(edges, edges[1:]):
+        mask = None if start == 0 else torch.arange(stop, device=device)[None, :] <= (
+            start + torch.arange(stop - start, device=device)[:, None])
+        out.append(_Block(start - P, stop - P, stop, mask))
+    return out
 
 
 def fused_rows(device_type: str, new_tokens: list[int], forced: str | None = None) -> list[int]:
@@ -93,9 +120,12 @@ class _Fused:
 
 
 class Packed:
-    """Token ids, absolute positions and attention bookkeeping for one batched forward."""
+    """Token ids, absolute positions and attention bookkeeping for one batched forward.
+    `block`: attend prefill chunks in aligned blocks of this many positions (0: whole chunks)."""
 
-    def __init__(self, batch: list[tuple[torch.Tensor, KVCache]], device: torch.device) -> None:
+    def __init__(self, batch: list[tuple[torch.Tensor, KVCache]], device: torch.device,
+                 block: int = 0) -> None:
+        self.block = block
         if not batch:
             raise ValueError("empty batch")
         if len({id(c) for _, c in batch}) != len(batch):
@@ -120,7 +150,8 @@ class Packed:
                 mask = torch.arange(P + T, device=device)[None, :] <= (
                     P + torch.arange(T, device=device)[:, None])
                 causal = False
-            self.seqs.append(_Seq(cache, slice(n, n + T), mask, causal))
+            blocks = _blocks(P, T, block, device) if block and T > 1 else None
+            self.seqs.append(_Seq(cache, slice(n, n + T), mask, causal, blocks))
             n += T
         self.num_tokens = n
         self.ids = torch.cat(ids).to(device)
@@ -144,7 +175,10 @@ def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed: 
     N, Hq, D = q.shape
     out = q.new_empty(N, Hq, D)
     for s in packed.looped_seqs:
-        out[s.sl] = _one(q[s.sl], k[s.sl], v[s.sl], s, layer)
+        if s.blocks is not None:
+            out[s.sl] = _blockwise(q[s.sl], k[s.sl], v[s.sl], s, layer)
+        else:
+            out[s.sl] = _one(q[s.sl], k[s.sl], v[s.sl], s, layer)
     if packed.fused is not None:
         _fused(q, k, v, packed, layer, out)
     return out.view(N, Hq * D)
@@ -164,6 +198,24 @@ def _one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s: _Seq, layer: int)
                                        attn_mask=s.mask, is_causal=s.is_causal,
                                        enable_gqa=K.shape[0] != Hq)
     return o[0].transpose(0, 1)
+
+
+def _blockwise(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, s: _Seq,
+               layer: int) -> torch.Tensor:
+    """One prefill chunk, q [T, Hq, D]: the queries of each of its blocks attend over the keys
+    up to the block's last position. (The engine starts a chunk on an edge (sequence.py); one
+    that starts elsewhere runs a partial first block: deterministic, not block-aligned KV.)"""
+    T, Hq, D = q.shape
+    group = Hq // k.shape[1]
+    K, V = s.cache.append(layer, k.transpose(0, 1), v.transpose(0, 1))
+    if group > 1:  # once for the chunk; each block takes a prefix of it
+        K, V = K.repeat_interleave(group, 0), V.repeat_interleave(group, 0)
+    qh, out = q.transpose(0, 1), q.new_empty(Hq, T, D)
+    for b in s.blocks:
+        out[:, b.lo:b.hi] = F.scaled_dot_product_attention(
+            qh[None, :, b.lo:b.hi], K[None, :, :b.end], V[None, :, :b.end], attn_mask=b.mask,
+            is_causal=b.mask is None)[0]
+    return out.transpose(0, 1)
 
 
 def _fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed: Packed, layer: int,

@@ -15,6 +15,7 @@ from torch import nn
 
 from compute_worker.models.attention import Packed, packed_attention  # noqa: F401 (the layers')
 from compute_worker.models.config import ModelConfig
+from compute_worker.models.kv_blocks import kv_block
 from compute_worker.models.kv_cache import KVCache
 
 
@@ -46,6 +47,7 @@ class CausalLM(nn.Module):
         # quant.py's quantized copy of the output projection (None: the dense output_weight())
         self.head: nn.Module | None = None
         self.weights = "dense"  # the format prepare.py put the weights in
+        self.block_override: int | None = None  # tests: another kv_block than the rule's
 
     # -- to implement ------------------------------------------------------------------------
     def _build(self, dtype: torch.dtype) -> None:
@@ -72,6 +74,13 @@ class CausalLM(nn.Module):
     def dtype(self) -> torch.dtype:
         return next(self.parameters()).dtype
 
+    @property
+    def kv_block(self) -> int:
+        """Positions per aligned KV block (kv_blocks.py; 0: prefill chunks attend whole)."""
+        if self.block_override is not None:
+            return self.block_override
+        return kv_block(self.dtype, self.weights)
+
     def new_cache(self, capacity: int = 64) -> KVCache:
         return KVCache.for_config(self.config, dtype=self.dtype, device=self.device, capacity=capacity)
 
@@ -85,7 +94,7 @@ class CausalLM(nn.Module):
 
         Positions continue from each cache's length. Returns one ForwardOut per sequence.
         """
-        packed = Packed(batch, self.device)
+        packed = Packed(batch, self.device, self.kv_block)
         self._check_positions(packed)
         x = self._embed(packed.ids, packed.positions)
         rope = self._rope(packed.positions)

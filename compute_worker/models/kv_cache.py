@@ -95,6 +95,12 @@ class KVCache:
             self.length = end
         return K, V
 
+    def truncate(self, length: int) -> None:
+        """Forget the KV past the first `length` tokens (later appends overwrite it)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a {self.length}-token cache to {length}")
+        self.length = length
+
     @torch.inference_mode()
     def extend(self, kv: torch.Tensor) -> None:
         """Append a whole [L, 2, H, T, D] block (e.g. restored from tensor 6) at the end."""
