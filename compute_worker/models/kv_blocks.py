@@ -3,8 +3,8 @@
 In bfloat16 a matmul's output is rounded to 8 bits of mantissa, so the last-bit differences that
 attention's kernels make between chunkings (a prefix prefilled in one pass, or as a prompt and
 then token by token) become whole bf16 steps, and greedy answers from restored KV drift from a
-recompute's. On this CPU the linears give a row the same bits whatever rows run beside it, so
-attention is the one place where the chunking shows. With blocks, a block's KV is final only
+recompute's. Where the linears give a row the same bits whatever rows run beside it (a CPU's,
+as loaders/row_probe.py checks), attention is the one place where the chunking shows. With blocks, a block's KV is final only
 once it was computed as one block-aligned prefill (attention.py); a decode that completes a
 block recomputes it so (sequence.py), and a restored prefix is cut to whole blocks
 (turn_runner.py): every stored block was then computed the one way a recompute computes it.
