@@ -3,9 +3,10 @@
 N seeded multi-turn chats with the real model: every turn runs once through a worker that
 restores the history's KV from a real store, and once more from scratch (the whole history
 recomputed); their greedy answers are compared token for token. The history goes on with the
-served (restored) answer, as a user would see it. In float32 every conversation must match; in
-bfloat16 a prefix computed in chunks of other shapes rounds differently, so some answers drift:
-the report says how many match and, for the others, the turn and token where they first differ.
+served (restored) answer, as a user would see it. In float32 every conversation must match, and
+in bfloat16 too where block-aligned KV (compute_worker/models/kv_blocks.py) takes the chunking's
+rounding away; the report says how many match and, for any others, the turn and token where
+they first differ.
 """
 from __future__ import annotations
 
