@@ -96,10 +96,11 @@ def _blocks(model, block):
 
 
 def _kv_after_turns(model) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """K/V of a prompt and its 90 decoded tokens, as the turn computed them and as one
-    prefill recomputes them; and how many positions are whole blocks."""
-    prompt = _ids(70, 3)
-    seq = _decode(model, prompt, 90)
+    """K/V of a 40-token prompt and its 30 decoded tokens (block 32..63 is completed by a
+    decode), as the turn computed them and as one prefill recomputes them; and how many
+    positions are whole blocks."""
+    prompt = _ids(40, 3)
+    seq = _decode(model, prompt, 30)
     history = (prompt + seq.generated)[:seq.cache.length]
     again = model.new_cache(len(history))
     model.forward([(torch.tensor(history), again)], logits_last_only=True)
@@ -122,8 +123,8 @@ def test_bf16_a_turn_is_the_same_beside_other_turns(smollm_bf16):
     # and attention is per sequence, so batching does not change a bf16 answer or its KV.
     model, _ = smollm_bf16
     prompt = _ids(40, 4)
-    alone = _decode(model, prompt, 40)
-    beside = _decode(model, prompt, 40, _ids(100, 5), _ids(7, 6))
+    alone = _decode(model, prompt, 26)
+    beside = _decode(model, prompt, 26, _ids(70, 5), _ids(7, 6))
     assert alone.generated == beside.generated
     n = whole_blocks(alone.cache.length, BLOCK)
     assert torch.equal(alone.cache.to_token_major(0, n).view(torch.int16),

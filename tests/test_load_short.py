@@ -50,7 +50,7 @@ def test_bidaw_load_against_a_live_deployment(deployment, tmp_path, capsys):
     rc = main(["load", "--target", deployment.gateway_url, "--scheduler",
                deployment.scheduler_target, "--queue-bound", str(bound), *pids,
                "--sessions", "20", "--duration", "20", "--warmup", "5", "--interval", "2",
-               "--max-tokens", "8", "--think-s", "0.5:2", "--turns-per-session", "3",
+               "--max-tokens", "8", "--think-s", "0.5:2", "--turns-per-session", "2",
                "--records", str(records), "--json"])
     out = json.loads(capsys.readouterr().out)
     attempts = [json.loads(line) for line in records.read_text().splitlines()]
@@ -71,7 +71,8 @@ def test_bidaw_load_against_a_live_deployment(deployment, tmp_path, capsys):
     assert out["errors"] == 0 and out["unanswered_accepted"] == 0, out["error_examples"]
     assert len(ok) >= 20 and all(a["finish_reason"] == "length" for a in ok)
     assert all(a["status"] == 200 for a in ok)
-    assert max(a["turn"] for a in ok) >= 1 and out["conversations"] > 20  # 3 turns, then anew
+    # 2 turns, then anew (2, not 3: on a slow 2-core CPU no session of 20 finished 3 in 20 s)
+    assert max(a["turn"] for a in ok) >= 1 and out["conversations"] > 20
     assert out["cached_prompt_tokens"] > 0  # later turns reused stored KV
     assert not any(a["sent_s"] > 20.0 for a in attempts)  # nothing sent past --duration
 
