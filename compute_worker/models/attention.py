@@ -142,7 +142,8 @@ class Packed:
             pos.append(torch.arange(P, P + T))
             starts.append(P)
             self.max_position = max(self.max_position, P + T - 1)  # host int: no device sync
-            if T == 1:  # one query sees every cached key: no mask
+            blocks = _blocks(P, T, block, device) if block and T > 1 else None
+            if T == 1 or blocks is not None:  # one query sees every key; blocks: their masks
                 mask, causal = None, False
             elif P == 0:  # square causal mask: SDPA builds it (top-left aligned == correct here)
                 mask, causal = None, True
@@ -150,7 +151,6 @@ class Packed:
                 mask = torch.arange(P + T, device=device)[None, :] <= (
                     P + torch.arange(T, device=device)[:, None])
                 causal = False
-            blocks = _blocks(P, T, block, device) if block and T > 1 else None
             self.seqs.append(_Seq(cache, slice(n, n + T), mask, causal, blocks))
             n += T
         self.num_tokens = n
