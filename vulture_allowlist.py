@@ -6,13 +6,14 @@ Run: `python -m vulture services kv_store scheduler compute_worker bench deploy 
 # ruff: noqa
 _ = object
 
-# gRPC calls these by name: interceptor hooks and an OTLP collector servicer method.
+# gRPC calls these by name: interceptor hooks, an OTLP collector servicer method, health List.
 _.intercept_service
 _.intercept_unary_unary
 _.intercept_unary_stream
 _.intercept_stream_unary
 _.intercept_stream_stream
 _.Export
+_.List  # the health service's List (services/runtime/health.py)
 
 # The store's counters, reported whole (`dataclasses.asdict` into StoreStats and /metrics).
 _.dram_hits

@@ -23,10 +23,14 @@ class WorkerConfig(SecurityConfig):
     kv_format: str = field(default="auto", metadata={
         "help": "auto (chosen from the model config), kv or tensor6"})
     dtype: str = field(default="auto", metadata={
-        "help": "model and KV dtype: auto (bfloat16 on CUDA and on CPUs with AMX-BF16 or "
-                "AVX512-BF16, else float32), float32 or bfloat16"})
+        "help": "model and KV dtype: auto (bfloat16 on CUDA, and on a CPU with AMX-BF16 whose "
+                "bfloat16 matmuls give a row the same bits in any batch; else float32), float32 "
+                "or bfloat16"})
     default_max_tokens: int = field(default=256, metadata={"help": "max_tokens when unset"})
     max_batch: int = field(default=16, metadata={"help": "turns decoded together in one batch"})
+    prefill_chunk_tokens: int = field(default=512, metadata={
+        "help": "prompt tokens one batch step prefills at most, across its turns (a long "
+                "prompt takes several steps, and the running decodes advance between them)"})
     min_step_ms: float = field(default=0.0, metadata={
         "help": "every batch step takes at least this long (benchmarks: a GPU step costs about "
                 "the same however many slots are filled; a CPU step gets faster with fewer)"})
@@ -47,6 +51,9 @@ class WorkerConfig(SecurityConfig):
                 "decode here: int4 on an AVX-512 CPU, dense elsewhere)"})
 
     def __post_init__(self):
+        if not 1 <= self.prefill_chunk_tokens <= 1 << 16:
+            raise ValueError(f"--prefill-chunk-tokens must be between 1 and 65536, "
+                             f"not {self.prefill_chunk_tokens}")
         if self.dtype not in DTYPE_CHOICES:  # before Ray and the model start
             raise ValueError(f"--dtype must be one of {', '.join(DTYPE_CHOICES)}, "
                              f"not {self.dtype!r}")

@@ -19,6 +19,7 @@ class EngineConfig:
     dtype: str = "auto"  # auto | float32 | bfloat16 (loaders/dtype_choice.py)
     default_max_tokens: int = 256
     max_batch: int = 16
+    prefill_chunk_tokens: int = 512
     min_step_ms: float = 0.0
     restore_in_step: bool = False
     threads: int = 0  # torch threads (0: all cores)
@@ -35,6 +36,7 @@ class EngineConfig:
         return cls(model=config.model, store=config.store, kv_format=config.kv_format,
                    dtype=config.dtype,
                    default_max_tokens=config.default_max_tokens, max_batch=config.max_batch,
+                   prefill_chunk_tokens=config.prefill_chunk_tokens,
                    min_step_ms=config.min_step_ms, restore_in_step=config.restore_in_step,
                    threads=config.threads, device=config.device, tls=tls_files(),
                    cluster_token=config_token(config) or cluster_token(),

@@ -59,10 +59,11 @@ class ChatTokenizer:
     # -- construction ----------------------------------------------------------------------
     @classmethod
     def from_gguf(cls, reader_or_path: Any) -> "ChatTokenizer":
-        import gguf
+        """From a GGUF file's metadata: a loaders/gguf_file.py GGUFFile or the file's path."""
+        from compute_worker.loaders.gguf_file import GGUFFile
 
-        r = reader_or_path if isinstance(reader_or_path, gguf.GGUFReader) else gguf.GGUFReader(str(reader_or_path))
-        f = lambda key, default=None: r.fields[key].contents() if key in r.fields else default  # noqa: E731
+        r = reader_or_path if isinstance(reader_or_path, GGUFFile) else GGUFFile(reader_or_path)
+        f = r.fields.get
         if f("tokenizer.ggml.model") != "gpt2":
             raise NotImplementedError(f"tokenizer model {f('tokenizer.ggml.model')!r} (only byte-level BPE)")
         tokens: list[str] = f("tokenizer.ggml.tokens")

@@ -54,6 +54,11 @@ def test_the_health_service_stays_open_for_probes(deployment):
             reply = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(),
                                                          timeout=10)
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
+            # List (what grpc-health-probe and meshes may call): every status, not UNIMPLEMENTED
+            listed = health_pb2_grpc.HealthStub(ch).List(health_pb2.HealthListRequest(),
+                                                         timeout=10)
+            assert listed.statuses[""].status == health_pb2.HealthCheckResponse.SERVING
+            assert len(listed.statuses) == 2  # "" and the service's own name
 
 
 def test_static_members_cannot_be_removed_or_replaced(deployment):

@@ -121,6 +121,32 @@ def reference():
     return ref.eval()
 
 
+def test_our_gguf_reader_reads_what_the_gguf_package_reads():
+    """loaders/gguf_file.py against the `gguf` package's reader on the real file: every
+    metadata value equal, and the tensors of every type in it (F32, Q8_0, Q4_1) bit for bit
+    equal to gguf.quants' dequantisation, in the same shape."""
+    import gguf
+    from gguf.quants import dequantize
+
+    from compute_worker.loaders.gguf_file import GGUFFile
+
+    path = default_model_path()
+    ours, theirs = GGUFFile(path), gguf.GGUFReader(str(path))
+    expected = {k: f.contents() for k, f in theirs.fields.items() if not k.startswith("GGUF.")}
+    assert ours.fields == expected
+    assert len(ours.fields["tokenizer.ggml.tokens"]) == 49152
+    assert [t.name for t in ours.tensors] == [t.name for t in theirs.tensors]
+    seen = set()
+    for mine, t in zip(ours.tensors, theirs.tensors):
+        if t.tensor_type in seen and not mine.name.startswith("blk.29."):
+            continue  # one of each type, and the whole last layer
+        seen.add(t.tensor_type)
+        want = torch.from_numpy(dequantize(t.data, t.tensor_type).astype("float32"))
+        got = ours.tensor(mine)
+        assert got.shape == want.shape and torch.equal(got, want), mine.name
+    assert {gguf.GGMLQuantizationType(k).name for k in seen} == {"F32", "Q8_0", "Q4_1"}
+
+
 def test_gguf_config(ours):
     model, tok = ours
     c = model.config

@@ -2,9 +2,9 @@
 tokenizer and chat template; each expectation is built independently of compute_worker/prompt."""
 from __future__ import annotations
 
-import gguf
 import pytest
 
+from compute_worker.loaders.gguf_file import GGUFFile
 from compute_worker.loaders.gguf_loader import default_model_path
 from compute_worker.prompt import TurnError, prompt_ids
 from compute_worker.tokenizer import ChatTokenizer
@@ -17,7 +17,7 @@ PREFILL = "The capital of France is"
 
 @pytest.fixture(scope="module")
 def reader():
-    return gguf.GGUFReader(str(default_model_path()))
+    return GGUFFile(default_model_path())
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +36,7 @@ def ids_of(turn_, tok) -> list[int]:
 
 def test_smollm2_adds_no_bos_to_raw_text(reader, tok):
     # what the model's GGUF metadata says, read directly
-    assert reader.fields["tokenizer.ggml.add_bos_token"].contents() is False
+    assert reader.fields["tokenizer.ggml.add_bos_token"] is False
     assert not tok.add_bos
 
 

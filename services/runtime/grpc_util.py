@@ -2,17 +2,19 @@
 keepalives, and the cluster token on every internal call (services/runtime/cluster_auth.py).
 
 The top of services/runtime's import graph for gRPC: it builds on tls.py (credentials, the
-process-wide TLS), cluster_auth.py (the token interceptors, the process-wide token) and
-tracing.py (span interceptors); none of them imports it."""
+process-wide TLS), cluster_auth.py (the token interceptors, the process-wide token),
+tracing.py (span interceptors) and health.py (the health service, with List); none of them
+imports it."""
 from __future__ import annotations
 
 import os
 from concurrent import futures
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.runtime import tracing
+from services.runtime.health import HealthServicer
 from services.runtime.cluster_auth import TokenCheck, TokenSender, aio_senders, cluster_token
 from services.runtime.rpc_errors import GUARD
 from services.runtime.tls import TLSFiles, TLSMaterial, load as load_tls, process_material
@@ -97,7 +99,7 @@ class Server:
                                               *interceptors))
         for add_fn, servicer in services:
             add_fn(servicer, self.grpc)
-        self.health = health.HealthServicer()
+        self.health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
         material = _material(tls, server=True)
         self.tls = material is not None

@@ -1,10 +1,12 @@
 """A turn whose first token comes after ~9 minutes (BIDAW_CHAOS_WAIT_S, default 540 s). Once
 the replay is done the worker is restarted as a slow engine (`--min-step-ms`: every step takes
-at least wait/16) and given an 8,000-token prompt: its 16 prefill chunks of 512 tokens take the
-whole wait before the first token. Every hop (client -> scheduler -> worker, scheduler ->
-store's Awareness stream) carries no data meanwhile, only keepalive pings. The turn must be
-answered, equal token for token to the in-process recompute (it joins the replay's answers for
-the runner's check), no service may log a GOAWAY, and the Awareness stream may not drop."""
+at least wait/16) that prefills 32 prompt tokens a step, and given a 512-token prompt: its 16
+prefill chunks take the whole wait before the first token (the step floor makes the wait, not
+the model: an 8,000-token prompt in 512-token chunks did the same in 10x the compute).
+Every hop (client -> scheduler -> worker, scheduler -> store's Awareness stream) carries no
+data meanwhile, only keepalive pings. The turn must be answered, equal token for token to the
+in-process recompute (it joins the replay's answers for the runner's check), no service may
+log a GOAWAY, and the Awareness stream may not drop."""
 import os
 import time
 
@@ -16,8 +18,8 @@ from services.runtime.gen import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from services.runtime.grpc_util import channel
 
 WAIT_ENV = "BIDAW_CHAOS_WAIT_S"
-PROMPT = [100 + (i * 7919) % 20000 for i in range(8000)]  # 16 prefill chunks of <= 512
-CHUNKS = 16
+CHUNKS, CHUNK_TOKENS = 16, 32
+PROMPT = [100 + (i * 7919) % 20000 for i in range(CHUNKS * CHUNK_TOKENS)]
 
 
 def wait_s() -> float:
@@ -32,7 +34,8 @@ class Fault(BaseFault):
         wait = wait_s()
         worker = topo.services["worker0"]
         topo.kill9("worker0")
-        worker.args = [*worker.args, "--min-step-ms", str(int(wait * 1000 / CHUNKS))]
+        worker.args = [*worker.args, "--min-step-ms", str(int(wait * 1000 / CHUNKS)),
+                       "--prefill-chunk-tokens", str(CHUNK_TOKENS)]
         topo.restart("worker0")
         stats = scheduler_pb2_grpc.SchedulerStub(channel(topo.scheduler_target))
         deadline = time.monotonic() + 60
