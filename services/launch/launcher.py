@@ -223,9 +223,12 @@ class LocalDeployment:
             svc.terminate()
         for svc in reversed(self.services.values()):
             svc.reap(timeout)
-        if self._prior_token is not None:
+        # Give back the token this process had before, but never "none": another deployment
+        # started meanwhile in this process may still run on the made one (ensure_token shared
+        # it), and its clients here would then be refused.
+        if self._prior_token:
             configure_token(self._prior_token)
-            self._prior_token = None
+        self._prior_token = None
 
     def __enter__(self) -> "LocalDeployment":
         return self if self.services else self.start()  # `with dep.start(timeout=...)` too

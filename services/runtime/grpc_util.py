@@ -35,10 +35,17 @@ def keepalive_s() -> float:
     return value
 
 
+RECONNECT_BACKOFF_MS = (250, 2_000)  # a channel's first and longest wait between dials
+
+
 def client_options() -> list[tuple[str, int]]:
-    """Every channel: our message limits, and a ping every keepalive_s() even while idle, so a
-    dead peer (or a NAT that forgot the flow) is noticed in seconds."""
+    """Every channel: our message limits, a ping every keepalive_s() even while idle, so a dead
+    peer (or a NAT that forgot the flow) is noticed in seconds, and reconnects at most
+    RECONNECT_BACKOFF_MS[1] apart. gRPC's default backoff grows to 120 s, for a client among
+    thousands on the internet; a member of a cluster that dials a restarting peer (a healed
+    store, a worker still loading its model) kept waiting 10 s and more after it was back."""
     ping_ms = int(keepalive_s() * 1000)
+    first_ms, max_ms = RECONNECT_BACKOFF_MS
     return [
         ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -46,6 +53,9 @@ def client_options() -> list[tuple[str, int]]:
         ("grpc.keepalive_timeout_ms", 5_000),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.initial_reconnect_backoff_ms", first_ms),
+        ("grpc.min_reconnect_backoff_ms", first_ms),
+        ("grpc.max_reconnect_backoff_ms", max_ms),
     ]
 
 
