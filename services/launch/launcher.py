@@ -1,7 +1,8 @@
 """The one launcher of local deployments: KV store, compute worker(s), scheduler and (optionally)
-the HTTP gateway, each a `bidaw serve` process on loopback, started in dependency order and
-stopped in reverse. `bidaw up`, the demo, load, live replay, the benchmarks and the chaos runner
-(bench/chaos/topology.py) all start theirs here.
+the HTTP gateway, each a `bidaw serve` process on loopback, started in dependency order (the
+workers, slow to load their model, beside the store) and stopped in reverse. `bidaw up`, the
+demo, load, live replay, the benchmarks and the chaos runner (bench/chaos/topology.py) all
+start theirs here.
 
 The services' settings are fields of their config types (kv_store/config.py StoreConfig and the
 others): the defaults below are those types' own, and every flag passed is built from a field
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import pathlib
 import subprocess
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -188,9 +190,8 @@ class LocalDeployment:
         self._write_token()
         try:
             for name, kind, port, values in self._settings():
-                self.services[name] = svc = self._service(name, kind, port, values)
-                svc.launch()
-                svc.wait_ready(timeout, self.tls)
+                self.services[name] = self._service(name, kind, port, values)
+            self._launch_all(timeout)
             if self.supervise:
                 self.supervisor = Supervisor(self._relaunch, self.restart_policy,
                                              self.on_restart)
@@ -201,6 +202,40 @@ class LocalDeployment:
             self.stop()
             raise
         return self
+
+    def _launch_all(self, timeout: float) -> None:
+        """A worker loads its model for most of a start, so the workers start with the store
+        and the scheduler once the store serves (its Awareness stream dials the store at once).
+        The gateway starts when the scheduler has heard from every worker (it asks them every
+        2 s): its /health is then true at once, and a turn sent then finds a worker."""
+        of = lambda kind: [s for s in self.services.values() if s.kind == kind]  # noqa: E731
+        for svc in (*of("store"), *of("worker")):
+            svc.launch()
+        for svc in of("store"):
+            svc.wait_ready(timeout, self.tls)
+        for svc in (*of("scheduler"), *of("worker")):
+            if svc.kind == "scheduler":
+                svc.launch()
+            svc.wait_ready(timeout, self.tls)
+        if of("scheduler"):
+            self._wait_scheduler_sees(len(of("worker")), timeout)
+        for svc in of("gateway"):
+            svc.launch()
+            svc.wait_ready(timeout, self.tls)
+
+    def _wait_scheduler_sees(self, workers: int, timeout: float) -> None:
+        from services.runtime.gen import scheduler_pb2, scheduler_pb2_grpc
+        from services.runtime.grpc_util import channel
+
+        deadline = time.monotonic() + timeout
+        with channel(self.scheduler_target, self.tls) as ch:
+            stub = scheduler_pb2_grpc.SchedulerStub(ch)
+            while (seen := stub.Stats(scheduler_pb2.SchedulerStatsRequest(),
+                                      timeout=10).workers) < workers:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the scheduler saw {seen} of {workers} workers serve "
+                                       f"after {timeout:.0f} s")
+                time.sleep(0.1)
 
     def _relaunch(self, name: str) -> subprocess.Popen:
         return self.services[name].launch()
