@@ -145,6 +145,9 @@ def test_our_gguf_reader_reads_what_the_gguf_package_reads():
         got = ours.tensor(mine)
         assert got.shape == want.shape and torch.equal(got, want), mine.name
     assert {gguf.GGMLQuantizationType(k).name for k in seen} == {"F32", "Q8_0", "Q4_1"}
+    q4 = next(t for t in ours.tensors if len(t.shape) == 2 and t.type == 3)  # a Q4_1 matrix
+    # the fallback for the types not dequantised here gives the same values, in the same shape
+    assert torch.equal(ours.tensor_by_gguf(q4), ours.tensor(q4))
 
 
 def test_gguf_config(ours):

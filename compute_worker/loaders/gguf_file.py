@@ -103,11 +103,16 @@ class GGUFFile:
     def tensor(self, t: GGUFTensor) -> torch.Tensor:
         """float32 values [*t.shape], a tensor of its own (writable, not the file's)."""
         if t.type not in _BLOCKS:
-            from gguf.quants import dequantize
-
-            return torch.from_numpy(np.array(dequantize(self.raw(t), t.type), np.float32))
+            return self.tensor_by_gguf(t)
         data = torch.from_numpy(self.raw(t).copy())
         return _dequantize(data, t.type).reshape(t.shape)
+
+    def tensor_by_gguf(self, t: GGUFTensor) -> torch.Tensor:
+        """The same through `gguf.quants` (the types not dequantised here; K-quants and such)."""
+        from gguf.quants import dequantize
+
+        values = np.array(dequantize(self.raw(t), t.type), np.float32)
+        return torch.from_numpy(values).reshape(t.shape)
 
 
 def _nbytes(kind: int, dims: list[int]) -> int:
