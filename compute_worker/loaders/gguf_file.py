@@ -47,8 +47,7 @@ class GGUFFile:
         self.path = Path(path)
         with open(self.path, "rb") as f:
             self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        buf, self._pos = self._map, 0
-        if bytes(buf[:4]) != MAGIC:
+        if bytes(self._map[:4]) != MAGIC:
             raise ValueError(f"{self.path} is not a GGUF file")
         self._pos = 4
         version, n_tensors, n_fields = self._unpack("<I"), self._unpack("<Q"), self._unpack("<Q")

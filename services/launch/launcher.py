@@ -213,9 +213,10 @@ class LocalDeployment:
             svc.launch()
         for svc in of("store"):
             svc.wait_ready(timeout, self.tls)
-        for svc in (*of("scheduler"), *of("worker")):
-            if svc.kind == "scheduler":
-                svc.launch()
+        for svc in of("scheduler"):
+            svc.launch()
+            svc.wait_ready(timeout, self.tls)
+        for svc in of("worker"):
             svc.wait_ready(timeout, self.tls)
         if of("scheduler"):
             self._wait_scheduler_sees(len(of("worker")), timeout)
