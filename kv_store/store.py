@@ -207,13 +207,16 @@ class KVStore:
             with self._lock:
                 self.prefetcher.ended(session_id)
 
-    # -- for benchmarks and tests (under the store lock) ------------------------------------
+    # -- for benchmarks and tests ------------------------------------------------------------
 
-    def forget(self, session_id: str) -> None:
+    def forget(self, session_id: str) -> None:  # under the store lock
         self.index.forget(session_id)
 
-    def _drop_dram(self, session_id: str) -> None:
-        self.dram.drop(session_id)
+    def demote(self, session_id: str) -> None:
+        """Drop a session's DRAM copy, as an eviction would: what is on SSD stays there (wait
+        for `writer` first to have all of it there)."""
+        with self._lock:
+            self.dram.drop(session_id)
 
     # -- housekeeping -----------------------------------------------------------------------
 

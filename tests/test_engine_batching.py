@@ -162,8 +162,7 @@ def test_restore_in_step_stalls_the_running_batch_while_a_kv_comes_off_ssd(opt_m
         history = list(range(5, 205))
         first = answer(engine, turn("b", ids=history, max_tokens=8))[0]
         core.writer.wait("b")
-        with core._lock:
-            core._drop_dram("b")  # ~640 KB on SSD, read at 1 MB/s
+        core.demote("b")  # ~640 KB on SSD, read at 1 MB/s
         assert client.lookup("b").tier == common_pb2.TIER_SSD
         follow_up = history + first + [7, 8, 9]
         long_ids = list(range(3, 13))

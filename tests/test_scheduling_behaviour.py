@@ -25,55 +25,71 @@ def history(name: str) -> list[int]:
     return torch.randint(100, 40000, (SIZES[name],), generator=gen).tolist()
 
 
-def race(policy: str, tmp_path, sync: bool = False):
+def race(dep: LocalDeployment, label: str):
     """When each session's second turn was dispatched to the worker (seconds from the first
     submission), after the SSD/DRAM layout is set up, and the turns' summaries. Dispatch, not
-    finish: how long a worker then takes is not the scheduler's doing. `sync`: the FCFS that
-    does not look at where KV is, with the worker reading it inside its step (vLLM + LMCache)."""
-    scheduler, worker = ["--max-loads", "1"], []
-    if sync:
-        scheduler, worker = scheduler + ["--ssd-aware", "false"], ["--restore-in-step", "true"]
-    dep = LocalDeployment(
-        data_dir=str(tmp_path / f"{policy}{'-sync' if sync else ''}"), dram_bytes="40MiB",
-        eviction="lru", policy=policy,
-        extra_args={"store": ["--ssd-read-gbps-cap", "0.02"], "scheduler": scheduler,
-                    "worker": worker})
-    with dep:
-        client, store = ChatClient(dep.scheduler_target), KVClient(dep.store_target)
-        for name in ["medium", "small", "big", "filler", "hot"]:  # LRU leaves filler+hot in DRAM
-            client.turn(name, prompt_token_ids=history(name), max_tokens=1)
-        tiers = {n: store.lookup(n).tier for n in SUBMIT_ORDER}
-        assert tiers == {"medium": common_pb2.TIER_SSD, "big": common_pb2.TIER_SSD,
-                         "small": common_pb2.TIER_SSD, "hot": common_pb2.TIER_DRAM}
-        done: dict[str, float] = {}
-        served: dict[str, common_pb2.TurnSummary] = {}
-        start = time.monotonic()
+    finish: how long a worker then takes is not the scheduler's doing. Sessions are named
+    after the race (`label`), so an earlier race's sessions are only older LRU entries."""
+    client, store = ChatClient(dep.scheduler_target), KVClient(dep.store_target)
+    sid = lambda name: f"{label}-{name}"  # noqa: E731
+    for name in ["medium", "small", "big", "filler", "hot"]:  # LRU leaves filler+hot in DRAM
+        client.turn(sid(name), prompt_token_ids=history(name), max_tokens=1)
+    tiers = {n: store.lookup(sid(n)).tier for n in SUBMIT_ORDER}
+    assert tiers == {"medium": common_pb2.TIER_SSD, "big": common_pb2.TIER_SSD,
+                     "small": common_pb2.TIER_SSD, "hot": common_pb2.TIER_DRAM}
+    done: dict[str, float] = {}
+    served: dict[str, common_pb2.TurnSummary] = {}
+    start = time.monotonic()
 
-        def second_turn(name: str) -> None:
-            stored = store.lookup(name).token_ids
-            submitted = time.monotonic() - start
-            result = client.turn(name, prompt_token_ids=list(stored) + [101, 102, 103],
-                                 max_tokens=2, ignore_eos=True)
-            done[name] = submitted + result.summary.queue_s
-            served[name] = result.summary
+    def second_turn(name: str) -> None:
+        stored = store.lookup(sid(name)).token_ids
+        submitted = time.monotonic() - start
+        result = client.turn(sid(name), prompt_token_ids=list(stored) + [101, 102, 103],
+                             max_tokens=2, ignore_eos=True)
+        done[name] = submitted + result.summary.queue_s
+        served[name] = result.summary
 
-        threads = []
-        for name in SUBMIT_ORDER:
-            threads.append(threading.Thread(target=second_turn, args=(name,)))
-            threads[-1].start()
-            time.sleep(0.15)
-        for t in threads:
-            t.join(timeout=120)
-        assert set(done) == set(SUBMIT_ORDER)  # every turn answered, the big one too
-        assert all(served[n].cached_tokens == SIZES[n] for n in SUBMIT_ORDER)
-        return done, served
+    threads = []
+    for name in SUBMIT_ORDER:
+        threads.append(threading.Thread(target=second_turn, args=(name,)))
+        threads[-1].start()
+        time.sleep(0.15)
+    for t in threads:
+        t.join(timeout=120)
+    assert set(done) == set(SUBMIT_ORDER)  # every turn answered, the big one too
+    assert all(served[n].cached_tokens == SIZES[n] for n in SUBMIT_ORDER)
+    return done, served
+
+
+def relaunch(dep: LocalDeployment, flags: dict[str, list[str]]) -> None:
+    """Stop the services named, add `flags` to theirs (argparse: the last one wins), start them
+    again on their ports, and wait until the scheduler hears from the worker."""
+    for name in flags:
+        dep.services[name].terminate()
+        dep.services[name].reap(20)
+        dep.services[name].args += flags[name]
+    for name in ["worker", "scheduler"]:  # the scheduler dials the worker: worker first
+        if name in flags:
+            dep.restart(name)
+    dep.wait_workers_seen()
 
 
 @pytest.fixture(scope="module")
 def races(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("sched")
-    return {"bidaw": race("bidaw", tmp), "fcfs": race("fcfs", tmp),
-            "fcfs-sync": race("fcfs", tmp, sync=True)}
+    """One store and worker for three schedulers in turn: Bidaw, FCFS, and the FCFS that does
+    not look at where KV is, with the worker reading it inside its step (vLLM + LMCache)."""
+    dep = LocalDeployment(
+        data_dir=str(tmp_path_factory.mktemp("sched")), dram_bytes="40MiB", eviction="lru",
+        policy="bidaw", supervise=False,
+        extra_args={"store": ["--ssd-read-gbps-cap", "0.02"], "scheduler": ["--max-loads", "1"]})
+    with dep:
+        found = {"bidaw": race(dep, "bidaw")}
+        relaunch(dep, {"scheduler": ["--policy", "fcfs"]})
+        found["fcfs"] = race(dep, "fcfs")
+        relaunch(dep, {"scheduler": ["--ssd-aware", "false"],
+                       "worker": ["--restore-in-step", "true"]})
+        found["fcfs-sync"] = race(dep, "sync")
+    return found
 
 
 @pytest.fixture(scope="module")

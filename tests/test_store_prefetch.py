@@ -33,8 +33,7 @@ def answered(client, core, sid, answer, size=MIB):
 
 
 def evict(core, sid):
-    with core._lock:
-        core._drop_dram(sid)
+    core.demote(sid)
 
 
 def stat(core, name):

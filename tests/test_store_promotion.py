@@ -19,8 +19,7 @@ def on_ssd(client, core, names):
         data[sid] = os.urandom(MIB)
         client.write(sid, 0, list(range(16)), KV, MIB // 16, "m", data[sid])
     for sid in names:  # evict them all: the scheduler sees them on SSD
-        with core._lock:
-            core._drop_dram(sid)
+        core.demote(sid)
         assert client.lookup(sid).tier == common_pb2.TIER_SSD
     return data
 

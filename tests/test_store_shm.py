@@ -92,8 +92,7 @@ def test_read_leases_and_prepared_regions_expire(store):
                                                                    lease_seconds=0.2))
     prepared = client.stub.PrepareShmWrite(kv_store_pb2.PrepareShmWriteRequest(
         session_id="w", num_bytes=2 * BPT, lease_seconds=0.2))
-    with core._lock:
-        core._drop_dram("a")  # evicted: only the read lease keeps its pages
+    core.demote("a")  # evicted: only the read lease keeps its pages
     assert core.stats()["dram_bytes"] == 6 * BPT and core.stats()["leases"] == 2
     time.sleep(0.3)
     core.expire_leases()  # what the housekeeping thread does twice a second

@@ -124,8 +124,7 @@ def ssd_read_vs_raw(folder: str, sizes_mb: list[int], io_mb: int, reps: int,
             _write_raw(raw_path, length)
             tier_s, raw_s, ratios = [], [], []
             for rep in range(reps + 1):  # interleaved: both see the same disk weather
-                with store._lock:
-                    store._drop_dram(sid)
+                store.demote(sid)
                 start = time.perf_counter()
                 store.open_read(sid).release()  # the promotion path: SSD -> DRAM region
                 tier_s.append(time.perf_counter() - start)

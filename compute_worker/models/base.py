@@ -19,6 +19,12 @@ from compute_worker.models.kv_blocks import kv_block
 from compute_worker.models.kv_cache import KVCache
 
 
+def embedding(num: int, dim: int, dtype: torch.dtype) -> nn.Embedding:
+    """An Embedding left uninitialised, as the loaders fill it: its own init (normal_) on the
+    meta device imports torch._dynamo, ~3 s of every worker's start."""
+    return nn.Embedding(num, dim, _weight=torch.empty(num, dim, dtype=dtype))
+
+
 @dataclass
 class ForwardOut:
     logits: torch.Tensor  # [T_i, vocab] float32 ([1, vocab] when logits_last_only)

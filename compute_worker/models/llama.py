@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from compute_worker.models.base import CausalLM, Packed, packed_attention
+from compute_worker.models.base import CausalLM, Packed, embedding, packed_attention
 from compute_worker.models.config import ModelConfig
 from compute_worker.models.fuse import rows_from
 from compute_worker.models.rope import apply_rope, inv_frequencies, rope_cos_sin
@@ -84,7 +84,7 @@ class LlamaLayer(nn.Module):
 class LlamaForCausalLM(CausalLM):
     def _build(self, dtype: torch.dtype) -> None:
         cfg = self.config
-        self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size, dtype=dtype)
+        self.embed = embedding(cfg.vocab_size, cfg.hidden_size, dtype)
         self.layers = nn.ModuleList(LlamaLayer(cfg, dtype) for _ in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(

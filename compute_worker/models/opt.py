@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from compute_worker.models.base import CausalLM, Packed, packed_attention
+from compute_worker.models.base import CausalLM, Packed, embedding, packed_attention
 from compute_worker.models.config import ModelConfig
 from compute_worker.models.fuse import rows_from
 from compute_worker.models.llama import ACTIVATIONS
@@ -63,8 +63,9 @@ class OPTForCausalLM(CausalLM):
     def _build(self, dtype: torch.dtype) -> None:
         cfg = self.config
         wdim = cfg.word_embed_proj_dim or cfg.hidden_size
-        self.embed = nn.Embedding(cfg.vocab_size, wdim, dtype=dtype)
-        self.pos_embed = nn.Embedding(cfg.max_position + POSITION_OFFSET, cfg.hidden_size, dtype=dtype)
+        self.embed = embedding(cfg.vocab_size, wdim, dtype)
+        self.pos_embed = embedding(cfg.max_position + POSITION_OFFSET, cfg.hidden_size,
+                                  dtype)
         proj = wdim != cfg.hidden_size
         self.project_in = nn.Linear(wdim, cfg.hidden_size, bias=False, dtype=dtype) if proj else None
         self.project_out = nn.Linear(cfg.hidden_size, wdim, bias=False, dtype=dtype) if proj else None

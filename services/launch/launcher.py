@@ -219,15 +219,17 @@ class LocalDeployment:
         for svc in of("worker"):
             svc.wait_ready(timeout, self.tls)
         if of("scheduler"):
-            self._wait_scheduler_sees(len(of("worker")), timeout)
+            self.wait_workers_seen(timeout)
         for svc in of("gateway"):
             svc.launch()
             svc.wait_ready(timeout, self.tls)
 
-    def _wait_scheduler_sees(self, workers: int, timeout: float) -> None:
+    def wait_workers_seen(self, timeout: float = 60.0) -> None:
+        """Until the scheduler has heard from every worker (it asks them every 2 s)."""
         from services.runtime.gen import scheduler_pb2, scheduler_pb2_grpc
         from services.runtime.grpc_util import channel
 
+        workers = len(self.worker_names())
         deadline = time.monotonic() + timeout
         with channel(self.scheduler_target, self.tls) as ch:
             stub = scheduler_pb2_grpc.SchedulerStub(ch)
