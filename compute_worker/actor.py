@@ -17,9 +17,11 @@ import services.runtime.tracing as tracing
 from services.runtime.gen import common_pb2, compute_worker_pb2
 
 from compute_worker.engine_config import EngineConfig
-from compute_worker.kv_codec import KV, TENSOR6
 
 log = logging.getLogger("bidaw.compute_worker")
+# The wire's names, not kv_codec's: this module is also the worker's main process, which has
+# no use for torch (importing it there cost ~3 s of every start).
+KV, TENSOR6 = common_pb2.KV_FORMAT_KV, common_pb2.KV_FORMAT_TENSOR6
 
 
 def resolve_format(name: str, config) -> int:
