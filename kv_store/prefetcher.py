@@ -3,7 +3,8 @@ the sessions the policy expects back soon, on disk time that demand loads leave 
 
 The plan is the cache simulator's (bench/sim/cache_bandwidth.py), from the same pure parts: the
 PrefetchPlanner orders the sessions evicted to SSD by expected return (the policy's
-`return_window`, in its clock), and the policy says which DRAM a promotion may take
+`return_window`, in its clock; by the policy's `prefetch_cost` once the disk is behind), and the
+policy says which DRAM a promotion may take
 (`prefetch_victims`: only entries worth less than it, never one leased, pinned, queued or being
 written; exactly those are evicted). The I/O is the store's read path, on this thread, one
 read at a time, begun only while the Promoter has no demand load queued or running
@@ -104,7 +105,9 @@ class Prefetcher:
         self._unused.pop(session_id, None)
         if session_id in self.space.index.metas:  # on SSD (the tiers are inclusive)
             now = time.monotonic() / self.policy.scale
-            self.planner.evicted(session_id, self.policy.inner.return_window(session_id), now)
+            inner = self.policy.inner
+            self.planner.evicted(session_id, inner.return_window(session_id), now,
+                                 inner.prefetch_cost(session_id))
             self._poke.set()
 
     # -- the loop ---------------------------------------------------------------------------

@@ -47,6 +47,23 @@ def test_a_promoted_session_that_does_not_return_is_blocked_until_it_does():
     assert p.next(145.0) == "a"
 
 
+def test_once_the_soonest_is_overdue_the_cheapest_due_goes_first():
+    p = PrefetchPlanner(horizon_s=10.0)
+    p.evicted("big", (20.0, 90.0), now=0.0, cost=500.0)
+    p.evicted("small", (25.0, 90.0), now=0.0, cost=5.0)
+    p.evicted("later", (60.0, 90.0), now=0.0, cost=1.0)   # not due: its cost does not count
+    assert p.next(15.0) == "big"           # on time: the soonest expected first
+    assert p.next(21.0) == "small"         # big is overdue: the disk is behind, cheapest first
+    assert p.next(21.0, exclude={"small"}) == "big"   # refused: the next one
+    assert p.next(21.0, exclude={"small", "big"}) is None
+    p.promoted("small")
+    assert p.next(21.0) == "big" and "small" not in p
+    nocost = PrefetchPlanner(horizon_s=10.0)          # no cost: soonest first, overdue or not
+    nocost.evicted("a", (20.0, 90.0), now=0.0)
+    nocost.evicted("b", (25.0, 90.0), now=0.0)
+    assert nocost.next(21.0) == "a"
+
+
 def test_negative_horizon_is_refused():
     with pytest.raises(ValueError, match="horizon"):
         PrefetchPlanner(-1.0)

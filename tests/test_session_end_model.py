@@ -154,3 +154,28 @@ def test_a_promotion_counts_as_ended_by_its_learned_chance_of_returning():
     ends.remove("p")
     ends.admit_prefetched("p", 100, t + 5.0)
     assert ends._stale.priority("p")[0] == pytest.approx(ends._window(ends._sessions.get("p"))[1])
+
+
+def test_a_session_more_likely_ended_than_not_goes_stale_sooner():
+    def trained(stale_chance):
+        pol = _policy(end_after_s=100.0, stale_chance=stale_chance)
+        t = 0.0
+        for i in range(300):              # a third of the sessions never have a third turn
+            key, gap = f"y{i}", 5.0 + 10.0 * (i % 8)   # think times spread over 5..75 s
+            pol.admit(key, 100, t)
+            pol.observe_answer(key, 50, t)
+            pol.touch(key, 100, t + gap)
+            pol.observe_answer(key, 50, t + gap)
+            if i % 3:
+                pol.touch(key, 100, t + 2 * gap)
+            t += 1.0
+        pol.admit("z", 100, t + 200.0)    # the last ones expire: counted
+        pol.observe_answer("z", 50, t + 200.0)
+        pol.touch("z", 100, t + 220.0)
+        pol.observe_answer("z", 50, t + 220.0)
+        return pol, pol._stale.priority("z")[0]
+    pol, sooner = trained(0.5)
+    assert pol.ends.probability(2) < 0.8
+    _, q99 = trained(None)                # bidaw-size's rule: the think time's q99
+    assert sooner < q99 - 10.0
+    assert trained(0.01)[1] == q99        # a threshold that never binds changes nothing

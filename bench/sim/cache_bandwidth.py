@@ -11,8 +11,9 @@ G GB/s (10^9 bytes/s) lasts B·X / (G·10^9) trace seconds; the policies keep th
   the read completes (the policy then sees the access, at the turn's arrival time, and its
   answer), evicting as in the replay; with the end oracle a read for a session that has ended is
   still done (the turn needed it) but the KV is freed at once;
-- promotion: when the SSD is idle, the planner's candidate (the evicted session expected back
-  soonest, within the horizon) is read if the policy lets it take DRAM; a refusal waits for the
+- promotion: when the SSD is idle, the planner's candidate (PrefetchPlanner: an evicted session
+  expected back within the horizon) is read if the policy lets it take DRAM; if not, the next
+  candidate, up to the policy's `prefetch_tries` refused, after which a refusal waits for the
   next turn;
 - bytes are counted for reads started inside the window.
 """
@@ -79,6 +80,7 @@ class _SsdReplay:
         self.refused = False          # a promotion was refused: wait for the next turn
         self.unused: set = set()      # promoted, not hit yet
         self.clock = 0.0              # the time of the event being handled
+        self.tries = getattr(policy, "prefetch_tries", 1)  # candidates weighed per idle disk
 
     # ---- DRAM -----------------------------------------------------------------------------
     def on_evict(self, k) -> None:
@@ -87,7 +89,8 @@ class _SsdReplay:
             self.evicted[k] = 0
         else:
             self.evicted[k] = self.stored[k]
-            self.planner.evicted(k, self.policy.return_window(k), self.clock)
+            self.planner.evicted(k, self.policy.return_window(k), self.clock,
+                                self.policy.prefetch_cost(k))
 
     def make_room(self, now: float) -> None:
         if self.dram.used > self.limit:
@@ -123,14 +126,20 @@ class _SsdReplay:
         self.make_room(t)
 
     def try_prefetch(self, at: float) -> bool:
-        k = self.planner.next(at)
-        if k is None:
-            return False
-        size = self.evicted[k]
-        need = self.dram.used + size - self.limit
-        if need > 0 and not self.policy.prefetch_allowed(k, size, at, need, self.dram.size):
-            self.refused = True
-            return False
+        refused: set = set()
+        while True:
+            k = self.planner.next(at, refused)
+            if k is None:
+                self.refused = bool(refused)
+                return False
+            size = self.evicted[k]
+            need = self.dram.used + size - self.limit
+            if need <= 0 or self.policy.prefetch_allowed(k, size, at, need, self.dram.size):
+                break
+            refused.add(k)
+            if len(refused) >= self.tries:
+                self.refused = True
+                return False
         self.planner.promoted(k)
         r = self.reads[k] = _Read(k, size, True)
         self.begin(r, at)

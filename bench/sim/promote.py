@@ -52,7 +52,8 @@ class Promoter:
     # ---- the policy's hooks ----------------------------------------------------------------
     def evicted(self, user: int, now: float) -> None:
         self.unused.discard(user)
-        self.planner.evicted(user, self.policy.return_window(user), now)
+        self.planner.evicted(user, self.policy.return_window(user), now,
+                             self.policy.prefetch_cost(user))
 
     def left_s(self, now: float) -> float:
         """Seconds until the promotion in flight lands, if nothing else starts."""

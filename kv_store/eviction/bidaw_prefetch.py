@@ -1,6 +1,7 @@
 """Bidaw-prefetch: bidaw-size's eviction, plus what promotion needs from the same prediction.
 
-Eviction is bidaw-size's, except for promoted sessions not back yet. Predictive promotion
+Eviction is bidaw-size's, except for promoted sessions not back yet and sessions likely ended
+(below). Predictive promotion
 (SSD -> DRAM before the user returns) asks the policy three things, all answered from the one
 return-time model it evicts with (its ThinkTimeModel, per answer length, scaled by the user's own
 pace): when an evicted session is expected back (`return_window`: a central and a high quantile
@@ -17,7 +18,12 @@ when a promoted session not back yet counts as ended: inside its return window i
 when nothing else can (its mean excess would otherwise make a promotion due any moment the
 first victim), and it goes first once its chance of returning falls below `min_return_chance`,
 never before the window's end. With an end oracle ends are announced, the learned chance stays
-near 1 and a promotion is kept; without one it ends at about the window's end.
+near 1 and a promotion is kept; without one it ends at about the window's end. The same chance
+ends any entry once it falls below `stale_chance` (more likely ended than not: it goes first,
+instead of holding DRAM until bidaw-size's q99). `prefetch_cost` (the KV's bytes) orders the
+due candidates once the disk has fallen behind them (PrefetchPlanner): then the disk time
+demand reads leave serves the most turns; `prefetch_tries` due candidates are weighed before a
+refusal leaves the disk idle.
 `victim_margin` > 1 counts the victims' worth that many times (fewer promotions and bytes,
 fewer hits; docs/policies.md has the measurements).
 """
@@ -40,7 +46,8 @@ class BidawPrefetchPolicy(BidawSizePolicy):
     def __init__(self, horizon_s: float = 30.0, return_quantile: float = 0.5,
                  high_quantile: float = 0.9, min_return_chance: float = 0.7,
                  end_after_s: float | None = 600.0, victim_margin: float = 1.0,
-                 keep_promoted: bool = True, **kwargs) -> None:
+                 keep_promoted: bool = True, stale_chance: float | None = 0.5,
+                 cost_order: bool = True, prefetch_tries: int = 8, **kwargs) -> None:
         if not 0.0 < return_quantile < high_quantile < 1.0:
             raise ValueError("bidaw-prefetch needs 0 < return_quantile < high_quantile < 1 "
                              f"(got {return_quantile}, {high_quantile})")
@@ -55,6 +62,10 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         # promoted, not back yet: key -> the end of its return window (until then kept, if
         # anything else can go: it was read because it is due, its mean excess says otherwise)
         self.keep_promoted = keep_promoted
+        # an entry counts as ended (goes first) once its chance of returning is below this
+        self.stale_chance = stale_chance
+        self.cost_order = cost_order          # False: the planner promotes soonest-first always
+        self.prefetch_tries = prefetch_tries  # due candidates weighed before the disk idles
         self._awaited: dict[Key, float] = {}
         # the same model bidaw-size builds, asked for two more quantiles (defaults already held)
         self.think = ThinkTimeModel(extra_quantiles=(self.stale_quantile, return_quantile,
@@ -73,6 +84,15 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         if self.return_chance(s, at) < self.min_return_chance:
             return None
         return window
+
+    def prefetch_cost(self, key: Key) -> float | None:
+        """What promoting `key` costs per turn it may serve, for PrefetchPlanner to order due
+        candidates by once the disk is behind: its KV bytes (the disk time demand reads leave
+        is what promotion spends; hit rate counts turns). None: unknown, or `cost_order` off."""
+        s = self._sessions.get(key)
+        if not self.cost_order or s is None or s.last is None:
+            return None
+        return float(s.size)
 
     def _window(self, s) -> tuple[float, float]:
         q = self.think.stats(s.answer).quantiles
@@ -171,10 +191,12 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         if self.stale_quantile is not None:
             # a guess: if the user is not back by the window's end, it goes first (else an ended
             # session would hold DRAM until the far stale deadline); a return re-ranks it
+            # (never before the window's end: `stale_chance` may have set it sooner, but the
+            # session was read because it is due)
             latest = self._promotion_deadline(s)
             deadline, order = self._stale.priority(key)
-            if latest < deadline:
-                self._stale.set(key, (latest, order))
+            deadline = min(latest, max(deadline, self._awaited[key]))
+            self._stale.set(key, (deadline, order))
 
     # ---- what the end model learns from (the same events the think-time model sees) ------
     def observe_answer(self, key: Key, answer_tokens: int, now: float) -> None:
@@ -200,6 +222,19 @@ class BidawPrefetchPolicy(BidawSizePolicy):
                 if k is not None:
                     return k
         return super().victim(now, exclude)
+
+    def _stale_idle(self, s, stats: GapStats, quantile: float) -> float:
+        """bidaw-size's stale deadline, or sooner the idle time at which the session's chance of
+        returning (SessionEndModel's p for its turns, weighed by the silence) falls below
+        `stale_chance`: more likely ended than not, at 0.5. Where ends are announced p stays
+        near 1 and this never binds; without, ended sessions stop holding DRAM until the q99."""
+        idle = super()._stale_idle(s, stats, quantile)
+        c = self.stale_chance
+        if c is None or self.ends is None:
+            return idle
+        p = self.ends.probability(s.turns)
+        tail = 1.0 if p <= c else c * (1.0 - p) / ((1.0 - c) * p)  # p·S / (p·S + 1 - p) = c
+        return min(idle, stats.gap_at_survival(tail))
 
     def _promotion_deadline(self, s) -> float:
         """When a promoted session not back yet has probably ended: the end of its return
