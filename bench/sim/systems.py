@@ -44,6 +44,8 @@ class SystemSpec:
     promote: bool = False         # predictive promotion SSD -> DRAM (bench.sim.promote)
     choose_at_arrival: bool = False  # restore choice: also ask at arrival (bench.sim.restore)
     disk_behind: bool = False     # restore choice: weigh the loads waiting behind on the disk
+    suffix_loads: bool = False    # restore choice: the store reads a history's end too (reversed split)
+    piggyback: bool = False       # a reversed split's beginning rides on the decode steps
 
 
 BASE_SYSTEMS: dict[str, SystemSpec] = {s.name: s for s in (
@@ -59,7 +61,7 @@ BASE_SYSTEMS: dict[str, SystemSpec] = {s.name: s for s in (
                restore_choice=True, stall_weight=0.1),
     SystemSpec("bidaw-prefetch", TIERED, "bidaw", 1, "bidaw-prefetch", "auto", pin_queued=True,
                restore_choice=True, stall_weight=0.3, promote=True, choose_at_arrival=True,
-               disk_behind=True),
+               disk_behind=True, suffix_loads=True, piggyback=True),
     SystemSpec("ideal", UNBOUNDED, "fcfs", 1, "lru", "auto"),
     SystemSpec("ideal-kv", UNBOUNDED, "fcfs", 1, "lru", "kv"),
 )}
@@ -68,6 +70,8 @@ _ABLATIONS = {
     "-no-io": dict(queue="fcfs", prefetch_window=30),
     "-no-answer": dict(eviction="queue-aware"),
     "-no-tensor6": dict(tensor="kv"),
+    "-prefix-only": dict(suffix_loads=False, piggyback=False),
+    "-no-piggyback": dict(piggyback=False),
 }
 
 DEFAULT_SYSTEMS = ("recompute", "fcfs-lru", "cachedattention", "bidaw", "bidaw-size", "ideal")
