@@ -234,6 +234,10 @@ def test_a_piggybacked_reversed_split_meets_the_load_in_the_middle_for_free():
     taken = ComputeSide(GPU, 10, running=1, spare_tokens_per_s=3000.0, spare_taken_tokens=300)
     best = decide_restore(KV, taken, suffix_loads=True).best
     assert best.k == 675 and best.ttft_s == pytest.approx(0.325 + 0.005)
+    # the GPU prefills the turns ahead for W = 0.1 s first, riding only after: k = 3 (0.9 − k/1000) s
+    busy = ComputeSide(GPU, 10, slot_free_s=0.1, running=1, spare_tokens_per_s=3000.0)
+    best = decide_restore(KV, busy, suffix_loads=True).best
+    assert best.k == 675 and best.ttft_s == pytest.approx(0.325 + 0.005)
 
 
 def test_spare_compute_counts_only_with_turns_decoding_and_suffix_loads():

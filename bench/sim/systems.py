@@ -7,13 +7,17 @@ is then loaded again — what CachedAttention's queue-aware eviction prevents fo
 Bidaw leases the KV of every queued request, as the KV store service does. `bidaw-restore` is
 Bidaw choosing, per turn whose KV is on SSD, to load it, recompute it or both (bench.sim.restore).
 `bidaw-prefetch` is that choice (with the decode stall weighed in, as bidaw-restore-stall) plus
-predictive promotion (bench.sim.promote) on bidaw-prefetch's eviction (bidaw-size's ranking).
+predictive promotion (bench.sim.promote) on bidaw-prefetch's eviction (bidaw-size's ranking),
+with the reversed split offered (a store that reads a history's end: `suffix_loads`) and its
+recomputed beginning riding on the decode steps' idle compute (`piggyback`, bench.sim.engine);
+`-no-piggyback` and `-prefix-only` (neither: bidaw-prefetch before them) take them off.
 `fcfs-lru-head` loads only when a request reaches the head (the GPU keeps running the batch).
 
 A system = a scheduling queue (scheduler.policy) + an eviction policy (kv_store.eviction) + the
 tensor it stores + how much cache it has. Bidaw's mechanisms switch off by suffix, in any order:
 `-no-io` (FCFS with CachedAttention's look-ahead prefetch instead of the dual queue),
-`-no-answer` (queue-aware LRU instead of answer-based eviction), `-no-tensor6` (store K/V).
+`-no-answer` (queue-aware LRU instead of answer-based eviction), `-no-tensor6` (store K/V),
+`-prefix-only`, `-no-piggyback` (above).
 """
 from __future__ import annotations
 

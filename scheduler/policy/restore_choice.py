@@ -30,8 +30,9 @@ The options and their expected first-token times:
   Piggybacked (`compute.spare_tokens_per_s` σ > 0 with turns running): the beginning is not a
   step of its own but rides on the running batch's decode steps, which are memory-bound and
   leave compute idle (σ: the tokens they compute at no extra step time, per second; the due
-  beginnings of earlier turns, `spare_taken_tokens` P, take it first). By the time the end
-  lands, L = A + (n − k)β, f = min(k, max(σL − P, 0)) tokens are done for free; the rest,
+  beginnings of earlier turns, `spare_taken_tokens` P, take it first). Only decode steps carry
+  it, and until W the GPU prefills the turns ahead: by the time the end lands, L = A + (n − k)β,
+  f = min(k, max(σ·max(L − W, 0) − P, 0)) tokens are done for free; the rest,
   r = k − f, is computed in the turn's own step with the new tokens:
   max(L, W) + step(r on f, q on n, copied n − k) — the only GPU time it costs (and stalls).
 
@@ -232,7 +233,8 @@ def decide_restore(kv: KVOnSSD, compute: ComputeSide, suffix_loads: bool = False
 
     if suffix_loads and compute.spare_tokens_per_s > 0 and compute.running > 0:
         lands = a + (n - ks) * beta
-        free = np.clip(compute.spare_tokens_per_s * lands - compute.spare_taken_tokens, 0, ks)
+        riding = np.maximum(lands - w, 0.0)  # decode time before the end lands (W: prefills)
+        free = np.clip(compute.spare_tokens_per_s * riding - compute.spare_taken_tokens, 0, ks)
         r = ks - free
         start2 = np.maximum(lands, w)
         pairs = r * free + r * (r + 1) / 2 + q * n + q * (q + 1) / 2
