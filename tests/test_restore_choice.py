@@ -218,3 +218,31 @@ def test_the_choice_is_the_best_option_that_delays_nobody_ahead(cost, n, q, bpt,
         assert not split.offered
     else:
         assert split.offered and split.ttft_s == pytest.approx(expected, rel=1e-9, abs=1e-12)
+
+
+def test_a_piggybacked_reversed_split_meets_the_load_in_the_middle_for_free():
+    # β = 1 ms/token, the decode steps compute σ = 3,000 tokens/s for free: the beginning k is
+    # done by the time the end lands when k = 3 (1000 − k), k = 750; only the new tokens' step
+    # (10 × 0.5 ms) is GPU time of its own
+    compute = ComputeSide(GPU, new_tokens=10, running=1, spare_tokens_per_s=3000.0)
+    r = decide_restore(KV, compute, suffix_loads=True)
+    assert r.best.name == SPLIT_REVERSED and r.best.k == 750
+    assert r.best.ttft_s == pytest.approx(0.250 + 0.005)
+    assert r.best.gpu_s == pytest.approx(0.005)
+    assert ttfts(r)[RECOMPUTE] == pytest.approx(0.505) and ttfts(r)[WAIT_FOR_LOAD] == 1.005
+    # 300 tokens of earlier beginnings take the spare compute first: k = 3 (1000 − k) − 300
+    taken = ComputeSide(GPU, 10, running=1, spare_tokens_per_s=3000.0, spare_taken_tokens=300)
+    best = decide_restore(KV, taken, suffix_loads=True).best
+    assert best.k == 675 and best.ttft_s == pytest.approx(0.325 + 0.005)
+    # the GPU prefills the turns ahead for W = 0.1 s first, riding only after: k = 3 (0.9 − k/1000) s
+    busy = ComputeSide(GPU, 10, slot_free_s=0.1, running=1, spare_tokens_per_s=3000.0)
+    best = decide_restore(KV, busy, suffix_loads=True).best
+    assert best.k == 675 and best.ttft_s == pytest.approx(0.325 + 0.005)
+
+
+def test_spare_compute_counts_only_with_turns_decoding_and_suffix_loads():
+    plain = decide_restore(KV, ComputeSide(GPU, 10), suffix_loads=True)
+    idle = decide_restore(KV, ComputeSide(GPU, 10, spare_tokens_per_s=3000.0), suffix_loads=True)
+    assert idle == plain  # nothing decodes: no decode step to ride on
+    no_suffix = decide_restore(KV, ComputeSide(GPU, 10, running=1, spare_tokens_per_s=3000.0))
+    assert SPLIT_REVERSED not in {o.name for o in no_suffix.options}

@@ -20,8 +20,9 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
                    help=f"cost profile name or YAML path ({', '.join(profile_names())})")
     g.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS),
                    help="comma-separated: recompute, fcfs-lru, cachedattention, bidaw, bidaw-size, "
-                   "bidaw-restore, bidaw-restore-stall (load or recompute per turn), ideal, "
-                   "ideal-kv; bidaw ablations by suffix -no-io, -no-answer, -no-tensor6")
+                   "bidaw-restore, bidaw-restore-stall (load or recompute per turn), bidaw-prefetch, "
+                   "ideal, ideal-kv; bidaw ablations by suffix -no-io, -no-answer, -no-tensor6, "
+                   "-prefix-only, -no-piggyback")
     g.add_argument("--time-scale", type=float, default=1.0,
                    help="replay X times faster: first arrivals and think times divided by X")
     g.add_argument("--arrivals", choices=(CLOSED, OPEN), default=CLOSED,

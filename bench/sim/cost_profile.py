@@ -98,11 +98,25 @@ class CostModel:
                            self.stored_bytes_per_token(tensor) / self.pcie_bytes_per_s,
                            self.restore_flops_per_token(tensor) / f)
 
-    def decode_step_time(self, batch: int, context_tokens: int) -> float:
-        """One decode step for `batch` sequences holding `context_tokens` KV tokens in all."""
+    def decode_step_time(self, batch: int, context_tokens: int, extra_flops: float = 0.0) -> float:
+        """One decode step for `batch` sequences holding `context_tokens` KV tokens in all
+        (`extra_flops`: prefill work it carries, a piggybacked span)."""
         mem = (self.weight_bytes + context_tokens * self.kv_bytes_per_token) / self.decode_bytes_per_s
-        compute = batch * self.forward_flops_per_token / self.prefill_flops_per_s
+        compute = (batch * self.forward_flops_per_token + extra_flops) / self.prefill_flops_per_s
         return self.iteration_overhead_s + max(mem, compute)
+
+    def free_prefill_tokens(self, batch: int, context_tokens: int, done: int = 0) -> int:
+        """Prefill tokens (after `done` of the same span) one decode step can compute without
+        lasting longer: the memory-bound step's idle compute (the roofline's max)."""
+        mem = (self.weight_bytes + context_tokens * self.kv_bytes_per_token) / self.decode_bytes_per_s
+        spare = mem * self.prefill_flops_per_s - batch * self.forward_flops_per_token
+        if spare <= 0:
+            return 0
+        # c·fwd + (c·done + c(c+1)/2)·attn <= spare, for the largest whole c
+        half = self.attn_flops_per_token_key / 2
+        lin = self.forward_flops_per_token + self.attn_flops_per_token_key * done + half
+        c = (-lin + (lin * lin + 4 * half * spare) ** 0.5) / (2 * half)
+        return max(int(c), 0)
 
 
 def cost_model(tree: dict) -> CostModel:

@@ -8,6 +8,11 @@ eviction policy (kv_store.eviction) decides what leaves DRAM. Consecutive decode
 into one event up to the first step that ends after the next pending event or finishes a
 request, which is exact at step granularity: nothing could have changed the batch earlier.
 Per system: load, recompute or split a KV on SSD (bench.sim.restore); promote it (.promote).
+A reversed split (`suffix_loads`) recomputes a history's beginning as a GPU "piece" while the
+end loads: batched with the prefills (after the READY turns), or (`piggyback`, while turns are
+decoding) carried by the decode steps in the compute their memory-bound steps leave idle, one
+step at a time, never lengthening one. Once the end lands, what is left of the beginning is
+computed in the turn's own prefill step, with its new tokens.
 """
 from __future__ import annotations
 
@@ -44,6 +49,7 @@ class TimedSimulation:
         self.jobs: dict[int, Job] = {}
         self.queued: dict[int, Job] = {}  # user -> its queued job (one per user at a time)
         self.running: list[Job] = []
+        self.pieces: list[Job] = []  # reversed splits whose recomputed beginning is due
         self.gpu_busy, self.gpu_used, self.ctx_sum = False, 0, 0
         self.seq = self.ssd_version = self.reads_in_flight = 0
         self.left_to_measure = workload.measured_count
@@ -117,6 +123,10 @@ class TimedSimulation:
             nbytes = self.store.read_from_ssd(job.user, now)
             if job.split_k:  # a prefix only: its share of the bytes
                 nbytes = nbytes * job.split_k // job.hist
+            elif job.rev_k:  # the end only; its beginning is recomputed meanwhile
+                nbytes = nbytes * (job.hist - job.rev_k) // job.hist
+                job.piece = 1
+                self.pieces.append(job)
             job.load_start = now
             if self.w.measured[job.i]:
                 self.log.ssd_bytes += nbytes
@@ -142,10 +152,16 @@ class TimedSimulation:
                 continue
             self.reads_in_flight -= 1
             job = self.jobs[rid]
-            if not job.split_k:  # a prefix stays a staging copy; the full KV enters at write-back
-                self.store.admit_loaded(job.user, now)
+            if not (job.split_k or job.rev_k):  # a part is a staging copy; the whole KV
+                self.store.admit_loaded(job.user, now)  # enters DRAM at write-back
             if self.w.measured[job.i]:
                 self.log.load_s.append(now - job.load_start)
+            job.landed = True
+            if job.rev_k and job.piece == 2:
+                continue  # its beginning is on the GPU now: READY when that step ends
+            if job.piece == 1:  # the rest of its beginning goes into its own prefill step
+                self.pieces.remove(job)
+                job.piece = 3
             self.queue.load_finished(rid)
         self._evict(now)
         self._arm_ssd()
@@ -189,12 +205,14 @@ class TimedSimulation:
             i = job.i
             store = self.store
             # a DRAM hit or a finished load; KV that fell out of every tier is recomputed
-            cached = req.kv_location != KV_NONE and store.location(job.user) == DRAM
+            rev = job.piece == 3  # a reversed split: its end landed, its beginning (partly) done
+            cached = rev or req.kv_location != KV_NONE and store.location(job.user) == DRAM
             restored = job.hist if cached else job.split_k  # tokens of history not recomputed
-            new = w.query[i] + job.hist - restored
+            new = w.query[i] + job.hist - restored + (job.rev_k - job.piece_done if rev else 0)
             gpu_bytes = (job.hist + w.query[i] + w.answer[i]) * cost.kv_bytes_per_token
+            extra = 0 if job.gpu_held else gpu_bytes
             alone = not batch and not self.running
-            if not alone and (used + gpu_bytes > cost.gpu_kv_bytes
+            if not alone and (used + extra > cost.gpu_kv_bytes
                               or (batch and tokens + new > cost.max_prefill_tokens)):
                 break
             queue.pop_ready()
@@ -203,10 +221,25 @@ class TimedSimulation:
                 store.pinned.add(job.user)
             job.dispatch, job.new_tokens, job.gpu_bytes = now, new, gpu_bytes
             job.ctx = restored  # tokens the new ones attend to
-            if restored:
-                job.pcie_bytes = restored * self.stored_bpt
-                job.restore_tokens = restored if self.tensor == TENSOR6 else 0
-            used, tokens = used + gpu_bytes, tokens + new
+            copied = restored - job.rev_k if rev else restored  # the piece's KV is on the GPU
+            if copied:
+                job.pcie_bytes = copied * self.stored_bpt
+                job.restore_tokens = copied if self.tensor == TENSOR6 else 0
+            used, tokens = used + extra, tokens + new
+            batch.append(job)
+        while (self.pieces and len(self.running) + len(batch) < cost.max_batch
+               and not (self.spec.piggyback and self.running)):  # else on the decode steps
+            job = self.pieces[0]  # a reversed split's beginning: no KV needed (causal)
+            gpu_bytes = (job.hist + w.query[job.i] + w.answer[job.i]) * cost.kv_bytes_per_token
+            extra = 0 if job.gpu_held else gpu_bytes
+            left = job.rev_k - job.piece_done
+            if (batch or self.running) and (used + extra > cost.gpu_kv_bytes or (
+                    batch and tokens + left > cost.max_prefill_tokens)):
+                break
+            self.pieces.pop(0)
+            job.piece, job.gpu_bytes = 2, gpu_bytes
+            job.new_tokens, job.ctx, job.pcie_bytes, job.restore_tokens = left, job.piece_done, 0, 0
+            used, tokens = used + extra, tokens + left
             batch.append(job)
         return batch
 
@@ -215,15 +248,21 @@ class TimedSimulation:
         flops = pcie = 0.0
         restore = cost.restore_flops_per_token(self.tensor)
         for job in batch:
-            flops += cost.prefill_flops(job.new_tokens, job.ctx) + job.restore_tokens * restore
+            left = job.rev_k - job.piece_done if job.piece == 3 else 0  # its beginning's rest
+            flops += (cost.prefill_flops(job.new_tokens - left, job.ctx) + job.restore_tokens * restore
+                      + (cost.prefill_flops(left, job.piece_done) if left else 0.0))
             pcie += job.pcie_bytes
-            self.gpu_used += job.gpu_bytes
+            if not job.gpu_held:
+                self.gpu_used += job.gpu_bytes
+                job.gpu_held = True
         self.gpu_busy = True
         self.gpu_free_at = now + cost.prefill_step_time(flops, pcie)
         self.events.push(self.gpu_free_at, GPU_DONE, batch)
 
     def _start_decode(self, now: float) -> None:
         cost, n = self.cost, len(self.running)
+        if self.spec.piggyback and self.pieces and self._start_piggyback(now):
+            return
         kmax = min(j.remaining for j in self.running)
         horizon = self.events.next_time()
         t, ctx, k = now, self.ctx_sum, 0
@@ -236,11 +275,34 @@ class TimedSimulation:
         self.gpu_busy, self.gpu_free_at = True, t
         self.events.push(t, GPU_DONE, k)
 
+    def _start_piggyback(self, now: float) -> bool:
+        """One decode step carrying as much of the first due beginning as it computes for free
+        (False if none: a compute-bound step; the beginning then waits for its end to land)."""
+        cost, job = self.cost, self.pieces[0]
+        n, done = len(self.running), job.piece_done
+        c = min(cost.free_prefill_tokens(n, self.ctx_sum, done), job.rev_k - done)
+        if c <= 0:
+            return False
+        self.pieces.pop(0)
+        job.piece = 2
+        if not job.gpu_held:
+            job.gpu_bytes = (job.hist + self.w.query[job.i] + self.w.answer[job.i]) \
+                * cost.kv_bytes_per_token
+            self.gpu_used += job.gpu_bytes
+            job.gpu_held = True
+        t = now + cost.decode_step_time(n, self.ctx_sum, cost.prefill_flops(c, done))
+        self.gpu_busy, self.gpu_free_at = True, t
+        self.events.push(t, GPU_DONE, (job, c))
+        return True
+
     def _gpu_done(self, payload, now: float) -> None:
         self.gpu_busy = False
         finished: list[Job] = []
         if isinstance(payload, list):  # a prefill step: each request has its first token
             for job in payload:
+                if job.piece == 2:  # a reversed split's beginning, not a first token
+                    self._piece_done(job, job.rev_k - job.piece_done)
+                    continue
                 job.first_token = now
                 job.remaining = self.w.answer[job.i] - 1
                 job.ctx = job.hist + self.w.query[job.i] + 1
@@ -248,6 +310,9 @@ class TimedSimulation:
                 (finished if job.remaining == 0 else self.running).append(job)
         else:
             k = payload
+            if isinstance(payload, tuple):  # one decode step that carried part of a beginning
+                k = 1
+                self._piece_done(*payload)
             still = []
             for job in self.running:
                 job.remaining -= k
@@ -258,6 +323,17 @@ class TimedSimulation:
         for job in finished:
             self._finish(job, now)
         self._schedule_gpu(now)
+
+    def _piece_done(self, job: Job, tokens: int) -> None:
+        """`tokens` more of a reversed split's beginning computed; READY if its end landed."""
+        job.piece_done += tokens
+        if job.landed or job.piece_done >= job.rev_k:
+            job.piece = 3
+            if job.landed:
+                self.queue.load_finished(job.i)
+        else:
+            job.piece = 1
+            self.pieces.insert(0, job)
 
     # ---- completion --------------------------------------------------------------------------
     def _finish(self, job: Job, now: float) -> None:

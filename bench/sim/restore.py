@@ -27,7 +27,16 @@ Options applied: WAIT_FOR_LOAD reads the whole KV (today's path); RECOMPUTE read
 makes the turn READY at once, as a KV lost from the SSD does (the prefill recomputes the
 history, its KV not being in DRAM); SPLIT at k reads k tokens' share of the bytes and the prefill
 computes the other n − k with k tokens restored; the partial KV is not admitted to DRAM (the full
-one enters at write-back). SPLIT_REVERSED needs a suffix read the store lacks: not offered.
+one enters at write-back). SPLIT_REVERSED at k (`suffix_loads`, bidaw-prefetch) reads the
+last n − k tokens' share of the bytes while the engine recomputes the first k as a GPU piece of
+their own (bench.sim.engine); the turn is READY when both are done. The live store's ReadKV
+reads a prefix only (`max_tokens`), so the live scheduler does not offer it: it is the
+simulator's model of a store that can also read a history's end.
+Due pieces count in W (they take the GPU's next prefill step, after the READY turns), unless
+they ride on the decode steps (`piggyback`, turns running): the decision is then given σ, the
+tokens per second the running batch's decode step computes for free (CostModel's
+`free_prefill_tokens` over its step time, for the batch as it is now), and P, the due pieces'
+tokens left, which take that spare compute first.
 """
 from __future__ import annotations
 
@@ -35,11 +44,12 @@ from typing import Any
 
 from bench.sim.tiers import DRAM
 from scheduler.policy import (KV_LOADING, KV_NONE, KV_SSD, LOADING, READY, RECOMPUTE, SPLIT,
-                              WAIT_FOR_LOAD, WAITING, ComputeSide, KVOnSSD, QueuedRequest,
+                              SPLIT_REVERSED, WAIT_FOR_LOAD, WAITING, ComputeSide, KVOnSSD, QueuedRequest,
                               decide_restore)
 
 AHEAD = 256  # queued turns looked at for those ahead (beyond them W is underestimated)
-CHOICE_NAMES = {WAIT_FOR_LOAD: "wait", RECOMPUTE: "recompute", SPLIT: "split"}
+CHOICE_NAMES = {WAIT_FOR_LOAD: "wait", RECOMPUTE: "recompute", SPLIT: "split",
+                SPLIT_REVERSED: "reversed"}
 
 
 def where_on_arrival(sim: Any, job: Any, adopted: bool, now: float) -> str:
@@ -62,7 +72,9 @@ class RestoreChooser:
     def __init__(self, sim: Any) -> None:
         self.sim = sim
         self.step = sim.cost.prefill_cost(sim.tensor)
-        self.counts = {name: 0 for name in CHOICE_NAMES.values()}
+        self.suffix = sim.spec.suffix_loads
+        self.counts = {name: 0 for o, name in CHOICE_NAMES.items()
+                       if self.suffix or o != SPLIT_REVERSED}
         sim.log.restore_choices = self.counts  # reported in the system's summary
 
     def choose(self, req: QueuedRequest, job: Any, now: float) -> int:
@@ -72,11 +84,13 @@ class RestoreChooser:
         slot_free, ahead_ready, behind = self._ahead(req, now)
         kv = KVOnSSD(n, req.kv_bytes, sim.ssd.load_estimate(req.kv_bytes, now),
                      sim.cost.ssd_bytes_per_s, loads_behind=behind)
-        compute = ComputeSide(self.step, int(sim.w.query[job.i]), slot_free, ahead_ready,
-                              running=len(sim.running))
-        best = decide_restore(kv, compute, stall_weight=sim.spec.stall_weight).best
-        k = {WAIT_FOR_LOAD: n, RECOMPUTE: 0}.get(best.name, best.k)
-        job.split_k = k if 0 < k < n else 0
+        compute = self._compute(job, slot_free, ahead_ready)
+        best = self._decide(kv, compute)
+        if best.name == SPLIT_REVERSED:  # best.k: the beginning recomputed
+            job.rev_k, k = best.k, n - best.k
+        else:
+            k = {WAIT_FOR_LOAD: n, RECOMPUTE: 0}.get(best.name, best.k)
+            job.split_k = k if 0 < k < n else 0
         if sim.w.measured[job.i]:
             self.counts[CHOICE_NAMES[best.name]] += 1
         return k
@@ -95,15 +109,14 @@ class RestoreChooser:
         if load_s is None:
             load_s = sim.ssd.load_estimate(kv_bytes, now) + sum(waiting) / sim.cost.ssd_bytes_per_s
         kv = KVOnSSD(job.hist, kv_bytes, load_s, sim.cost.ssd_bytes_per_s, loads_behind=behind)
-        slot_free = max(sim.gpu_free_at - now, 0.0) if sim.gpu_busy else 0.0
+        slot_free = self._gpu_free(now)
         for user in sim.queue.upcoming(AHEAD):  # every READY turn queued is ahead of this one
             other = sim.queued[user]
             req = sim.queue.get(other.i)
             if req.state == READY:
                 slot_free += float(self._prefill_s(req, other))
-        compute = ComputeSide(self.step, int(sim.w.query[job.i]), slot_free,
-                              running=len(sim.running))
-        best = decide_restore(kv, compute, stall_weight=sim.spec.stall_weight).best
+        compute = self._compute(job, slot_free)
+        best = self._decide(kv, compute)
         if best.name != RECOMPUTE:
             return False
         if sim.w.measured[job.i]:
@@ -114,7 +127,7 @@ class RestoreChooser:
         """W, the landing times of the reads in flight of the turns ahead of `req`, and the
         loads still waiting for the disk (behind `req`'s, which starts now)."""
         sim = self.sim
-        slot_free = max(sim.gpu_free_at - now, 0.0) if sim.gpu_busy else 0.0
+        slot_free = self._gpu_free(now)
         lands = sim.ssd.finish_estimates(now)
         ready: list[float] = []
         behind, before = 0, True
@@ -133,9 +146,41 @@ class RestoreChooser:
                 ready.append(lands[job.i])
         return slot_free, tuple(ready), behind
 
+    def _decide(self, kv: KVOnSSD, compute: ComputeSide):
+        return decide_restore(kv, compute, suffix_loads=self.suffix,
+                              stall_weight=self.sim.spec.stall_weight).best
+
+    def _riding(self) -> bool:
+        """Whether due pieces ride on the decode steps now (rather than take prefill steps)."""
+        return self.sim.spec.piggyback and bool(self.sim.running)
+
+    def _compute(self, job: Any, slot_free: float, ahead_ready: tuple = ()) -> ComputeSide:
+        sim, spare, taken = self.sim, 0.0, 0.0
+        if self._riding():
+            n, ctx = len(sim.running), sim.ctx_sum
+            spare = sim.cost.free_prefill_tokens(n, ctx) / sim.cost.decode_step_time(n, ctx)
+            taken = float(sum(j.rev_k - j.piece_done for j in sim.pieces))
+        return ComputeSide(self.step, int(sim.w.query[job.i]), slot_free, ahead_ready,
+                           running=len(sim.running), spare_tokens_per_s=spare,
+                           spare_taken_tokens=taken)
+
+    def _gpu_free(self, now: float) -> float:
+        """When the GPU step in progress and the due reversed splits' pieces are done."""
+        sim = self.sim
+        free = max(sim.gpu_free_at - now, 0.0) if sim.gpu_busy else 0.0
+        if self._riding():
+            return free
+        return free + sum(float(self.step.step_s(j.rev_k - j.piece_done, j.piece_done, 0))
+                          for j in sim.pieces)
+
     def _prefill_s(self, req: QueuedRequest, job: Any) -> float:
         """One prefill step of a READY turn alone, as the engine will size it."""
         sim = self.sim
+        if job.piece == 3:  # a reversed split: the new tokens on the whole history, and what
+            q, n, f = sim.w.query[job.i], job.hist, job.piece_done  # is left of its beginning
+            r = job.rev_k - f
+            pairs = r * f + r * (r + 1) / 2 + q * n + q * (q + 1) / 2
+            return self.step.pairs_step_s(q + r, pairs, n - job.rev_k)
         cached = req.kv_location != KV_NONE and sim.store.location(job.user) == DRAM
         restored = job.hist if cached else job.split_k
         return self.step.step_s(sim.w.query[job.i] + job.hist - restored, restored, restored)

@@ -7,13 +7,17 @@ is then loaded again — what CachedAttention's queue-aware eviction prevents fo
 Bidaw leases the KV of every queued request, as the KV store service does. `bidaw-restore` is
 Bidaw choosing, per turn whose KV is on SSD, to load it, recompute it or both (bench.sim.restore).
 `bidaw-prefetch` is that choice (with the decode stall weighed in, as bidaw-restore-stall) plus
-predictive promotion (bench.sim.promote) on bidaw-prefetch's eviction (bidaw-size's ranking).
+predictive promotion (bench.sim.promote) on bidaw-prefetch's eviction (bidaw-size's ranking),
+with the reversed split offered (a store that reads a history's end: `suffix_loads`) and its
+recomputed beginning riding on the decode steps' idle compute (`piggyback`, bench.sim.engine);
+`-no-piggyback` and `-prefix-only` (neither: bidaw-prefetch before them) take them off.
 `fcfs-lru-head` loads only when a request reaches the head (the GPU keeps running the batch).
 
 A system = a scheduling queue (scheduler.policy) + an eviction policy (kv_store.eviction) + the
 tensor it stores + how much cache it has. Bidaw's mechanisms switch off by suffix, in any order:
 `-no-io` (FCFS with CachedAttention's look-ahead prefetch instead of the dual queue),
-`-no-answer` (queue-aware LRU instead of answer-based eviction), `-no-tensor6` (store K/V).
+`-no-answer` (queue-aware LRU instead of answer-based eviction), `-no-tensor6` (store K/V),
+`-prefix-only`, `-no-piggyback` (above).
 """
 from __future__ import annotations
 
@@ -44,6 +48,8 @@ class SystemSpec:
     promote: bool = False         # predictive promotion SSD -> DRAM (bench.sim.promote)
     choose_at_arrival: bool = False  # restore choice: also ask at arrival (bench.sim.restore)
     disk_behind: bool = False     # restore choice: weigh the loads waiting behind on the disk
+    suffix_loads: bool = False    # restore choice: the store reads a history's end too (reversed split)
+    piggyback: bool = False       # a reversed split's beginning rides on the decode steps
 
 
 BASE_SYSTEMS: dict[str, SystemSpec] = {s.name: s for s in (
@@ -59,7 +65,7 @@ BASE_SYSTEMS: dict[str, SystemSpec] = {s.name: s for s in (
                restore_choice=True, stall_weight=0.1),
     SystemSpec("bidaw-prefetch", TIERED, "bidaw", 1, "bidaw-prefetch", "auto", pin_queued=True,
                restore_choice=True, stall_weight=0.3, promote=True, choose_at_arrival=True,
-               disk_behind=True),
+               disk_behind=True, suffix_loads=True, piggyback=True),
     SystemSpec("ideal", UNBOUNDED, "fcfs", 1, "lru", "auto"),
     SystemSpec("ideal-kv", UNBOUNDED, "fcfs", 1, "lru", "kv"),
 )}
@@ -68,6 +74,8 @@ _ABLATIONS = {
     "-no-io": dict(queue="fcfs", prefetch_window=30),
     "-no-answer": dict(eviction="queue-aware"),
     "-no-tensor6": dict(tensor="kv"),
+    "-prefix-only": dict(suffix_loads=False, piggyback=False),
+    "-no-piggyback": dict(piggyback=False),
 }
 
 DEFAULT_SYSTEMS = ("recompute", "fcfs-lru", "cachedattention", "bidaw", "bidaw-size", "ideal")

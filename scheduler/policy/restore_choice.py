@@ -27,6 +27,14 @@ The options and their expected first-token times:
   max(W + step(k, 0, 0), A + (n − k)β) + step(q, n, n − k). Here load and compute really run at
   once and meet in the middle. It needs a store read of a suffix (ReadKV has only a prefix's
   `max_tokens` today), hence off by default.
+  Piggybacked (`compute.spare_tokens_per_s` σ > 0 with turns running): the beginning is not a
+  step of its own but rides on the running batch's decode steps, which are memory-bound and
+  leave compute idle (σ: the tokens they compute at no extra step time, per second; the due
+  beginnings of earlier turns, `spare_taken_tokens` P, take it first). Only decode steps carry
+  it, and until W the GPU prefills the turns ahead: by the time the end lands, L = A + (n − k)β,
+  f = min(k, max(σ·max(L − W, 0) − P, 0)) tokens are done for free; the rest,
+  r = k − f, is computed in the turn's own step with the new tokens:
+  max(L, W) + step(r on f, q on n, copied n − k) — the only GPU time it costs (and stalls).
 
 k is chosen exactly, by evaluating every k at once (numpy, O(n·m) for m turns ahead).
 
@@ -89,7 +97,10 @@ class PrefillCost:
     def step_s(self, new, ctx, copied):
         """Seconds of one step computing `new` tokens that attend to `ctx` earlier ones, while
         `copied` restored tokens cross PCIe; scalars or numpy arrays alike."""
-        pairs = new * ctx + new * (new + 1) / 2
+        return self.pairs_step_s(new, new * ctx + new * (new + 1) / 2, copied)
+
+    def pairs_step_s(self, new, pairs, copied):
+        """`step_s` given the step's (query, key) pairs: for steps computing several spans."""
         compute = (self.s_per_token * new + self.s_per_token_pair * pairs
                    + self.restore_s_per_token * copied)
         return self.overhead_s + np.maximum(compute, self.copy_s_per_token * copied)
@@ -132,10 +143,13 @@ class ComputeSide:
     slot_free_s: float = 0.0        # W: when the turns ahead leave the GPU to this one
     ahead_ready_s: tuple[float, ...] = ()  # when each turn ahead still loading becomes ready
     running: int = 0                # turns decoding in the batch (their decodes wait out a prefill)
+    spare_tokens_per_s: float = 0.0  # σ: prefill tokens the decode steps compute for free
+    spare_taken_tokens: float = 0.0  # P: earlier piggybacked beginnings, served first
 
     def __post_init__(self) -> None:
         _check("ComputeSide", new_tokens=self.new_tokens, slot_free_s=self.slot_free_s,
-               running=self.running)
+               running=self.running, spare_tokens_per_s=self.spare_tokens_per_s,
+               spare_taken_tokens=self.spare_taken_tokens)
         for r in self.ahead_ready_s:
             _check("ComputeSide", ahead_ready_s=r)
 
@@ -217,7 +231,20 @@ def decide_restore(kv: KVOnSSD, compute: ComputeSide, suffix_loads: bool = False
     penalty[SPLIT] = stall * split.gpu_s + disk * split.k
     options = [wait, split, recompute]
 
-    if suffix_loads:
+    if suffix_loads and compute.spare_tokens_per_s > 0 and compute.running > 0:
+        lands = a + (n - ks) * beta
+        riding = np.maximum(lands - w, 0.0)  # decode time before the end lands (W: prefills)
+        free = np.clip(compute.spare_tokens_per_s * riding - compute.spare_taken_tokens, 0, ks)
+        r = ks - free
+        start2 = np.maximum(lands, w)
+        pairs = r * free + r * (r + 1) / 2 + q * n + q * (q + 1) / 2
+        second = cost.pairs_step_s(r + q, pairs, n - ks)
+        options.insert(2, _pick(SPLIT_REVERSED, ks, start2 + second, second,
+                                _delay(start2, start2 + second, ready), wait.delay_s, False,
+                                stall * second + disk * (n - ks)))
+        rev = options[2]
+        penalty[SPLIT_REVERSED] = stall * rev.gpu_s + disk * (n - rev.k)
+    elif suffix_loads:
         first = cost.step_s(ks, 0, 0)
         start2 = np.maximum(w + first, a + (n - ks) * beta)
         second = cost.step_s(q, n, n - ks)
