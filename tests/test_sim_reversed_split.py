@@ -77,7 +77,7 @@ def test_every_turn_completes_with_reversed_splits_on_a_busy_synthetic_trace():
     log = sim.run()
     assert len(log.arrival) == workload.measured_count
     assert log.restore_choices["reversed"] > 0
-    assert not sim.pieces or all(j.piece == 1 for j in sim.pieces)
+    assert not sim.beginnings.due or all(j.piece == 1 for j in sim.beginnings.due)
 
 
 def test_a_decode_step_computes_its_free_prefill_tokens_without_lasting_longer():

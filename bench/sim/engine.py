@@ -7,17 +7,15 @@ scheduling queue (scheduler.policy) decides which load starts and who is dispatc
 eviction policy (kv_store.eviction) decides what leaves DRAM. Consecutive decode steps are fused
 into one event up to the first step that ends after the next pending event or finishes a
 request, which is exact at step granularity: nothing could have changed the batch earlier.
-Per system: load, recompute or split a KV on SSD (bench.sim.restore); promote it (.promote).
-A reversed split (`suffix_loads`) recomputes a history's beginning as a GPU "piece" while the
-end loads: batched with the prefills (after the READY turns), or (`piggyback`, while turns are
-decoding) carried by the decode steps in the compute their memory-bound steps leave idle, one
-step at a time, never lengthening one. Once the end lands, what is left of the beginning is
-computed in the turn's own prefill step, with its new tokens.
+Per system: load, recompute or split a KV on SSD (bench.sim.restore; a reversed split's
+recomputed beginning: .beginnings); promote it (.promote).
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
+from bench.sim.beginnings import Beginnings
+from bench.sim.completion import finish_turn
 from bench.sim.cost_profile import CostModel
 from bench.sim.events import ARRIVAL, GPU_DONE, LOAD_DONE, EventHeap
 from bench.sim.job import Job
@@ -49,7 +47,7 @@ class TimedSimulation:
         self.jobs: dict[int, Job] = {}
         self.queued: dict[int, Job] = {}  # user -> its queued job (one per user at a time)
         self.running: list[Job] = []
-        self.pieces: list[Job] = []  # reversed splits whose recomputed beginning is due
+        self.beginnings = Beginnings(self)  # of reversed splits, recomputed while the end loads
         self.gpu_busy, self.gpu_used, self.ctx_sum = False, 0, 0
         self.seq = self.ssd_version = self.reads_in_flight = 0
         self.left_to_measure = workload.measured_count
@@ -103,10 +101,10 @@ class TimedSimulation:
         self.seq += 1
         kv_bytes = store.size(user) if where in (KV_SSD, KV_LOADING) else 0
         self.queue.add(i, user, self.seq, now, where, kv_bytes)
-        self._start_loads(now)
+        self.start_loads(now)
         self._schedule_gpu(now)
 
-    def _start_loads(self, now: float) -> None:
+    def start_loads(self, now: float) -> None:
         started = False
         while True:
             req = self.queue.next_load(now, self.reads_in_flight)
@@ -125,8 +123,7 @@ class TimedSimulation:
                 nbytes = nbytes * job.split_k // job.hist
             elif job.rev_k:  # the end only; its beginning is recomputed meanwhile
                 nbytes = nbytes * (job.hist - job.rev_k) // job.hist
-                job.piece = 1
-                self.pieces.append(job)
+                self.beginnings.load_started(job)
             job.load_start = now
             if self.w.measured[job.i]:
                 self.log.ssd_bytes += nbytes
@@ -134,11 +131,11 @@ class TimedSimulation:
             self.reads_in_flight += 1
             started = True
         if started:
-            self._arm_ssd()
+            self.arm_ssd()
         if self.promoter is not None:
             self.promoter.maybe_start(now)
 
-    def _arm_ssd(self) -> None:
+    def arm_ssd(self) -> None:
         self.ssd_version += 1
         t = self.ssd.next_completion()
         if t is not None:
@@ -157,18 +154,14 @@ class TimedSimulation:
             if self.w.measured[job.i]:
                 self.log.load_s.append(now - job.load_start)
             job.landed = True
-            if job.rev_k and job.piece == 2:
-                continue  # its beginning is on the GPU now: READY when that step ends
-            if job.piece == 1:  # the rest of its beginning goes into its own prefill step
-                self.pieces.remove(job)
-                job.piece = 3
-            self.queue.load_finished(rid)
-        self._evict(now)
-        self._arm_ssd()
-        self._start_loads(now)
+            if not job.rev_k or self.beginnings.landed(job):
+                self.queue.load_finished(rid)
+        self.evict(now)
+        self.arm_ssd()
+        self.start_loads(now)
         self._schedule_gpu(now)
 
-    def _evict(self, now: float) -> None:
+    def evict(self, now: float) -> None:
         """Evict to the DRAM limit; a queued DRAM hit that lost its KV must now load it again."""
         store = self.store
         for user in store.evict(now, lambda: self.queue.upcoming(self.spec.lookahead)):
@@ -227,20 +220,7 @@ class TimedSimulation:
                 job.restore_tokens = copied if self.tensor == TENSOR6 else 0
             used, tokens = used + extra, tokens + new
             batch.append(job)
-        while (self.pieces and len(self.running) + len(batch) < cost.max_batch
-               and not (self.spec.piggyback and self.running)):  # else on the decode steps
-            job = self.pieces[0]  # a reversed split's beginning: no KV needed (causal)
-            gpu_bytes = (job.hist + w.query[job.i] + w.answer[job.i]) * cost.kv_bytes_per_token
-            extra = 0 if job.gpu_held else gpu_bytes
-            left = job.rev_k - job.piece_done
-            if (batch or self.running) and (used + extra > cost.gpu_kv_bytes or (
-                    batch and tokens + left > cost.max_prefill_tokens)):
-                break
-            self.pieces.pop(0)
-            job.piece, job.gpu_bytes = 2, gpu_bytes
-            job.new_tokens, job.ctx, job.pcie_bytes, job.restore_tokens = left, job.piece_done, 0, 0
-            used, tokens = used + extra, tokens + left
-            batch.append(job)
+        self.beginnings.batch(batch, used, tokens)
         return batch
 
     def _start_prefill(self, batch: list[Job], now: float) -> None:
@@ -261,7 +241,7 @@ class TimedSimulation:
 
     def _start_decode(self, now: float) -> None:
         cost, n = self.cost, len(self.running)
-        if self.spec.piggyback and self.pieces and self._start_piggyback(now):
+        if self.spec.piggyback and self.beginnings and self.beginnings.ride(now):
             return
         kmax = min(j.remaining for j in self.running)
         horizon = self.events.next_time()
@@ -275,33 +255,13 @@ class TimedSimulation:
         self.gpu_busy, self.gpu_free_at = True, t
         self.events.push(t, GPU_DONE, k)
 
-    def _start_piggyback(self, now: float) -> bool:
-        """One decode step carrying as much of the first due beginning as it computes for free
-        (False if none: a compute-bound step; the beginning then waits for its end to land)."""
-        cost, job = self.cost, self.pieces[0]
-        n, done = len(self.running), job.piece_done
-        c = min(cost.free_prefill_tokens(n, self.ctx_sum, done), job.rev_k - done)
-        if c <= 0:
-            return False
-        self.pieces.pop(0)
-        job.piece = 2
-        if not job.gpu_held:
-            job.gpu_bytes = (job.hist + self.w.query[job.i] + self.w.answer[job.i]) \
-                * cost.kv_bytes_per_token
-            self.gpu_used += job.gpu_bytes
-            job.gpu_held = True
-        t = now + cost.decode_step_time(n, self.ctx_sum, cost.prefill_flops(c, done))
-        self.gpu_busy, self.gpu_free_at = True, t
-        self.events.push(t, GPU_DONE, (job, c))
-        return True
-
     def _gpu_done(self, payload, now: float) -> None:
         self.gpu_busy = False
         finished: list[Job] = []
         if isinstance(payload, list):  # a prefill step: each request has its first token
             for job in payload:
                 if job.piece == 2:  # a reversed split's beginning, not a first token
-                    self._piece_done(job, job.rev_k - job.piece_done)
+                    self.beginnings.computed(job, job.rev_k - job.piece_done)
                     continue
                 job.first_token = now
                 job.remaining = self.w.answer[job.i] - 1
@@ -312,7 +272,7 @@ class TimedSimulation:
             k = payload
             if isinstance(payload, tuple):  # one decode step that carried part of a beginning
                 k = 1
-                self._piece_done(*payload)
+                self.beginnings.computed(*payload)
             still = []
             for job in self.running:
                 job.remaining -= k
@@ -321,49 +281,8 @@ class TimedSimulation:
             self.ctx_sum += k * len(self.running)
             self.running = still
         for job in finished:
-            self._finish(job, now)
+            finish_turn(self, job, now)
         self._schedule_gpu(now)
-
-    def _piece_done(self, job: Job, tokens: int) -> None:
-        """`tokens` more of a reversed split's beginning computed; READY if its end landed."""
-        job.piece_done += tokens
-        if job.landed or job.piece_done >= job.rev_k:
-            job.piece = 3
-            if job.landed:
-                self.queue.load_finished(job.i)
-        else:
-            job.piece = 1
-            self.pieces.insert(0, job)
-
-    # ---- completion --------------------------------------------------------------------------
-    def _finish(self, job: Job, now: float) -> None:
-        w, store, i = self.w, self.store, job.i
-        self.gpu_used, self.ctx_sum = self.gpu_used - job.gpu_bytes, self.ctx_sum - job.ctx
-        del self.jobs[i]
-        if w.measured[i]:
-            self.log.add(job.arrival, job.dispatch, job.first_token, now)
-            self.left_to_measure -= 1
-            if self.progress is not None:
-                self.progress(1)
-        if store is not None:
-            user = job.user
-            tokens = min(w.history[i] + w.query[i] + w.answer[i], self.cost.max_kv_tokens)
-            if store.ssd is not None:  # the new tokens are appended to the SSD copy
-                written = (tokens - job.hist) * self.stored_bpt
-                if written > 0:
-                    self.ssd.start(("w", i), written, now)
-                    self._arm_ssd()
-            store.pinned.discard(user)
-            store.write_back(user, tokens * self.stored_bpt, now)
-            store.dram.policy.observe_answer(user, w.answer[i], now)
-            if self.end_oracle and w.last[i]:
-                store.free(user)
-                if self.promoter is not None:
-                    self.promoter.forget(user)
-            self._evict(now)
-            self._start_loads(now)
-        if (j := w.next_turn[i]) >= 0:
-            self.events.push(w.next_arrival(i, j, now), ARRIVAL, j)
 
 
 def simulate_system(workload: Workload, cost: CostModel, name: str, end_oracle: bool = True,

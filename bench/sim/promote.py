@@ -76,7 +76,7 @@ class Promoter:
         self.waiting = job
         self.counts["adopted"] += int(self.sim.w.measured[job.i])
         self.sim.ssd.expedite(("p", self.reading), job.arrival)  # now a demand read: no pause
-        self.sim._arm_ssd()
+        self.sim.arm_ssd()
 
     def forget(self, user: int) -> None:
         self.planner.forget(user)
@@ -112,7 +112,7 @@ class Promoter:
             self.counts["speculative_read_bytes"] += self.nbytes
             self.counts["prefetches"] += 1
         sim.ssd.start(("p", user), self.nbytes, now, background=True)
-        sim._arm_ssd()
+        sim.arm_ssd()
 
     def _arm(self, at: float | None, now: float) -> None:
         if at is not None and at < self.armed_at:

@@ -159,7 +159,7 @@ class RestoreChooser:
         if self._riding():
             n, ctx = len(sim.running), sim.ctx_sum
             spare = sim.cost.free_prefill_tokens(n, ctx) / sim.cost.decode_step_time(n, ctx)
-            taken = float(sum(j.rev_k - j.piece_done for j in sim.pieces))
+            taken = float(sum(j.rev_k - j.piece_done for j in sim.beginnings.due))
         return ComputeSide(self.step, int(sim.w.query[job.i]), slot_free, ahead_ready,
                            running=len(sim.running), spare_tokens_per_s=spare,
                            spare_taken_tokens=taken)
@@ -171,7 +171,7 @@ class RestoreChooser:
         if self._riding():
             return free
         return free + sum(float(self.step.step_s(j.rev_k - j.piece_done, j.piece_done, 0))
-                          for j in sim.pieces)
+                          for j in sim.beginnings.due)
 
     def _prefill_s(self, req: QueuedRequest, job: Any) -> float:
         """One prefill step of a READY turn alone, as the engine will size it."""
