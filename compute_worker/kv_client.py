@@ -47,6 +47,10 @@ class KVClient:
             request_serializer=kv_store_pb2.ReadKVRequest.SerializeToString)
         self._shm_dir: pathlib.Path | None = None
         self._shm_checked = not shared_memory
+        # Lease releases in flight, held until answered: gRPC cancels a call whose future is
+        # garbage-collected, and a lost release kept the read's DRAM pages until the lease
+        # expired (a whole read then found no room in DRAM and was not admitted).
+        self._releasing: set[grpc.Future] = set()
 
     # -- control ----------------------------------------------------------------------------
 
@@ -61,6 +65,13 @@ class KVClient:
                                        timeout=self.timeout)
             except grpc.RpcError:
                 pass  # it expires on its own
+
+    def _release_soon(self, lease_id: str) -> None:
+        """ReleaseLease without waiting for the answer (a read's latency need not include it)."""
+        future = self.stub.ReleaseLease.future(kv_store_pb2.ReleaseLeaseRequest(
+            lease_id=lease_id), timeout=self.timeout)
+        self._releasing.add(future)
+        future.add_done_callback(self._releasing.discard)
 
     @property
     def co_located(self) -> bool:
@@ -115,8 +126,7 @@ class KVClient:
         finally:
             for fd in files.values():
                 os.close(fd)
-            self.stub.ReleaseLease.future(kv_store_pb2.ReleaseLeaseRequest(
-                lease_id=reply.lease_id), timeout=self.timeout)
+            self._release_soon(reply.lease_id)
         return StoredKV(header.tier, header.format, header.bytes_per_token, header.model,
                         list(header.token_ids), view, header.dtype)
 

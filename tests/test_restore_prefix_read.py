@@ -5,7 +5,7 @@ SSD; a whole read still brings it into DRAM."""
 from __future__ import annotations
 
 from services.runtime.gen import common_pb2
-from tests.store_helpers import BPT, store, token_bytes  # noqa: F401 (store: a fixture)
+from tests.store_helpers import BPT, eventually, store, token_bytes  # noqa: F401 (store: a fixture)
 
 KV = common_pb2.KV_FORMAT_KV
 TURNS = [list(range(0, 30)), list(range(30, 50)), list(range(50, 90))]  # three appends
@@ -38,6 +38,9 @@ def test_a_prefix_read_reads_only_its_records_and_leaves_the_session_on_ssd(stor
         if records < 3:
             assert read < sum(len(t) for t in TURNS[:records + 1]) * BPT
         assert client.lookup("s").tier == common_pb2.TIER_SSD  # not admitted
+    # The client gives its shared-memory leases back without waiting (ReleaseLease.future): the
+    # prefix reads' pages may still be held, and then the whole read finds no DRAM to enter.
+    assert eventually(lambda: core.stats()["leases"] == 0)
     got = client.read("s")  # the whole session: read once and admitted, as before
     assert got.data == token_bytes("s", tokens) and got.token_ids == tokens
     assert client.lookup("s").tier == common_pb2.TIER_DRAM

@@ -34,6 +34,20 @@ def test_co_located_reads_and_writes_go_through_shared_memory(store):
     assert not remote.co_located and remote.read("s").data == first + second
 
 
+def test_every_shared_memory_read_gives_its_lease_back(store):
+    """The client releases a read's lease without waiting for the answer; a release whose call
+    was dropped (gRPC cancels a garbage-collected future) held the pages until the lease
+    expired, so DRAM filled with finished reads."""
+    client, core = store(dram_bytes=64 << 20)
+    client.write("s", 0, list(range(4)), KV, BPT, "m", os.urandom(4 * BPT))
+    for _ in range(40):
+        assert client.read("s").tier == common_pb2.TIER_DRAM
+    deadline = time.monotonic() + 10
+    while core.stats()["leases"] and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert core.stats()["leases"] == 0 and core.stats()["shm_reads"] == 40
+
+
 def test_a_session_that_does_not_fit_is_read_over_the_stream(store):
     client, core = store(dram_bytes=4 * BPT)
     data = os.urandom(8 * BPT)
