@@ -24,10 +24,6 @@ class Beginnings:
     def __bool__(self) -> bool:
         return bool(self.due)
 
-    def kv_bytes(self, job: Job) -> int:
-        w = self.sim.w
-        return (job.hist + w.query[job.i] + w.answer[job.i]) * self.sim.cost.kv_bytes_per_token
-
     def load_started(self, job: Job) -> None:
         job.piece = 1
         self.due.append(job)
@@ -47,7 +43,7 @@ class Beginnings:
         while (self.due and len(sim.running) + len(batch) < cost.max_batch
                and not (sim.spec.piggyback and sim.running)):  # else on the decode steps
             job = self.due[0]
-            gpu_bytes = self.kv_bytes(job)
+            gpu_bytes = self.sim.gpu_kv_bytes(job)
             extra = 0 if job.gpu_held else gpu_bytes
             left = job.rev_k - job.piece_done
             if (batch or sim.running) and (used + extra > cost.gpu_kv_bytes or (
@@ -70,7 +66,7 @@ class Beginnings:
         self.due.pop(0)
         job.piece = 2
         if not job.gpu_held:
-            job.gpu_bytes = self.kv_bytes(job)
+            job.gpu_bytes = self.sim.gpu_kv_bytes(job)
             sim.gpu_used += job.gpu_bytes
             job.gpu_held = True
         t = now + cost.decode_step_time(n, sim.ctx_sum, cost.prefill_flops(c, done))

@@ -185,6 +185,11 @@ class TimedSimulation:
         elif self.running:
             self._start_decode(now)
 
+    def gpu_kv_bytes(self, job: Job) -> int:
+        """The GPU KV a turn holds from dispatch to its last token (history, query, answer)."""
+        w = self.w
+        return (job.hist + w.query[job.i] + w.answer[job.i]) * self.cost.kv_bytes_per_token
+
     def _take_prefill_batch(self, now: float) -> list[Job]:
         cost, queue, w = self.cost, self.queue, self.w
         batch: list[Job] = []
@@ -202,7 +207,7 @@ class TimedSimulation:
             cached = rev or req.kv_location != KV_NONE and store.location(job.user) == DRAM
             restored = job.hist if cached else job.split_k  # tokens of history not recomputed
             new = w.query[i] + job.hist - restored + (job.rev_k - job.piece_done if rev else 0)
-            gpu_bytes = (job.hist + w.query[i] + w.answer[i]) * cost.kv_bytes_per_token
+            gpu_bytes = self.gpu_kv_bytes(job)
             extra = 0 if job.gpu_held else gpu_bytes
             alone = not batch and not self.running
             if not alone and (used + extra > cost.gpu_kv_bytes
