@@ -116,7 +116,8 @@ class EngineHost:
                 stores = list(req.kv_stores) if self.use_scheduler_stores else None
                 limit = 0 if req.recompute_kv else (req.kv_prefix_tokens or None)
                 for ids, text, summary in self.runner.run(req.turn, req.since_arrival_s,
-                                                          req.queue_s, stores, key, limit):
+                                                          req.queue_s, stores, key, limit,
+                                                          req.kv_suffix_from):
                     event = common_pb2.TurnEvent(token_ids=ids, text=text)
                     if summary is not None:
                         event.summary.CopyFrom(common_pb2.TurnSummary(

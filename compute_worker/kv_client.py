@@ -31,6 +31,7 @@ class StoredKV:
     token_ids: list[int]
     data: memoryview  # bytes-like: slice it, compare it, bytes()/bytearray() it
     dtype: int = 0  # KV_DTYPE_* of the bytes (0: the writer did not say)
+    start_token: int = 0  # `data` holds tokens [start_token, len(token_ids)) (a suffix read)
 
 
 class KVClient:
@@ -91,18 +92,20 @@ class KVClient:
 
     # -- reads ------------------------------------------------------------------------------
 
-    def read(self, session_id: str, max_tokens: int = 0) -> StoredKV:
-        """The first `max_tokens` tokens of KV (all if 0). Raises grpc.RpcError (NOT_FOUND...)."""
+    def read(self, session_id: str, max_tokens: int = 0, start_token: int = 0) -> StoredKV:
+        """The first `max_tokens` tokens of KV (all if 0), from `start_token` on (the token
+        ids are all those before the last token read). Raises grpc.RpcError (NOT_FOUND...)."""
         if self.co_located:
-            got = self._read_shm(session_id, max_tokens)
+            got = self._read_shm(session_id, max_tokens, start_token)
             if got is not None:
                 return got
-        return self._read_stream(session_id, max_tokens)
+        return self._read_stream(session_id, max_tokens, start_token)
 
-    def _read_shm(self, session_id: str, max_tokens: int) -> StoredKV | None:
+    def _read_shm(self, session_id: str, max_tokens: int, start_token: int) -> StoredKV | None:
         try:
             reply = self.stub.OpenShmRead(kv_store_pb2.OpenShmReadRequest(
-                session_id=session_id, max_tokens=max_tokens), timeout=self.timeout)
+                session_id=session_id, max_tokens=max_tokens, start_token=start_token),
+                timeout=self.timeout)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.FAILED_PRECONDITION:
                 return None  # not in shared memory now: the stream serves it
@@ -127,13 +130,12 @@ class KVClient:
             for fd in files.values():
                 os.close(fd)
             self._release_soon(reply.lease_id)
-        return StoredKV(header.tier, header.format, header.bytes_per_token, header.model,
-                        list(header.token_ids), view, header.dtype)
+        return _stored(header, view)
 
-    def _read_stream(self, session_id: str, max_tokens: int) -> StoredKV:
-        stream = self._read_wire(kv_store_pb2.ReadKVRequest(session_id=session_id,
-                                                            max_tokens=max_tokens),
-                                 timeout=self.timeout)
+    def _read_stream(self, session_id: str, max_tokens: int, start_token: int) -> StoredKV:
+        stream = self._read_wire(kv_store_pb2.ReadKVRequest(
+            session_id=session_id, max_tokens=max_tokens, start_token=start_token),
+            timeout=self.timeout)
         header = None
         view = _buffer(0)
         received = 0
@@ -153,8 +155,7 @@ class KVClient:
             received = end
         if header is None or received != len(view):
             raise IOError(f"KV stream of {session_id!r} ended early")
-        return StoredKV(header.tier, header.format, header.bytes_per_token, header.model,
-                        list(header.token_ids), view, header.dtype)
+        return _stored(header, view)
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -263,3 +264,12 @@ def _pread_exact(fd: int, into: memoryview, offset: int) -> None:
         if n == 0:
             raise OSError("the store's shared memory is shorter than its lease says")
         got += n
+
+
+def _stored(header: kv_store_pb2.KVHeader, view: memoryview) -> StoredKV:
+    """What a read's header and bytes say; the ids must reach the last token carried."""
+    if len(header.token_ids) != header.start_token + header.num_tokens:
+        raise IOError(f"KV of {header.session_id!r}: {len(header.token_ids)} token ids for "
+                      f"tokens {header.start_token}..{header.start_token + header.num_tokens}")
+    return StoredKV(header.tier, header.format, header.bytes_per_token, header.model,
+                    list(header.token_ids), view, header.dtype, header.start_token)

@@ -58,13 +58,15 @@ def convert(data: bytes, src: torch.dtype, dst: torch.dtype) -> bytes:
     return to_bytes(torch.frombuffer(bytearray(data), dtype=src).to(dst))
 
 
-def kv_from_bytes(model, format: int, data: bytes, dtype: torch.dtype) -> torch.Tensor:
-    """Stored bytes of a prefix (from token 0), held in `dtype` -> K/V [L, 2, H, T, D] in the
-    model's dtype on its device (converting the dtype, and tensor 6)."""
+def kv_from_bytes(model, format: int, data: bytes, dtype: torch.dtype,
+                  start_pos: int = 0) -> torch.Tensor:
+    """Stored bytes of tokens from position `start_pos` on, held in `dtype` -> K/V
+    [L, 2, H, T, D] in the model's dtype on its device (converting the dtype, and tensor 6,
+    whose keys are rotated by position)."""
     cfg: ModelConfig = model.config
     flat = torch.frombuffer(bytearray(data), dtype=dtype).to(model.dtype)
     if format == TENSOR6:
         hidden6 = to_device(flat.view(-1, cfg.num_layers, cfg.hidden_size), model.device)
-        return model.kv_from_hidden6(hidden6, 0)
+        return model.kv_from_hidden6(hidden6, start_pos)
     tm = to_device(flat.view(-1, cfg.num_layers, 2, cfg.num_kv_heads, cfg.head_dim), model.device)
     return kv_from_token_major(tm)

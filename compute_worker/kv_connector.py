@@ -28,12 +28,25 @@ class Restored:
     converted: bool = False  # from KV of another dtype (dtype_reuse.py), converted
     prefix6: bytes = b""  # tensor 6 of the restored prefix (model dtype), kept for a branch's
     # or a converted prefix's first save, which rewrites the session from token 0
+    recomputed: int = 0  # of `tokens`, the first ones computed, not read (a reversed split)
 
     @property
     def rewrites(self) -> bool:
         """The turn's save writes the session's whole KV: the session holds none of this
         prefix itself (a parent's), or holds it in another dtype."""
         return self.from_parent or self.converted
+
+
+@dataclass
+class Suffix:
+    """Stored K/V of prompt tokens [start, end) (a reversed split's read)."""
+    kv: torch.Tensor  # [L, 2, H, end - start, D]
+    start: int
+    end: int
+    tier: int
+    format: int
+    load_s: float
+    convert_s: float
 
 
 def fresh_cache(model, prompt: list[int]):
@@ -55,6 +68,12 @@ class KVConnector(abc.ABC):
                 shards: list[str] | None = None) -> Restored:
         """The KV of the longest prefix of `prompt` stored for the session (or its `parent`
         branch). `shards`: the store shards the scheduler sent (None: the connector's own)."""
+
+    def read_suffix(self, session_id: str, prompt: list[int], start_token: int,
+                    shards: list[str] | None = None) -> Suffix | None:
+        """The stored K/V of the prompt's tokens from `start_token` on (None: none; a
+        connector that cannot read a suffix recomputes it)."""
+        return None
 
     @abc.abstractmethod
     def save(self, session_id: str, tokens: list[int], cache, hidden6: list[torch.Tensor],

@@ -25,8 +25,8 @@ import services.runtime.tracing as tracing
 
 from compute_worker import kv_codec
 from compute_worker.dtype_reuse import CONVERT, RECOMPUTE, reuse_action
-from compute_worker.kv_client import KVClient
-from compute_worker.kv_connector import KVConnector, Recompute, Restored, fresh_cache
+from compute_worker.kv_client import KVClient, StoredKV
+from compute_worker.kv_connector import KVConnector, Recompute, Restored, Suffix, fresh_cache
 from compute_worker.kv_shards import KVShards
 
 log = logging.getLogger("bidaw.compute_worker")
@@ -109,41 +109,75 @@ class StoreConnector(KVConnector):
         """The session's own KV, or `parent`'s when that matches more (a tie keeps the own)."""
         fresh = Restored(fresh_cache(self.model, prompt))
         start = time.monotonic()
-        found = [c for c in (self._candidate(s, prompt, shards)
-                             for s in dict.fromkeys(filter(None, (session_id, parent)))) if c]
-        if not found:
+        got = self._read_matching((session_id, parent), prompt, shards)
+        if got is None:
             return fresh
-        best = max(found, key=lambda c: c.reuse)  # the first of equals: the session's own
-        store, reuse = best.store, best.reuse
-        try:
-            stored = store.read(best.session_id, max_tokens=reuse)
-        except (grpc.RpcError, IOError) as exc:
-            log.warning("KV read of %r failed (%s): recomputing", best.session_id, exc)
-            return fresh
-        # The session may have changed between lookup and read: trust only what was read.
-        reuse = min(common_prefix(stored.token_ids, prompt[:reuse]), len(stored.token_ids))
-        if (reuse <= 0 or stored.format != self.kv_format or stored.model != self.model_name
-                or stored.bytes_per_token != self._bytes_per_token(stored.dtype)
-                or self._dtype_action(best.session_id, stored.dtype) == RECOMPUTE):
-            return fresh
-        data = stored.data[:reuse * stored.bytes_per_token]
-        stored_dtype = kv_codec.torch_dtype(stored.dtype)
-        convert_start = time.monotonic()
-        tensor6 = stored.format == kv_codec.TENSOR6
-        with (tracing.span("worker.tensor6_to_kv", tokens=reuse, kv_bytes=len(data)) if tensor6
-              else contextlib.nullcontext()):
-            kv = kv_codec.kv_from_bytes(self.model, stored.format, data, stored_dtype)
-        convert_s = time.monotonic() - convert_start
+        best, stored, reuse = got
+        kv, data, convert_s = self._kv(stored, reuse)
         cache = fresh_cache(self.model, prompt)
         cache.extend(kv)
         from_parent = best.session_id != session_id
         converted = stored.dtype != self.kv_dtype
         prefix6 = b""
-        if tensor6 and (from_parent or converted):
-            prefix6 = kv_codec.convert(data, stored_dtype, self.model.dtype) if converted \
-                else bytes(data)
+        if stored.format == kv_codec.TENSOR6 and (from_parent or converted):
+            prefix6 = kv_codec.convert(data, kv_codec.torch_dtype(stored.dtype),
+                                       self.model.dtype) if converted else bytes(data)
         return Restored(cache, reuse, stored.tier, stored.format, time.monotonic() - start,
-                        convert_s if tensor6 else 0.0, from_parent, converted, prefix6)
+                        convert_s, from_parent, converted, prefix6)
+
+    def read_suffix(self, session_id: str, prompt: list[int], start_token: int,
+                    shards: list[str] | None = None) -> Suffix | None:
+        """K/V of the prompt's tokens from `start_token` to the end of the session's own stored
+        match, the store reading nothing before (a reversed split: the caller computes the
+        beginning meanwhile). None when the match does not reach past `start_token`, or the
+        KV is in another dtype (a converted session is rewritten from token 0)."""
+        start = time.monotonic()
+        got = self._read_matching((session_id,), prompt, shards, start_token)
+        if got is None or got[1].dtype != self.kv_dtype:
+            return None
+        _, stored, reuse = got
+        kv, _, convert_s = self._kv(stored, reuse)
+        return Suffix(kv, start_token, reuse, stored.tier, stored.format,
+                      time.monotonic() - start, convert_s)
+
+    def _read_matching(self, sessions, prompt: list[int], shards: list[str] | None,
+                       start_token: int = 0) -> tuple[_Candidate, StoredKV, int] | None:
+        """The stored KV (from `start_token` on) of whichever of `sessions` matches the most of
+        `prompt` (the first of equals), with how many prompt tokens it matches; None if none
+        matches past `start_token`, or a read fails (recompute)."""
+        found = [c for c in (self._candidate(s, prompt, shards)
+                             for s in dict.fromkeys(filter(None, sessions))) if c]
+        if not found:
+            return None
+        best = max(found, key=lambda c: c.reuse)
+        if best.reuse <= start_token:
+            return None
+        try:
+            stored = best.store.read(best.session_id, max_tokens=best.reuse,
+                                     start_token=start_token)
+        except (grpc.RpcError, IOError) as exc:
+            log.warning("KV read of %r failed (%s): recomputing", best.session_id, exc)
+            return None
+        # The session may have changed between lookup and read: trust only what was read.
+        reuse = min(common_prefix(stored.token_ids, prompt[:best.reuse]), len(stored.token_ids))
+        if (reuse <= start_token or stored.start_token != start_token
+                or stored.format != self.kv_format or stored.model != self.model_name
+                or stored.bytes_per_token != self._bytes_per_token(stored.dtype)
+                or self._dtype_action(best.session_id, stored.dtype) == RECOMPUTE):
+            return None
+        return best, stored, reuse
+
+    def _kv(self, stored: StoredKV, reuse: int) -> tuple[torch.Tensor, memoryview, float]:
+        """K/V [L, 2, H, T, D] of stored tokens [stored.start_token, reuse), the bytes it came
+        from, and the seconds converting tensor 6 took (0 for K/V)."""
+        data = stored.data[:(reuse - stored.start_token) * stored.bytes_per_token]
+        tensor6 = stored.format == kv_codec.TENSOR6
+        convert_start = time.monotonic()
+        with (tracing.span("worker.tensor6_to_kv", tokens=reuse - stored.start_token,
+                           kv_bytes=len(data)) if tensor6 else contextlib.nullcontext()):
+            kv = kv_codec.kv_from_bytes(self.model, stored.format, data,
+                                        kv_codec.torch_dtype(stored.dtype), stored.start_token)
+        return kv, data, time.monotonic() - convert_start if tensor6 else 0.0
 
     def save(self, session_id: str, tokens: list[int], cache, hidden6: list[torch.Tensor],
              restored: Restored | None = None, shards: list[str] | None = None) -> None:

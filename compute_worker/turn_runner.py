@@ -57,17 +57,20 @@ class TurnRunner:
 
     def run(self, turn, since_arrival_s: float = 0.0, queue_s: float = 0.0,
             kv_stores: list[str] | None = None, key: str = "",
-            kv_max_tokens: int | None = None) -> Iterator:
+            kv_max_tokens: int | None = None, kv_suffix_from: int = 0) -> Iterator:
         """Yields (token_ids, text, None) as tokens come, then ([], '', TurnSummary).
         `turn`: a TurnRequest (or anything with its fields). `kv_stores`: the store shards the
         scheduler sent (None: the connector's own). `key`: a unique name under which cancel()
         stops this turn. `kv_max_tokens`: the scheduler's load-or-recompute choice, reuse at
-        most this many stored tokens (0: recompute the history; None: all that match)."""
+        most this many stored tokens (0: recompute the history; None: all that match).
+        `kv_suffix_from` > 0 (its reversed split): recompute the history's first tokens, up to
+        that one, while the store reads the KV of the rest."""
         if key:
             with self._keys_lock:
                 self._turns_by_key[key] = None
         try:
-            yield from self._run(turn, since_arrival_s, queue_s, kv_stores, key, kv_max_tokens)
+            yield from self._run(turn, since_arrival_s, queue_s, kv_stores, key, kv_max_tokens,
+                                 kv_suffix_from)
         finally:
             if key:
                 with self._keys_lock:
@@ -123,8 +126,48 @@ class TurnRunner:
         DRAM takes whole sessions only: K/V is written whole from token 0 (the cache holds it
         all), so the session is back in DRAM as after a load; tensor 6, whose restored prefix
         the worker holds as K/V only, is appended from the split point (it stays on SSD)."""
-        if limit and restored.tokens == limit and self.connector.kv_format != TENSOR6:
+        split = (limit and restored.tokens == limit) or restored.recomputed
+        if split and self.connector.kv_format != TENSOR6:
             return dataclasses.replace(restored, tokens=0)
+        return restored
+
+    def _restore_reversed(self, turn, prompt: list[int], kv_stores, begin: int,
+                          key: str) -> Restored | None:
+        """The reversed split: the engine computes the prompt's first `begin` tokens (a
+        prefill-only sequence in the batch; causal, so it needs no stored KV) while the store
+        reads the KV of the rest of the stored match; then the read K/V goes after them. None
+        if the turn was cancelled meanwhile."""
+        model = self.engine.model
+        cache = fresh_cache(model, prompt)
+        first = Sequence(
+            session_id=turn.session_id, prompt=prompt[:begin], cache=cache,
+            pending=prompt[:begin], sampler=Sampler.for_turn(turn, model.config.vocab_size),
+            detok=Detokenizer(self.tokenizer), max_new=1, eos=set(), stops=[],
+            arrived=time.monotonic(), block=model.kv_block)
+        if not self._started(key, first):
+            return None
+        with tracing.span("worker.kv_restore", prompt_tokens=len(prompt),
+                          recomputed_tokens=begin) as span:
+            self.engine.add(first)
+            with self.engine.gate.restoring():
+                suffix = self.connector.read_suffix(turn.session_id, prompt, begin, kv_stores)
+            while first.out.get() is not DONE:
+                pass  # the one token sampled after the beginning is not the turn's
+            if first.error is not None:
+                raise first.error
+            if first.cancelled:
+                return None
+            restored = Restored(cache, begin, recomputed=begin)
+            end = whole_blocks(suffix.end, model.kv_block) if suffix else 0
+            if end > begin:
+                cache.extend(suffix.kv[:, :, :, :end - begin])
+                restored = Restored(cache, end, suffix.tier, suffix.format, suffix.load_s,
+                                    suffix.convert_s, recomputed=begin)
+            span.set_attributes({
+                "bidaw.cached_tokens": restored.tokens - begin,
+                "bidaw.tier": TIER_LABELS[restored.tier],
+                "bidaw.kv_bytes": (restored.tokens - begin) * self.connector.bytes_per_token,
+                "bidaw.hit": restored.tokens > begin})
         return restored
 
     def _sequence(self, turn, prompt: list[int], restored: Restored, arrived: float) -> Sequence:
@@ -141,12 +184,19 @@ class TurnRunner:
             block=self.engine.model.kv_block)
 
     def _run(self, turn, since_arrival_s: float, queue_s: float, kv_stores, key: str,
-             limit: int | None):
+             limit: int | None, suffix_from: int):
         arrived = time.monotonic() - since_arrival_s
         ctx = tracing.current()
         prompt = prompt_ids(turn, self.tokenizer, self.engine.model.config.vocab_size,
                             self.max_context)
-        restored = self._restore(turn, prompt, kv_stores, limit)
+        begin = whole_blocks(min(suffix_from, len(prompt) - 1), self.engine.model.kv_block)
+        if limit != 0 and begin > 0:
+            restored = self._restore_reversed(turn, prompt, kv_stores, begin, key)
+            if restored is None:
+                return  # cancelled while its beginning was computed
+            limit = None
+        else:
+            restored = self._restore(turn, prompt, kv_stores, limit)
         seq = self._sequence(turn, prompt, restored, arrived)
         if not self._started(key, seq):
             return
@@ -164,7 +214,7 @@ class TurnRunner:
         # Prefill and decode ran batched in the engine's thread: record them after the fact.
         first, done = seq.arrived + seq.ttft, time.monotonic()
         tracing.record_span("worker.prefill", enqueued, first, parent=ctx,
-                            tokens=len(prompt) - restored.tokens)
+                            tokens=len(prompt) - restored.tokens + restored.recomputed)
         tracing.record_span("worker.decode", first, done, parent=ctx,
                             tokens=len(seq.generated), finish_reason=seq.finish_reason)
         with tracing.span("worker.kv_save",
@@ -172,7 +222,8 @@ class TurnRunner:
             self.connector.save(turn.session_id, prompt + seq.generated, seq.cache,
                                 seq.hidden6, self._saved_from(restored, limit), kv_stores)
         yield [], "", TurnSummary(
-            prompt_tokens=len(prompt), cached_tokens=restored.tokens,
+            prompt_tokens=len(prompt), cached_tokens=restored.tokens - restored.recomputed,
+            recomputed_tokens=restored.recomputed,
             completion_tokens=len(seq.generated), kv_tier=restored.tier,
             kv_format=restored.format, ttft_s=seq.ttft, queue_s=queue_s,
             kv_load_s=restored.load_s, convert_s=restored.convert_s,

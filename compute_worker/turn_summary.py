@@ -17,3 +17,4 @@ class TurnSummary:
     convert_s: float  # tensor 6 -> K/V
     finish_reason: str  # stop | length
     latency_s: float  # arrival -> the turn's end
+    recomputed_tokens: int = 0  # stored tokens recomputed, not read (a reversed split)

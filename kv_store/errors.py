@@ -33,3 +33,7 @@ def aborted(message: str) -> StoreError:
 
 def unavailable(message: str) -> StoreError:
     return StoreError(grpc.StatusCode.UNAVAILABLE, message)
+
+
+def out_of_range(message: str) -> StoreError:
+    return StoreError(grpc.StatusCode.OUT_OF_RANGE, message)

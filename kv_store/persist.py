@@ -173,19 +173,28 @@ class Persister:
     # -- reads (the caller holds the session lock; no write of the session is running) --------
 
     def read_session(self, session_id: str, admit: bool, prefix_tokens: int = 0,
-                     background: bool = False):
+                     background: bool = False, from_token: int = 0):
         """(result, segments or None, buffer or None, version) with the verified file image in
         new DRAM segments (`admit` and room) or aligned memory; None if the file changed under
         the read (read again). `prefix_tokens` > 0: only the records holding those first tokens
-        (SsdTier.prefix_length). `background`: a speculative read (it yields to demand)."""
+        (SsdTier.prefix_length). `background`: a speculative read (it yields to demand).
+        `from_token` > 0: only the records from the last one holding that token on
+        (SsdTier.suffix_start); the image then starts there, and the result's log holds the
+        tokens before it with their bytes UNREAD (ssd_scan.py)."""
         entry = self.catalog.get(session_id)
         segments: list[Segment] | None = None
         length = entry.ssd_len if entry is not None else 0
         if entry is not None and prefix_tokens > 0:
             length = self.ssd.prefix_length(session_id, prefix_tokens, entry.ssd_len)
+        base, seed = 0, None
+        if entry is not None and from_token > 0:
+            found = self.ssd.suffix_start(session_id, from_token, length)
+            if found is None:
+                return None  # changed since the caller saw it hold that token: read again
+            base, seed = found
         with self._lock:
             if entry is not None and admit:
-                segments = self.space.dram_segments(session_id, 0, length)
+                segments = self.space.dram_segments(session_id, 0, length - base)
         if entry is None:
             with self._lock:
                 self.index.forget(session_id, local_only=True)
@@ -193,14 +202,14 @@ class Persister:
         try:
             arena = self.space.dram.arena
             image = ScatterView([arena.view(s) for s in segments]) if segments else \
-                aligned_buffer(length)
+                aligned_buffer(length - base)
             with self.ssd.open_read(session_id) as f:
-                result = self.ssd.read_file(f, length, image, background)
+                result = self.ssd.read_file(f, length, image, background, base, seed)
         except OSError as exc:
             result = ReadResult(SessionLog(), 0, f"unreadable: {exc.strerror or exc}")
         version = entry.version
         if result.corrupt:
-            version = self._drop_bad_tail(session_id, entry, result)
+            version = self._drop_bad_tail(session_id, entry, result, base)
             if version is None:
                 if segments:
                     self.space.release_segments(segments)
@@ -209,24 +218,26 @@ class Persister:
             return result, segments, None, version
         return result, None, image, version
 
-    def _drop_bad_tail(self, session_id: str, entry: CatalogEntry,
-                       result: ReadResult) -> int | None:
-        """Cut the file after the last good record; the new version (None: the file changed
-        since it was read, so the fault may be ours: read again)."""
+    def _drop_bad_tail(self, session_id: str, entry: CatalogEntry, result: ReadResult,
+                       base: int = 0) -> int | None:
+        """Cut the file after the last good record (`base` + the read's valid end); the new
+        version (None: the file changed since it was read, so the fault may be ours: read
+        again)."""
         with self.catalog.lock(session_id):
             current = self.catalog.get(session_id)
             if current is None or current.version != entry.version:
                 return None
             kept = result.log.meta
+            good = base + result.valid_end
             log.warning("session %r: %s at byte %d; keeping its first %d tokens", session_id,
-                        result.corrupt, result.valid_end, 0 if kept is None else kept.num_tokens)
+                        result.corrupt, good, 0 if kept is None else kept.num_tokens)
             version = entry.version + 1
             if kept is None:
                 self.ssd.delete(session_id)
                 self.catalog.delete(session_id)
             else:
-                self.ssd.truncate(session_id, result.valid_end)
-                fixed = CatalogEntry(kept.copy(), result.valid_end, version)
+                self.ssd.truncate(session_id, good)
+                fixed = CatalogEntry(kept.copy(), good, version)
                 self.catalog.put(fixed)
         with self._lock:
             self.counters.corrupt_records += 1

@@ -30,66 +30,81 @@ class ReadPath:
         # turn, so the KV stays in DRAM until that turn reads it (or the pin expires).
         self._promoted: dict[str, str] = {}
 
-    def open_read(self, session_id: str, max_tokens: int = 0,
-                  speculative: bool = False) -> ReadHandle:
-        """The session's KV (its first `max_tokens` tokens if > 0) and the tier serving it; a
-        read from SSD brings the session into DRAM when it fits. Call `release` when done.
-        `speculative`: the Prefetcher's read, which yields the disk to demand reads; a demand
-        read of the session it is reading takes that read over and waits for it."""
+    def open_read(self, session_id: str, max_tokens: int = 0, speculative: bool = False,
+                  start_token: int = 0) -> ReadHandle:
+        """The session's KV (its first `max_tokens` tokens if > 0; from `start_token` on) and
+        the tier serving it; a whole read from SSD brings the session into DRAM when it fits.
+        Call `release` when done. `speculative`: the Prefetcher's read, which yields the disk
+        to demand reads; a demand read of the session it is reading takes that read over and
+        waits for it."""
         check_session_id(session_id)
         if max_tokens < 0:
             raise errors.invalid("max_tokens is negative")
+        if start_token < 0:
+            raise errors.invalid("start_token is negative")
         if speculative:
-            return self._open_read(session_id, max_tokens, True)
+            return self._open_read(session_id, max_tokens, True, start_token)
         with self.parts.persister.ssd.gate.wanted(session_id):
-            return self._open_read(session_id, max_tokens, False)
+            return self._open_read(session_id, max_tokens, False, start_token)
 
-    def _open_read(self, session_id: str, max_tokens: int, speculative: bool) -> ReadHandle:
+    def _open_read(self, session_id: str, max_tokens: int, speculative: bool,
+                   start_token: int) -> ReadHandle:
         self.parts.index.refresh(session_id)
         with self.parts.lock:  # the turn a promotion was for is reading: its pin has done its job
             hold = self._promoted.pop(session_id, None)
             if hold is not None:
                 self.parts.leases.release(hold)
         while True:
-            handle = self._read_dram(session_id, max_tokens)
+            handle = self._read_dram(session_id, max_tokens, start_token)
             if handle is not None:
                 return handle
             with self.parts.session_locks(session_id):
-                handle = self._read_dram(session_id, max_tokens)  # loaded while we waited
+                # loaded while we waited?
+                handle = self._read_dram(session_id, max_tokens, start_token)
                 if handle is not None:
                     return handle
                 if not self.parts.writer.busy(session_id):
-                    return self._load_from_ssd(session_id, max_tokens, speculative)
+                    return self._load_from_ssd(session_id, max_tokens, speculative,
+                                               start_token)
             self.parts.writer.wait(session_id)  # its SSD copy is on the way: read it once it is
 
-    def _read_dram(self, session_id: str, max_tokens: int) -> ReadHandle | None:
+    def _read_dram(self, session_id: str, max_tokens: int, start_token: int
+                   ) -> ReadHandle | None:
         with self.parts.lock:
             meta = self.parts.index.metas.get(session_id)
             if meta is None:
                 self.parts.counters.misses += 1
                 raise errors.not_found(f"no KV stored for session {session_id!r}")
+            want = meta.num_tokens if max_tokens == 0 else min(max_tokens, meta.num_tokens)
+            if start_token and start_token >= want:
+                raise errors.out_of_range(f"start_token {start_token} is not below the {want} "
+                                          f"tokens of session {session_id!r} to read")
             if session_id not in self.parts.dram:
                 return None
-            want = meta.num_tokens if max_tokens == 0 else min(max_tokens, meta.num_tokens)
             self.parts.counters.dram_hits += 1
             self.parts.dram.touch(session_id, time.monotonic())
             served = SessionMeta(session_id, meta.format, meta.bytes_per_token, meta.model,
                                  meta.token_ids[:want], meta.dtype)
-            pieces = self.parts.dram.pieces(session_id, served.num_bytes)
+            pieces = self.parts.dram.pieces(session_id, served.num_bytes,
+                                            skip=start_token * served.bytes_per_token)
             return ReadHandle(served, Tier.DRAM, shm=pieces, arena=self.parts.dram.arena,
-                              on_release=lambda: self.parts.space.release_pieces(pieces))
+                              on_release=lambda: self.parts.space.release_pieces(pieces),
+                              start_token=start_token)
 
-    def _load_from_ssd(self, session_id: str, max_tokens: int, background: bool) -> ReadHandle:
+    def _load_from_ssd(self, session_id: str, max_tokens: int, background: bool,
+                       start_token: int) -> ReadHandle:
         """Read the session file (verified) into a new DRAM segment, or aligned memory when
         DRAM has no room; the caller holds the session lock. A read of fewer tokens than the
-        session holds (a load-or-recompute split) reads only the records holding them, and
-        the session stays on SSD (DRAM holds whole sessions)."""
+        session holds (a load-or-recompute split: a prefix, or from `start_token` on) reads
+        only the records holding them, and the session stays on SSD (DRAM holds whole
+        sessions)."""
         with self.parts.lock:
             meta = self.parts.index.metas.get(session_id)
             stored = meta.num_tokens if meta is not None else 0
         prefix = max_tokens if 0 < max_tokens < stored else 0
         for _ in range(3):
-            got = self.parts.persister.read_session(session_id, True, prefix, background)
+            got = self.parts.persister.read_session(session_id, True, prefix, background,
+                                                    start_token)
             if got is not None:
                 break
         else:
@@ -107,27 +122,35 @@ class ReadPath:
             self.parts.counters.ssd_bytes_read += result.valid_end
             self.parts.index.touch_ssd(session_id)
             served = log_.meta.copy()
-            if segments and not prefix and self.parts.index.versions.get(session_id) == version \
+            if segments and not prefix and not start_token \
+                    and self.parts.index.versions.get(session_id) == version \
                     and not self.parts.writer.busy(session_id):
                 self.parts.dram.put(session_id, _image_pieces(segments, log_.pieces), time.monotonic())
             log_.cut(served.num_tokens if max_tokens == 0 else max_tokens)
             served.token_ids = log_.meta.token_ids
+            if start_token >= served.num_tokens:  # a bad record cut it off
+                if segments:
+                    self.parts.space.release_segments(segments)
+                raise errors.not_found(f"KV of session {session_id!r} from token {start_token} "
+                                       "failed its checksum and was dropped; recompute")
+            tail = log_.tail(start_token)
             if segments:
-                pieces = _image_pieces(segments, log_.pieces)
+                pieces = _image_pieces(segments, tail)
                 for piece in pieces:
                     self.parts.dram.arena.ref(piece.segment)
                 self.parts.space.release_segments(segments)  # the creators' references
                 handle = ReadHandle(served, Tier.SSD, shm=pieces, arena=self.parts.dram.arena,
-                                    on_release=lambda: self.parts.space.release_pieces(pieces))
+                                    on_release=lambda: self.parts.space.release_pieces(pieces),
+                                    start_token=start_token)
             else:
-                handle = ReadHandle(served, Tier.SSD, buffer=buffer,
-                                    spans=[(p.offset, p.length) for p in log_.pieces])
+                handle = ReadHandle(served, Tier.SSD, buffer=buffer, start_token=start_token,
+                                    spans=[(p.offset, p.length) for p in tail])
             loc = self.parts.index.location(session_id)
         self.parts.events.publish(loc)
         return handle
 
-    def open_shm_read(self, session_id: str, max_tokens: int,
-                      lease_seconds: float) -> tuple[ReadHandle, str]:
+    def open_shm_read(self, session_id: str, max_tokens: int, lease_seconds: float,
+                      start_token: int = 0) -> tuple[ReadHandle, str]:
         """A read whose bytes stay in shared memory for a co-located worker, under a lease that
         keeps its regions until released or expired."""
         with self.parts.lock:
@@ -142,7 +165,7 @@ class ReadPath:
                 f"KV of session {session_id!r} is larger than shared memory; read it over the "
                 "gRPC stream" if too_big else f"no room in shared memory for the KV of session "
                 f"{session_id!r} now; read it over the gRPC stream")
-        handle = self.open_read(session_id, max_tokens)
+        handle = self.open_read(session_id, max_tokens, start_token=start_token)
         if handle.buffer is not None:
             handle.release()
             raise errors.precondition(f"KV of session {session_id!r} does not fit in shared "

@@ -109,13 +109,14 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
 
     def ReadKV(self, request, context):
         try:
-            handle = self.store.open_read(request.session_id, request.max_tokens)
+            handle = self.store.open_read(request.session_id, request.max_tokens,
+                                          request.start_token)
         except StoreError as exc:
             context.abort(exc.code, exc.message)
         tier = handle.tier.value
         try:
             with tracing.span("kv_store.read", session=request.session_id, tier=tier,
-                              kv_tokens=handle.meta.num_tokens, path="grpc"):
+                              kv_tokens=handle.num_tokens, path="grpc"):
                 yield kv_store_pb2.KVChunk(header=_header(handle))
                 offset = 0
                 for data in handle.chunks(CHUNK_BYTES):
@@ -253,9 +254,10 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
     def OpenShmRead(self, request, context):
         with tracing.span("kv_store.read", session=request.session_id, path="shm") as span:
             handle, lease_id = self.store.open_shm_read(request.session_id, request.max_tokens,
-                                                        _lease_seconds(request.lease_seconds))
+                                                        _lease_seconds(request.lease_seconds),
+                                                        request.start_token)
             tier = handle.tier.value
-            span.set_attributes({"bidaw.tier": tier, "bidaw.kv_tokens": handle.meta.num_tokens})
+            span.set_attributes({"bidaw.tier": tier, "bidaw.kv_tokens": handle.num_tokens})
         metrics.KV_READ_BYTES.labels(tier).inc(sum(p.length for p in handle.shm))
         return kv_store_pb2.OpenShmReadReply(header=_header(handle), lease_id=lease_id,
                                              pieces=_wire_pieces(handle.shm))
@@ -275,8 +277,8 @@ def _wire_pieces(pieces) -> list:
 
 def _header(handle: ReadHandle) -> kv_store_pb2.KVHeader:
     meta = handle.meta
-    return kv_store_pb2.KVHeader(session_id=meta.session_id, start_token=0,
-                                 num_tokens=meta.num_tokens, token_ids=meta.token_ids,
+    return kv_store_pb2.KVHeader(session_id=meta.session_id, start_token=handle.start_token,
+                                 num_tokens=handle.num_tokens, token_ids=meta.token_ids,
                                  format=_wire_format(meta.format),
                                  bytes_per_token=meta.bytes_per_token, model=meta.model,
                                  tier=_WIRE_TIER[handle.tier], dtype=_wire_dtype(meta.dtype))

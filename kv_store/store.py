@@ -164,11 +164,12 @@ class KVStore:
     def unsubscribe(self, q) -> None:
         self.events.unsubscribe(q)
 
-    def open_read(self, session_id: str, max_tokens: int = 0):
-        return self.reads.open_read(session_id, max_tokens)
+    def open_read(self, session_id: str, max_tokens: int = 0, start_token: int = 0):
+        return self.reads.open_read(session_id, max_tokens, start_token=start_token)
 
-    def open_shm_read(self, session_id: str, max_tokens: int, lease_seconds: float):
-        return self.reads.open_shm_read(session_id, max_tokens, lease_seconds)
+    def open_shm_read(self, session_id: str, max_tokens: int, lease_seconds: float,
+                      start_token: int = 0):
+        return self.reads.open_shm_read(session_id, max_tokens, lease_seconds, start_token)
 
     def new_payload(self, session_id: str, start_token: int, nbytes: int):
         return self.writes.new_payload(session_id, start_token, nbytes)

@@ -29,6 +29,9 @@ class SchedulerConfig(SecurityConfig):
         "help": "on: for a turn whose KV is on SSD, choose per turn to wait for its load, "
                 "recompute the history or load a prefix and recompute the rest, by the earliest "
                 "expected first token (scheduler/restore_chooser.py); off: always wait"})
+    restore_suffix_loads: bool = field(default=True, metadata={
+        "help": "restore choice: also consider recomputing the history's beginning while the "
+                "store reads the rest (the reversed split; off: prefixes only)"})
     restore_stall_weight: float = field(default=0.3, metadata={
         "help": "restore choice: weight of the decode stall a recompute imposes on the running "
                 "turns (0: ignore it)"})

@@ -7,7 +7,8 @@ the workers with a free slot. A store reporting a load finished (`on_load_finish
 turn back at its arrival position, ready. The loop thread runs `step`, the store promotions it
 asks for (outside the lock) and, every 2 s, the members' upkeep. With a `restore` chooser
 (`--restore-choice on`), a load the policy picks may instead be skipped: the turn is ready at
-once and its worker recomputes the history, or loads only a prefix (`Pending.kv_max_tokens`).
+once and its worker recomputes the history, loads only a prefix (`Pending.kv_max_tokens`), or
+recomputes the beginning while the store reads the rest (`Pending.kv_suffix_from`).
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ class Pending:
     where: str = "none"  # where its KV was when it arrived
     prompt_tokens: int = 0  # the prompt's size (restore_chooser.prompt_tokens)
     kv_max_tokens: int | None = None  # the restore choice: reuse at most this many (None: all)
+    kv_suffix_from: int = 0  # the restore choice: recompute the tokens before it, read the rest
 
 
 class QueueFull(Exception):
@@ -236,14 +238,13 @@ class Dispatcher:
         for session_id, _ in self._loading.values():
             loc = self.stores.location(session_id)
             left.append(loc.load_estimate_s if loc is not None else 0.0)
-        limit = self.restore.choose(self.stores.location(str(r.session_id)),
-                                    pending.prompt_tokens, self.queue.ready_len, tuple(left),
-                                    self.pool.running())
-        if limit is None:
+        plan = self.restore.choose(self.stores.location(str(r.session_id)),
+                                   pending.prompt_tokens, self.queue.ready_len, tuple(left),
+                                   self.pool.running())
+        if plan is None:
             return False
-        log.debug("restore choice for %s of %r: reuse %d tokens", r.request_id, r.session_id,
-                  limit)
-        pending.kv_max_tokens = limit
+        log.debug("restore choice for %s of %r: %s", r.request_id, r.session_id, plan)
+        pending.kv_max_tokens, pending.kv_suffix_from = plan.max_tokens, plan.suffix_from
         self.queue.load_finished(r.request_id)
         pending.ready_at = now
         return True

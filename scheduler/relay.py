@@ -69,7 +69,7 @@ class Relay:
             request_id=f"{self.scheduler_id}-{pending.seq}", turn=request,
             queue_s=time.monotonic() - arrival, since_arrival_s=time.monotonic() - arrival,
             kv_stores=self.dispatcher.stores.members(), recompute_kv=pending.kv_max_tokens == 0,
-            kv_prefix_tokens=pending.kv_max_tokens or 0)
+            kv_prefix_tokens=pending.kv_max_tokens or 0, kv_suffix_from=pending.kv_suffix_from)
         call = pending.worker.stub.RunTurn(worker_request)
         # A client that leaves cancels the worker's turn at once, not at its next event (a long
         # prefill sends none): gRPC Python does not carry cancellation across hops by itself.

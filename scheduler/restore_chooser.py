@@ -1,7 +1,10 @@
 """The live scheduler's load-or-recompute choice (`--restore-choice on`): when the queue would
-start the SSD load of a turn, wait for it (today's path), recompute the history, or load a prefix
-and recompute the rest, by the pure decision of scheduler/policy/restore_choice.py — the one the
-timed simulator's bidaw-restore systems make (bench/sim/restore.py).
+start the SSD load of a turn, wait for it (today's path), recompute the history, load a prefix
+and recompute the rest, or (`--restore-suffix-loads`, the default) recompute the beginning while
+the store reads the end, by the pure decision of scheduler/policy/restore_choice.py — the one
+the timed simulator's bidaw-restore systems make (bench/sim/restore.py). The live reversed split
+is the decision's unpiggybacked form: the beginning is a prefill of its own in the worker's
+batch (spare_tokens_per_s = 0), started when the turn is dispatched.
 
 What the decision is given, all durations from now:
 - the KV: its tokens, bytes and the store's load estimate (`SessionLocation.load_estimate_s`, on
@@ -19,9 +22,12 @@ own (they may go first: an upper bound), and recomputes at once when that is bes
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from services.runtime.gen import common_pb2, kv_store_pb2
 
-from scheduler.policy import RECOMPUTE, WAIT_FOR_LOAD, ComputeSide, KVOnSSD, decide_restore
+from scheduler.policy import (RECOMPUTE, SPLIT_REVERSED, WAIT_FOR_LOAD, ComputeSide, KVOnSSD,
+                              decide_restore)
 from scheduler.policy.prefill_rate import PrefillRate
 
 CHARS_PER_TOKEN = 4  # a message's size in tokens, before the worker tokenizes it
@@ -35,25 +41,39 @@ def prompt_tokens(request: common_pb2.TurnRequest) -> int:
     return chars // CHARS_PER_TOKEN
 
 
+@dataclass(frozen=True)
+class RestorePlan:
+    """What the worker does instead of waiting for the load: reuse at most `max_tokens` stored
+    tokens (0: recompute the history; k: a prefix, the store reading only it), or with
+    `suffix_from` > 0 recompute the tokens before it while the store reads the rest."""
+    max_tokens: int | None = None
+    suffix_from: int = 0
+
+
 class LiveRestoreChooser:
-    def __init__(self, stall_weight: float = 0.3, rate: PrefillRate | None = None) -> None:
+    def __init__(self, stall_weight: float = 0.3, rate: PrefillRate | None = None,
+                 suffix_loads: bool = True) -> None:
         if not stall_weight >= 0:
             raise ValueError(f"--restore-stall-weight must be >= 0, got {stall_weight!r}")
         self.stall_weight = stall_weight
+        self.suffix_loads = suffix_loads
         self.rate = rate or PrefillRate()
-        self.counts = {WAIT_FOR_LOAD: 0, RECOMPUTE: 0, "split": 0}
+        self.counts = {WAIT_FOR_LOAD: 0, RECOMPUTE: 0, "split": 0, SPLIT_REVERSED: 0}
 
     def observe(self, summary: common_pb2.TurnSummary) -> None:
-        """A finished turn: its prefill time per token computed."""
+        """A finished turn: its prefill time per token computed. A reversed split's is not
+        one prefill (its beginning ran beside the read), so it teaches nothing."""
+        if summary.recomputed_tokens:
+            return
         self.rate.observe(summary.prompt_tokens - summary.cached_tokens,
                           summary.ttft_s - summary.queue_s - summary.kv_load_s)
 
     def choose(self, loc: kv_store_pb2.SessionLocation | None, prompt: int, ready_ahead: int,
                loads_left_s: tuple[float, ...], running: int, backlog_s: float = 0.0,
-               count: bool = True) -> int | None:
-        """Stored tokens the worker should reuse: None (all: wait for the load), 0 (recompute)
-        or k (a prefix; the store reads only it). `backlog_s`: disk time of loads not yet
-        started that would go first (asked at arrival)."""
+               count: bool = True) -> RestorePlan | None:
+        """What the worker should do instead of waiting for the load (None: wait for it).
+        `backlog_s`: disk time of loads not yet started that would go first (asked at
+        arrival)."""
         cost = self.rate.cost()
         if cost is None or loc is None or loc.tier != common_pb2.TIER_SSD \
                 or loc.num_tokens < 1 or loc.num_bytes < 1 or not loc.load_estimate_s > 0:
@@ -63,15 +83,21 @@ class LiveRestoreChooser:
         new = max(prompt - loc.num_tokens, 1)
         compute = ComputeSide(cost, new, ready_ahead * float(cost.step_s(new, 0, 0)),
                               tuple(max(t, 0.0) for t in loads_left_s), running)
-        best = decide_restore(kv, compute, stall_weight=self.stall_weight).best
-        name = "split" if best.name not in (WAIT_FOR_LOAD, RECOMPUTE) else best.name
+        best = decide_restore(kv, compute, suffix_loads=self.suffix_loads,
+                              stall_weight=self.stall_weight).best
+        name = best.name if best.name in (WAIT_FOR_LOAD, RECOMPUTE, SPLIT_REVERSED) else "split"
         if count or name == RECOMPUTE:
             self.counts[name] += 1
-        return None if name == WAIT_FOR_LOAD else 0 if name == RECOMPUTE else best.k
+        if name == WAIT_FOR_LOAD:
+            return None
+        if name == SPLIT_REVERSED:
+            return RestorePlan(suffix_from=best.k)
+        return RestorePlan(max_tokens=0 if name == RECOMPUTE else best.k)
 
     def recompute_at_arrival(self, loc: kv_store_pb2.SessionLocation | None, prompt: int,
                              ready_ahead: int, backlog_s: float, running: int) -> bool:
         """Asked when a turn arrives with its KV on SSD, behind `backlog_s` of loads waiting in
         the preparing queue: True to recompute at once (else it is asked again when its load
         would start, the wait behind those loads then sunk)."""
-        return self.choose(loc, prompt, ready_ahead, (), running, backlog_s, count=False) == 0
+        plan = self.choose(loc, prompt, ready_ahead, (), running, backlog_s, count=False)
+        return plan is not None and plan.max_tokens == 0

@@ -32,8 +32,9 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self.pool = pool
         queue = QueueConfig(config.policy, config.max_loads, config.prefetch_window,
                             config.ssd_aware).build()
-        restore = (LiveRestoreChooser(config.restore_stall_weight) if config.restore_choice
-                   else None)
+        restore = (LiveRestoreChooser(config.restore_stall_weight,
+                                      suffix_loads=config.restore_suffix_loads)
+                   if config.restore_choice else None)
         self.dispatcher = Dispatcher(queue, pool, config.scheduler_id, config.max_queue, restore)
         self.stores = self.dispatcher.stores
         self.members = Members(config, pool, self.stores, on_worker_joined=self.dispatcher.wake)

@@ -1,12 +1,14 @@
 """The live scheduler's load-or-recompute choice: the prefill cost it learns from turn summaries
 (scheduler.policy.prefill_rate) and the choice it makes from a store's SessionLocation
-(scheduler.restore_chooser), on hand-made cases whose answer is worked out by hand."""
+(scheduler.restore_chooser), on hand-made cases whose answer is worked out by hand. Most cases
+offer prefixes only (`suffix_loads=False`, the choice before the store read suffixes); the
+reversed split has its own."""
 from __future__ import annotations
 
 import pytest
 
 from scheduler.policy.prefill_rate import PrefillRate
-from scheduler.restore_chooser import LiveRestoreChooser, prompt_tokens
+from scheduler.restore_chooser import LiveRestoreChooser, RestorePlan, prompt_tokens
 from services.runtime.gen import common_pb2, kv_store_pb2
 
 
@@ -16,9 +18,9 @@ def _summary(prompt, cached, prefill_s, queue_s=0.2, load_s=0.1):
                                   kv_load_s=load_s)
 
 
-def _trained(stall_weight=0.0) -> LiveRestoreChooser:
+def _trained(stall_weight=0.0, suffix_loads=False) -> LiveRestoreChooser:
     """A chooser that has seen turns costing 10 ms + 0.5 ms per computed token."""
-    chooser = LiveRestoreChooser(stall_weight)
+    chooser = LiveRestoreChooser(stall_weight, suffix_loads=suffix_loads)
     for computed in (10, 200, 50, 800, 400, 30, 1000, 120):
         chooser.observe(_summary(computed + 500, 500, 0.010 + 0.0005 * computed))
     return chooser
@@ -54,7 +56,7 @@ def test_equal_sizes_give_a_rate_without_overhead_and_idle_turns_say_nothing():
 
 def test_a_slow_load_on_an_idle_gpu_recomputes():
     # recompute 1,010 tokens: 0.515 s; wait: 1 s + one step; split k: k ms + (1010 - k) 0.5 ms
-    assert _trained().choose(_on_ssd(load_s=1.0), 1010, 0, (), 0) == 0
+    assert _trained().choose(_on_ssd(load_s=1.0), 1010, 0, (), 0) == RestorePlan(0)
 
 
 def test_a_fast_load_is_waited_for():
@@ -64,14 +66,15 @@ def test_a_fast_load_is_waited_for():
 def test_turns_ready_ahead_make_it_load_the_prefix_that_lands_meanwhile():
     # 40 ready turns ahead, one 10-token step each: W = 40 * 0.015 = 0.6 s; a prefix of 600
     # tokens lands by then (1 ms each) and the other 400 + 10 are recomputed
-    assert _trained().choose(_on_ssd(load_s=1.0), 1010, 40, (), 0) == 600
+    assert _trained().choose(_on_ssd(load_s=1.0), 1010, 40, (), 0) == RestorePlan(600)
 
 
 def test_a_weighed_stall_of_a_large_batch_makes_it_wait_instead_of_recomputing():
     chooser = _trained(stall_weight=0.3)
-    assert chooser.choose(_on_ssd(load_s=1.0), 1010, 0, (), 0) == 0  # nobody running
+    assert chooser.choose(_on_ssd(load_s=1.0), 1010, 0, (), 0) == RestorePlan(0)  # alone
     assert chooser.choose(_on_ssd(load_s=1.0), 1010, 0, (), 20) is None
-    assert chooser.counts == {"wait_for_load": 1, "recompute": 1, "split": 0}
+    assert chooser.counts == {"wait_for_load": 1, "recompute": 1, "split": 0,
+                              "split_reversed": 0}
 
 
 def test_kv_not_on_ssd_or_without_an_estimate_is_left_alone():
@@ -98,3 +101,25 @@ def test_at_arrival_the_loads_waiting_ahead_can_make_it_recompute_at_once():
     assert not chooser.recompute_at_arrival(_on_ssd(load_s=0.3), 1010, 0, 0.0, 0)
     assert chooser.recompute_at_arrival(_on_ssd(load_s=0.3), 1010, 0, 0.5, 0)
     assert chooser.counts["recompute"] == 1 and chooser.counts["wait_for_load"] == 0
+
+
+def test_with_suffix_reads_a_slow_load_on_an_idle_gpu_recomputes_the_beginning_meanwhile():
+    # recompute [0, k): 10 ms + 0.5 ms·k from now; read [k, 1000): 1 ms per token. They meet
+    # at k = 660 (0.34 s both), then one 10-token step (15 ms): 0.355 s against the whole
+    # recompute's 0.515 s and the wait's 1.015 s
+    chooser = _trained(suffix_loads=True)
+    assert chooser.choose(_on_ssd(load_s=1.0), 1010, 0, (), 0) == RestorePlan(suffix_from=660)
+    assert chooser.counts["split_reversed"] == 1
+    # a fast load (0.05 ms per token) still gains a little: k = 72 meets at 0.0464 s (the
+    # wait: 0.05 s); a turn that arrives is never split at arrival (only recomputed)
+    assert chooser.choose(_on_ssd(load_s=0.05), 1010, 0, (), 0) == RestorePlan(suffix_from=72)
+    assert not chooser.recompute_at_arrival(_on_ssd(load_s=1.0), 1010, 0, 0.0, 0)
+
+
+def test_a_reversed_split_turn_teaches_the_prefill_rate_nothing():
+    chooser = _trained()
+    before = chooser.rate.cost()
+    summary = _summary(1010, 340, 5.0)
+    summary.recomputed_tokens = 660
+    chooser.observe(summary)
+    assert chooser.rate.cost() == before

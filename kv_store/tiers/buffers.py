@@ -68,7 +68,8 @@ class Payload:
 @dataclass
 class ReadHandle:
     """What a read serves: the session's metadata (cut to the tokens served), the tier, and
-    the pieces holding the bytes; `release` must be called when the bytes were sent."""
+    the pieces holding the bytes of tokens [start_token, meta.num_tokens); `release` must be
+    called when the bytes were sent."""
     meta: SessionMeta
     tier: Tier
     shm: list[ShmPiece] = field(default_factory=list)  # DRAM: pieces of segments
@@ -76,10 +77,16 @@ class ReadHandle:
     spans: list[tuple[int, int]] = field(default_factory=list)  # ... and (offset, length)s
     arena: ShmArena | None = None
     on_release: Callable[[], None] | None = None
+    start_token: int = 0  # a suffix read: the first token whose bytes are served
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens whose bytes are served."""
+        return self.meta.num_tokens - self.start_token
 
     @property
     def nbytes(self) -> int:
-        return self.meta.num_bytes
+        return self.num_tokens * self.meta.bytes_per_token
 
     def chunks(self, size: int) -> Iterator[bytes]:
         """The bytes in order, in chunks of at most `size`."""

@@ -74,18 +74,23 @@ class DramTier:
         """A read of the entry."""
         self.ledger.touch(session_id, now)
 
-    def pieces(self, session_id: str, nbytes: int, take_refs: bool = True) -> list[ShmPiece]:
-        """Pieces covering the first `nbytes` of the entry; with references a reader must
+    def pieces(self, session_id: str, nbytes: int, take_refs: bool = True,
+               skip: int = 0) -> list[ShmPiece]:
+        """Pieces covering bytes [skip, nbytes) of the entry; with references a reader must
         `release` (so an eviction meanwhile cannot unlink them)."""
         out: list[ShmPiece] = []
-        left = nbytes
+        left = nbytes - skip
         for piece in self._entries.get(session_id, ()):
             if left <= 0:
                 break
-            take = min(piece.length, left)
+            if skip >= piece.length:
+                skip -= piece.length
+                continue
+            take = min(piece.length - skip, left)
             out.append(piece if take == piece.length else
-                       ShmPiece(piece.segment, piece.offset, take))
+                       ShmPiece(piece.segment, piece.offset + skip, take))
             left -= take
+            skip = 0
         if take_refs:
             for piece in out:
                 self.arena.ref(piece.segment)

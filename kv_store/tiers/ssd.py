@@ -18,7 +18,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from kv_store.tiers import ssd_record
+from kv_store.tiers import ssd_scan
 from kv_store.tiers.aligned_io import ALIGN, DirectFile, align_up, aligned_buffer, fsync_dir
 from kv_store.tiers.bandwidth import BandwidthCap, BandwidthMeter
 from kv_store.tiers.read_gate import ReadGate
@@ -97,29 +97,8 @@ class SsdTier:
 
     def scan_file(self, path: pathlib.Path, limit: int | None = None, stop_at_token: int = 0
                   ) -> tuple[SessionLog, int]:
-        """The log of the file's first `limit` bytes (all) and its length, read from the headers.
-        `stop_at_token` > 0: stop before the first record that starts at or past that token."""
-        log = SessionLog()
-        size = path.stat().st_size if limit is None else limit
-        with open(path, "rb") as fh:
-            while log.end < size:
-                fh.seek(log.end)
-                try:
-                    head = fh.read(ssd_record.FIXED_SIZE)
-                    need = ssd_record.variable_size(head)
-                    header, payload_at = ssd_record.decode_header(head + fh.read(need))
-                except CorruptRecord:
-                    break
-                payload_at += log.end
-                end = ssd_record.record_end(payload_at, header.payload_len)
-                if end > size or not log.extends(header):
-                    break
-                if log.meta is None and self.path(header.session_id) != path:
-                    break  # a file under another session's name
-                if 0 < stop_at_token <= header.start_token:
-                    break
-                log.apply(header, payload_at, end)
-        return log, log.end
+        """The log of the file's first `limit` bytes (all) and its length (ssd_scan.py)."""
+        return ssd_scan.scan_file(path, self.path, limit, stop_at_token)
 
     def prefix_length(self, session_id: str, tokens: int, length: int) -> int:
         """Bytes of the session's file (of its committed `length`) that hold its first `tokens`
@@ -130,6 +109,15 @@ class SsdTier:
             return self.scan_file(self.path(session_id), length, stop_at_token=tokens)[1] or length
         except OSError:
             return length
+
+    def suffix_start(self, session_id: str, token: int, length: int
+                     ) -> tuple[int, SessionLog] | None:
+        """Where a read of the session's tokens from `token` on starts, with the log before it
+        (ssd_scan.suffix_start); None if unreadable or no such token."""
+        try:
+            return ssd_scan.suffix_start(self.path(session_id), self.path, token, length)
+        except OSError:
+            return None
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -225,24 +213,28 @@ class SsdTier:
         with self.open_read(session_id) as f:
             return self.read_file(f, length, into)
 
-    def read_file(self, f: DirectFile, length: int, into, background: bool = False
-                  ) -> ReadResult:
-        """Read the first `length` bytes of an open session file into `into` (a ScatterView,
-        or one page-aligned buffer; at least align_up(length) bytes) and verify every record
+    def read_file(self, f: DirectFile, length: int, into, background: bool = False,
+                  base: int = 0, seed: SessionLog | None = None) -> ReadResult:
+        """Read bytes [base, length) of an open session file into `into` (a ScatterView, or one
+        page-aligned buffer; at least align_up(length - base) bytes) and verify every record
         as its bytes arrive. `background`: a speculative read, which yields to demand reads
-        (`gate`; the caller holds `gate.background`)."""
+        (`gate`; the caller holds `gate.background`). `base` > 0 (a record's start): a suffix
+        read, continuing `seed`, the log of the records before it (suffix_start); the result's
+        offsets are then those of `into`, not of the file."""
         image = into if isinstance(into, ScatterView) else ScatterView([into])
         if background:  # not metered: its pauses are no measure of the disk
-            return self._read_verified(f, image, length, min(self.io_bytes, BACKGROUND_IO_BYTES),
+            return self._read_verified(f, image, length - base,
+                                       min(self.io_bytes, BACKGROUND_IO_BYTES),
                                        min(self.read_depth, BACKGROUND_DEPTH),
-                                       self.gate.wait_turn)
+                                       self.gate.wait_turn, base, seed)
         start = time.monotonic()
         with self._lock:
             self._active_reads += 1
             overlap = self._active_reads
         try:
             with self.gate.urgent():
-                result = self._read_verified(f, image, length, self.io_bytes, self.read_depth)
+                result = self._read_verified(f, image, length - base, self.io_bytes,
+                                             self.read_depth, None, base, seed)
         finally:
             with self._lock:
                 self._active_reads -= 1
@@ -256,7 +248,8 @@ class SsdTier:
         return f.pread_into(view, offset)
 
     def _read_verified(self, f: DirectFile, image: ScatterView, length: int, io_bytes: int,
-                       depth: int, before_chunk=None) -> ReadResult:
+                       depth: int, before_chunk=None, base: int = 0,
+                       seed: SessionLog | None = None) -> ReadResult:
         jobs = [(off, view) for block in range(0, align_up(length), io_bytes)
                 for off, view in _at(image, block, min(block + io_bytes, align_up(length)))]
         futures = {}
@@ -266,11 +259,11 @@ class SsdTier:
                 if before_chunk is not None:
                     before_chunk()
                 off, view = jobs[k]
-                futures[k] = self._readers.submit(self._read_chunk, f, view, off)
+                futures[k] = self._readers.submit(self._read_chunk, f, view, base + off)
 
         for k in range(depth):
             submit(k)
-        checker = RecordChecker(image, length)
+        checker = RecordChecker(image, length, seed)
         try:
             for k, (off, view) in enumerate(jobs):
                 got = futures.pop(k).result()

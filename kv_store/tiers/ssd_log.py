@@ -60,3 +60,15 @@ class SessionLog:
             kept.append(Piece(piece.offset, min(piece.length, keep)))
             keep -= piece.length
         self.pieces = kept
+
+    def tail(self, tokens: int) -> list[Piece]:
+        """The pieces holding the bytes of the tokens from `tokens` on."""
+        skip = tokens * self.meta.bytes_per_token if self.meta is not None else 0
+        out: list[Piece] = []
+        for piece in self.pieces:
+            if skip >= piece.length:
+                skip -= piece.length
+                continue
+            out.append(Piece(piece.offset + skip, piece.length - skip))
+            skip = 0
+        return out

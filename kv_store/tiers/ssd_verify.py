@@ -21,10 +21,12 @@ class ReadResult:
 class RecordChecker:
     """Parses and checksums records as the bytes before `available` arrive, in order."""
 
-    def __init__(self, image: ScatterView, length: int):
+    def __init__(self, image: ScatterView, length: int, seed: SessionLog | None = None):
+        """`seed`: the log of the file's records before the image's first byte (a suffix
+        read), with nothing applied from the image yet."""
         self.image = image
         self.length = length
-        self.log = SessionLog()
+        self.log = seed or SessionLog()
         self.failed = ""
         self._header = None  # the record whose payload is being checksummed
         self._payload_at = 0

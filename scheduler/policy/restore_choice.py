@@ -25,8 +25,9 @@ The options and their expected first-token times:
 - SPLIT_REVERSED at k (only with `suffix_loads=True`): recompute [0, k), which needs no KV
   (causal), from W while the SSD loads [k, n); then one step for the new tokens on all n:
   max(W + step(k, 0, 0), A + (n − k)β) + step(q, n, n − k). Here load and compute really run at
-  once and meet in the middle. It needs a store read of a suffix (ReadKV has only a prefix's
-  `max_tokens` today), hence off by default.
+  once and meet in the middle. It needs a store that reads a suffix (ReadKV's `start_token`):
+  the live scheduler offers it by default (`--restore-suffix-loads`), the timed simulator's
+  bidaw-prefetch systems too.
   Piggybacked (`compute.spare_tokens_per_s` σ > 0 with turns running): the beginning is not a
   step of its own but rides on the running batch's decode steps, which are memory-bound and
   leave compute idle (σ: the tokens they compute at no extra step time, per second; the due

@@ -1,0 +1,67 @@
+"""A session file read by its headers only: the log (tokens, payload ranges) without the payloads,
+how much of the file a read of its first tokens needs, and where a read of its last tokens must
+start. Headers are small, so these cost a few short reads of a file, never its KV."""
+from __future__ import annotations
+
+import pathlib
+from typing import Callable
+
+from kv_store.tiers import ssd_record
+from kv_store.tiers.ssd_log import Piece, SessionLog
+from kv_store.tiers.ssd_record import CorruptRecord
+
+UNREAD = -1  # Piece.offset of bytes a suffix read leaves on the disk
+
+
+def scan_file(path: pathlib.Path, path_of: Callable[[str], pathlib.Path],
+              limit: int | None = None, stop_at_token: int = 0,
+              records: list[tuple[int, int, int]] | None = None) -> tuple[SessionLog, int]:
+    """The log of the file's first `limit` bytes (all) and its length. `path_of`: where a
+    session's file lives (a file under another session's name is not its log).
+    `stop_at_token` > 0: stop before the first record that starts at or past that token.
+    `records`: filled with (offset, first token, past its last token) of each record applied."""
+    log = SessionLog()
+    size = path.stat().st_size if limit is None else limit
+    with open(path, "rb") as fh:
+        while log.end < size:
+            fh.seek(log.end)
+            try:
+                head = fh.read(ssd_record.FIXED_SIZE)
+                need = ssd_record.variable_size(head)
+                header, payload_at = ssd_record.decode_header(head + fh.read(need))
+            except CorruptRecord:
+                break
+            payload_at += log.end
+            end = ssd_record.record_end(payload_at, header.payload_len)
+            if end > size or not log.extends(header):
+                break
+            if log.meta is None and path_of(header.session_id) != path:
+                break  # a file under another session's name
+            if 0 < stop_at_token <= header.start_token:
+                break
+            if records is not None:
+                records.append((log.end, header.start_token,
+                                header.start_token + len(header.token_ids)))
+            log.apply(header, payload_at, end)
+    return log, log.end
+
+
+def suffix_start(path: pathlib.Path, path_of: Callable[[str], pathlib.Path], token: int,
+                 length: int) -> tuple[int, SessionLog] | None:
+    """Where a read of tokens [token, ...) starts in the file, and the log of what is before it
+    (its bytes marked UNREAD) for the read to continue; None if the file holds no such token.
+
+    The start is the last record holding `token`: a record that starts at or before a token
+    replaces it (or drops it), so every record after it starts past `token`, and the bytes of
+    all later tokens lie in it or after it."""
+    records: list[tuple[int, int, int]] = []
+    log, _ = scan_file(path, path_of, length, records=records)
+    if log.meta is None or token >= log.meta.num_tokens:
+        return None
+    offset = max(off for off, first, past in records if first <= token < past)
+    before, _ = scan_file(path, path_of, offset)
+    seed = SessionLog()
+    if before.meta is not None:
+        seed.meta = before.meta
+        seed.pieces = [Piece(UNREAD, before.meta.num_bytes)] if before.meta.num_bytes else []
+    return offset, seed
