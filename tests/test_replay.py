@@ -93,6 +93,7 @@ def test_report_agrees_with_the_raw_records(live_replay, tmp_path):
     assert s["queueing_mean"] == pytest.approx(np.mean([r.queue_s for r in ok]))
     stored = [r for r in ok if r.tier_at_arrival in ("dram", "ssd", "loading")]
     assert s["turns_with_stored_kv"] == len(stored) == 6
+    assert s["reversed_splits"] == sum(r.recomputed_tokens > 0 for r in ok) == 0  # no choice
     assert s["hit_rate"] == pytest.approx(sum(r.tier_at_arrival == "dram" for r in stored) / 6)
     span = max(r.end_s for r in ok) - min(r.sent_s for r in ok)
     assert s["throughput_turns_per_s"] == pytest.approx(len(ok) / span)

@@ -147,6 +147,7 @@ class Replayer:
     def _fill(rec: TurnRecord, s: common_pb2.TurnSummary) -> None:
         rec.prompt_tokens = s.prompt_tokens
         rec.cached_tokens = s.cached_tokens
+        rec.recomputed_tokens = s.recomputed_tokens
         rec.completion_tokens = s.completion_tokens
         rec.kv_tier = TIERS.get(s.kv_tier, "none")
         rec.server_ttft_s = s.ttft_s

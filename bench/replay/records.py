@@ -38,6 +38,7 @@ class TurnRecord:
     # From the TurnSummary (server clocks):
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    recomputed_tokens: int = 0  # stored tokens recomputed beside the read (a reversed split)
     completion_tokens: int = 0
     kv_tier: str = ""        # tier the worker's read was served from
     server_ttft_s: float = 0.0

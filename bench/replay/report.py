@@ -71,6 +71,7 @@ def summarize(records: Sequence[TurnRecord], samples: Sequence[QueueSample] = ()
         "exact_answers": sum(r.completion_tokens == r.answer_tokens for r in ok),
         "cached_token_share": (sum(r.cached_tokens for r in ok)
                                / max(1, sum(r.prompt_tokens for r in ok))),
+        "reversed_splits": sum(r.recomputed_tokens > 0 for r in ok),
         "span_s": span,
         "by_arrival_tier": by_arrival_tier(ok),
     }
