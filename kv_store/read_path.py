@@ -128,7 +128,7 @@ class ReadPath:
                 self.parts.dram.put(session_id, _image_pieces(segments, log_.pieces), time.monotonic())
             log_.cut(served.num_tokens if max_tokens == 0 else max_tokens)
             served.token_ids = log_.meta.token_ids
-            if start_token >= served.num_tokens:  # a bad record cut it off
+            if start_token and start_token >= served.num_tokens:  # a bad record cut it off
                 if segments:
                     self.parts.space.release_segments(segments)
                 raise errors.not_found(f"KV of session {session_id!r} from token {start_token} "
