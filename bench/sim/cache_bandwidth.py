@@ -10,7 +10,9 @@ G GB/s (10^9 bytes/s) lasts B·X / (G·10^9) trace seconds; the policies keep th
   its KV is already being read, e.g. by a promotion still in flight) and the KV enters DRAM when
   the read completes (the policy then sees the access, at the turn's arrival time, and its
   answer), evicting as in the replay; with the end oracle a read for a session that has ended is
-  still done (the turn needed it) but the KV is freed at once;
+  still done (the turn needed it) but the KV is freed at once, and a policy with
+  `observe_arrival` hears that last turn when it arrives (it would otherwise never learn the
+  session came back, and count it as an end from its silence);
 - promotion: when the SSD is idle, the planner's candidate (PrefetchPlanner: an evicted session
   expected back within the horizon) is read if the policy lets it take DRAM; if not, the next
   candidate, up to the policy's `prefetch_tries` refused, after which a refusal waits for the
@@ -171,6 +173,7 @@ class _SsdReplay:
         times, users, sizes, answers, nexts, lasts = (log.times, log.users, log.sizes,
                                                        log.answers, log.next_index, log.last)
         set_next_use = getattr(policy, "set_next_use", None)
+        arrived = getattr(policy, "observe_arrival", None)
         resident, reads, n = dram.sizes, self.reads, len(times)
         i = 0
         for i in range(n):
@@ -212,6 +215,8 @@ class _SsdReplay:
             if self.end_oracle and lasts[i]:
                 if u in reads:
                     self.ended.add(u)
+                    if arrived is not None:  # its KV never enters DRAM: no access follows
+                        arrived(u, now)
                 dram.remove(u)
                 if planner is not None:
                     planner.forget(u)
