@@ -110,8 +110,16 @@ def test_reads_in_order_demand_first_at_most_one_promotion_ahead(monkeypatch):
     monkeypatch.setattr(cb._SsdReplay, "begin", spy)
     cap = 20 << 30
     policy = make_policy("bidaw-prefetch", cap, 2 << 30, horizon_s=30.0)
+    reported = []
+    observe = policy.observe_demand_read
+    policy.observe_demand_read = lambda start, end: (reported.append((start, end)),
+                                                     observe(start, end))
     res = replay_bandwidth(log, policy, cap, 4.0, 0.3, 2 << 30, None, end_oracle=False)
     assert res.prefetches > 10 and res.prefetch_hits > 0 and res.misses > 10
+    # the policy hears every demand read's busy time, and no speculative read's
+    demand = [(at, done) for at, speculative, _, _, done in events if not speculative]
+    assert len(reported) > 10 and reported == demand[:len(reported)]
+    assert len(demand) - len(reported) <= 1   # at most the last, still on the disk
     prev_done = float("-inf")
     for at, speculative, arrival, waiting, done in events:
         assert at >= prev_done
@@ -142,7 +150,7 @@ def _reference_log():
 
 def test_promotion_on_the_reference_set_up():
     """Window 6600:7200 of part 1, 30% users, 1.5 GB/s at x0.3: with the end oracle at 120 GiB
-    bidaw-prefetch reaches the issue's 75% (measured 75.2); without it, 91.0 at 200 GiB and 69.7
+    bidaw-prefetch reaches the issue's 75% (measured 75.9); without it, 91.2 at 200 GiB and 69.9
     at 120 GiB (bidaw-size 57.6: there the disk is behind, and the cheapest due candidates first
     serve more turns with the disk time demand reads leave)."""
     from bench.sim.cache import GIB

@@ -17,6 +17,8 @@ G GB/s (10^9 bytes/s) lasts B·X / (G·10^9) trace seconds; the policies keep th
   expected back within the horizon) is read if the policy lets it take DRAM; if not, the next
   candidate, up to the policy's `prefetch_tries` refused, after which a refusal waits for the
   next turn;
+- a policy with `observe_demand_read` hears each demand read's busy time when it completes (how
+  full the disk is of demand reads: bidaw-prefetch's ranking weighs hits per byte more then);
 - bytes are counted for reads started inside the window.
 """
 from __future__ import annotations
@@ -50,11 +52,11 @@ class BandwidthResult(CacheResult):
 
 
 class _Read:
-    __slots__ = ("key", "size", "done", "speculative", "arrival", "answer")
+    __slots__ = ("key", "size", "start", "done", "speculative", "arrival", "answer")
 
     def __init__(self, key, size: int, speculative: bool) -> None:
         self.key, self.size, self.speculative = key, size, speculative
-        self.done = 0.0
+        self.start = self.done = 0.0
         self.arrival: float | None = None   # the turn that needed it (None: nobody yet)
         self.answer = 0
 
@@ -83,6 +85,7 @@ class _SsdReplay:
         self.unused: set = set()      # promoted, not hit yet
         self.clock = 0.0              # the time of the event being handled
         self.tries = getattr(policy, "prefetch_tries", 1)  # candidates weighed per idle disk
+        self.demand_read = getattr(policy, "observe_demand_read", None)  # the disk's load
 
     # ---- DRAM -----------------------------------------------------------------------------
     def on_evict(self, k) -> None:
@@ -100,7 +103,7 @@ class _SsdReplay:
 
     # ---- the SSD --------------------------------------------------------------------------
     def begin(self, r: _Read, at: float) -> None:
-        r.done = at + r.size * self.per_byte
+        r.start, r.done = at, at + r.size * self.per_byte
         self.busy = r
         if self.start <= at < self.end:
             self.res.ssd_read_bytes += r.size
@@ -114,6 +117,8 @@ class _SsdReplay:
         self.busy, self.free_at = None, t
         del self.reads[k]
         self.evicted.pop(k, None)
+        if not r.speculative and self.demand_read is not None:
+            self.demand_read(r.start, t)
         if k in self.ended:
             self.ended.discard(k)
             return
