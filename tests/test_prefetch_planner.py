@@ -142,3 +142,48 @@ def test_a_promotion_not_back_by_its_high_quantile_goes_first():
     pol.touch("guess", 100, latest + 1.0)        # it came back after all: ranked afresh
     pol.observe_answer("guess", 8, latest + 1.0)
     assert pol.victim(latest + 2.0) == "other"
+
+
+
+def test_a_disk_full_of_demand_reads_ranks_small_entries_higher():
+    # a: 1000 B, short answer (back in ~29 s by the prior); b: 10 B, long answer (~148 s).
+    # b's wait is ~5x a's and a is 100x larger: with bidaw-size's beta 0.2 (100^0.2 = 2.5 < 5)
+    # b goes first, and so it does in bidaw-prefetch while no disk load is reported; once
+    # demand reads have filled the disk, beta nears 0.7 (100^0.7 = 25 > 5) and a goes first.
+    from kv_store.eviction.bidaw_size import BidawSizePolicy
+
+    def fill(pol):
+        for key, size, answer in (("a", 1000, 12), ("b", 10, 192)):
+            pol.admit(key, size, 0.0)
+            pol.observe_answer(key, answer, 0.0)
+        return pol
+
+    idle = fill(BidawPrefetchPolicy(protect_queue=0))
+    ratio = (idle.expected_remaining(idle._sessions.get("b"), 1.0)
+             / idle.expected_remaining(idle._sessions.get("a"), 1.0))
+    assert 100 ** 0.2 < ratio < 100 ** 0.7 / 2
+    assert fill(BidawSizePolicy(protect_queue=0)).victim(1.0) == "b"
+    assert idle.victim(1.0) == "b" and idle.size_exponent == 0.2
+    busy = fill(BidawPrefetchPolicy(protect_queue=0))
+    busy.observe_demand_read(-899.0, 1.0)        # busy for 3 time constants: share 0.95
+    assert busy.size_exponent == pytest.approx(0.2 + 0.5 * (1 - math.exp(-3)))
+    assert busy.victim(1.0) == "a"
+    fixed = fill(BidawPrefetchPolicy(protect_queue=0, loaded_size_exponent=None))
+    fixed.observe_demand_read(-899.0, 1.0)
+    assert fixed.size_exponent == 0.2 and fixed.victim(1.0) == "b"
+
+
+def test_demand_share_weighs_recent_busy_time():
+    from kv_store.eviction.disk_share import DemandShare
+
+    d = DemandShare(tau_s=100.0)
+    assert d.share(0.0) == 0.0
+    d.read(0.0, 100.0)                                   # busy the last 100 s: 1 - e^-1
+    assert d.share(100.0) == pytest.approx(1 - math.exp(-1))
+    assert d.share(200.0) == pytest.approx((1 - math.exp(-1)) * math.exp(-1))  # idle since
+    d.read(200.0, 300.0)
+    assert d.share(300.0) == pytest.approx((1 - math.exp(-1)) * (1 + math.exp(-2)))
+    d.read(250.0, 250.0)                                 # empty: nothing
+    assert d.share(300.0) == pytest.approx((1 - math.exp(-1)) * (1 + math.exp(-2)))
+    with pytest.raises(ValueError):
+        DemandShare(0.0)

@@ -10,11 +10,15 @@ G GB/s (10^9 bytes/s) lasts B·X / (G·10^9) trace seconds; the policies keep th
   its KV is already being read, e.g. by a promotion still in flight) and the KV enters DRAM when
   the read completes (the policy then sees the access, at the turn's arrival time, and its
   answer), evicting as in the replay; with the end oracle a read for a session that has ended is
-  still done (the turn needed it) but the KV is freed at once;
+  still done (the turn needed it) but the KV is freed at once, and a policy with
+  `observe_arrival` hears that last turn when it arrives (it would otherwise never learn the
+  session came back, and count it as an end from its silence);
 - promotion: when the SSD is idle, the planner's candidate (PrefetchPlanner: an evicted session
   expected back within the horizon) is read if the policy lets it take DRAM; if not, the next
   candidate, up to the policy's `prefetch_tries` refused, after which a refusal waits for the
   next turn;
+- a policy with `observe_demand_read` hears each demand read's busy time when it completes (how
+  full the disk is of demand reads: bidaw-prefetch's ranking weighs hits per byte more then);
 - bytes are counted for reads started inside the window.
 """
 from __future__ import annotations
@@ -48,11 +52,11 @@ class BandwidthResult(CacheResult):
 
 
 class _Read:
-    __slots__ = ("key", "size", "done", "speculative", "arrival", "answer")
+    __slots__ = ("key", "size", "start", "done", "speculative", "arrival", "answer")
 
     def __init__(self, key, size: int, speculative: bool) -> None:
         self.key, self.size, self.speculative = key, size, speculative
-        self.done = 0.0
+        self.start = self.done = 0.0
         self.arrival: float | None = None   # the turn that needed it (None: nobody yet)
         self.answer = 0
 
@@ -81,6 +85,7 @@ class _SsdReplay:
         self.unused: set = set()      # promoted, not hit yet
         self.clock = 0.0              # the time of the event being handled
         self.tries = getattr(policy, "prefetch_tries", 1)  # candidates weighed per idle disk
+        self.demand_read = getattr(policy, "observe_demand_read", None)  # the disk's load
 
     # ---- DRAM -----------------------------------------------------------------------------
     def on_evict(self, k) -> None:
@@ -98,7 +103,7 @@ class _SsdReplay:
 
     # ---- the SSD --------------------------------------------------------------------------
     def begin(self, r: _Read, at: float) -> None:
-        r.done = at + r.size * self.per_byte
+        r.start, r.done = at, at + r.size * self.per_byte
         self.busy = r
         if self.start <= at < self.end:
             self.res.ssd_read_bytes += r.size
@@ -112,6 +117,8 @@ class _SsdReplay:
         self.busy, self.free_at = None, t
         del self.reads[k]
         self.evicted.pop(k, None)
+        if not r.speculative and self.demand_read is not None:
+            self.demand_read(r.start, t)
         if k in self.ended:
             self.ended.discard(k)
             return
@@ -171,6 +178,7 @@ class _SsdReplay:
         times, users, sizes, answers, nexts, lasts = (log.times, log.users, log.sizes,
                                                        log.answers, log.next_index, log.last)
         set_next_use = getattr(policy, "set_next_use", None)
+        arrived = getattr(policy, "observe_arrival", None)
         resident, reads, n = dram.sizes, self.reads, len(times)
         i = 0
         for i in range(n):
@@ -212,6 +220,8 @@ class _SsdReplay:
             if self.end_oracle and lasts[i]:
                 if u in reads:
                     self.ended.add(u)
+                    if arrived is not None:  # its KV never enters DRAM: no access follows
+                        arrived(u, now)
                 dram.remove(u)
                 if planner is not None:
                     planner.forget(u)
