@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
+from typing import Callable
 
 from kv_store.events import EventHub
 from kv_store.leases import Leases
@@ -27,3 +28,5 @@ class PathParts:
     lock: threading.RLock         # the store lock: metas, tiers, leases
     session_locks: SessionLocks   # one stripe per session: its reads and writes in order
     lease_seconds: float
+    # the policy hears each demand read's busy interval from SSD (None: it does not listen)
+    demand_read: Callable[[float, float], None] | None = None

@@ -10,6 +10,8 @@ what its planner needs to know.
   queue wait later); it, and any other admit, touch or answer, is the session coming back
   (`on_return`).
 - An entry leaving the tier (`on_removed`) may become a candidate for promotion.
+- Each demand read from SSD (`observe_demand_read`, from the read path) tells the policy how
+  busy the disk is with demand, which moves its ranking's size exponent (bidaw_prefetch.py).
 
 Called under the store lock, like the ledger.
 """
@@ -83,6 +85,11 @@ class PrefetchingPolicy(EvictionPolicy):
 
     def observe_queue(self, upcoming: Iterable[Key], now: float) -> None:
         self.outer.observe_queue(upcoming, now)
+
+    def observe_demand_read(self, start: float, end: float) -> None:
+        """The SSD served a demand read over [start, end] (the read path): the policy's ranking
+        follows the disk's load, as in the simulators."""
+        self.inner.observe_demand_read(start / self.scale, end / self.scale)
 
     def __contains__(self, key: Key) -> bool:
         return key in self.outer

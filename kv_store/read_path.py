@@ -102,6 +102,7 @@ class ReadPath:
             meta = self.parts.index.metas.get(session_id)
             stored = meta.num_tokens if meta is not None else 0
         prefix = max_tokens if 0 < max_tokens < stored else 0
+        started = time.monotonic()
         for _ in range(3):
             got = self.parts.persister.read_session(session_id, True, prefix, background,
                                                     start_token)
@@ -112,6 +113,8 @@ class ReadPath:
         result, segments, buffer, version = got
         log_ = result.log
         with self.parts.lock:
+            if not background and self.parts.demand_read is not None:
+                self.parts.demand_read(started, time.monotonic())
             if log_.meta is None:
                 self.parts.counters.misses += 1
                 if segments:

@@ -90,7 +90,8 @@ class KVStore:
         persister = Persister(self.ssd, self.catalog, self.index, space, self.counters,
                               self._lock)
         parts = PathParts(self.index, self.dram, space, persister, self.writer, self.leases,
-                          self.counters, self.events, self._lock, locks, config.lease_seconds)
+                          self.counters, self.events, self._lock, locks, config.lease_seconds,
+                          getattr(self.policy, "observe_demand_read", None))
         self.reads = ReadPath(parts)
         self.writes = WritePath(parts)
         self.promotions = Promotions(self.index, self.reads, space, self.promoter, self.events,
