@@ -161,6 +161,8 @@ class Packed:
         self.looped_seqs = [s for i, s in enumerate(self.seqs) if i not in set(fused)]
         self.fused = _Fused([starts[i] for i in fused], [len(pos[i]) for i in fused],
                             [self.seqs[i].sl.start for i in fused], device) if fused else None
+        # a lone decode (one sequence, one token): the whole batch is that sequence's rows
+        self.single = self.seqs[0] if n == 1 and not fused else None
 
     def last_rows(self) -> torch.Tensor:
         return torch.tensor([s.sl.stop - 1 for s in self.seqs], device=self.ids.device)
@@ -173,6 +175,8 @@ def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed: 
     Appends k/v to each sequence's cache (layer `layer`) and attends over the cache.
     """
     N, Hq, D = q.shape
+    if packed.single is not None:  # no slicing into rows or output buffer: same bits, fewer ops
+        return _one(q, k, v, packed.single, layer).reshape(N, Hq * D)
     out = q.new_empty(N, Hq, D)
     for s in packed.looped_seqs:
         if s.blocks is not None:

@@ -108,7 +108,7 @@ class CausalLM(nn.Module):
         for i, layer in enumerate(self.layers):
             x = layer(x, i, packed, rope, h6)
         last_only = self.logits_last_only if logits_last_only is None else logits_last_only
-        if last_only:
+        if last_only and packed.num_tokens > len(packed.seqs):  # else every row is a last one
             x = x[packed.last_rows()]
         x = self._final(x)
         logits = (F.linear(x, self.output_weight()) if self.head is None else self.head(x)).float()
