@@ -11,20 +11,9 @@ import pytest
 from compute_worker.kv_client import KVClient
 from services.runtime.gen import common_pb2
 from tests.store_helpers import BPT, eventually, store, token_bytes  # noqa: F401 (store: a fixture)
+from tests.test_restore_prefix_read import KV, TURNS, _write_turns  # three appends
 from tests.test_store_crash import flip, record_offsets
 from kv_store.tiers.aligned_io import ALIGN
-
-KV = common_pb2.KV_FORMAT_KV
-TURNS = [list(range(0, 30)), list(range(30, 50)), list(range(50, 90))]  # three appends
-
-
-def _write_turns(client, session: str) -> list[int]:
-    tokens: list[int] = []
-    for turn in TURNS:
-        client.write(session, len(tokens), turn, KV, BPT, "m", token_bytes(session, tokens + turn)
-                     [len(tokens) * BPT:])
-        tokens += turn
-    return tokens
 
 
 @pytest.mark.parametrize("shared_memory", [True, False])

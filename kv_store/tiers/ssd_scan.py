@@ -53,15 +53,17 @@ def suffix_start(path: pathlib.Path, path_of: Callable[[str], pathlib.Path], tok
 
     The start is the last record holding `token`: a record that starts at or before a token
     replaces it (or drops it), so every record after it starts past `token`, and the bytes of
-    all later tokens lie in it or after it."""
+    all later tokens lie in it or after it. Nor does any later record touch the tokens before
+    that record's start, so the final log's first ones are what the read continues from (the
+    record cuts the log there before it extends it): one pass over the headers."""
     records: list[tuple[int, int, int]] = []
     log, _ = scan_file(path, path_of, length, records=records)
     if log.meta is None or token >= log.meta.num_tokens:
         return None
-    offset = max(off for off, first, past in records if first <= token < past)
-    before, _ = scan_file(path, path_of, offset)
+    offset, first = max((off, first) for off, first, past in records if first <= token < past)
     seed = SessionLog()
-    if before.meta is not None:
-        seed.meta = before.meta
-        seed.pieces = [Piece(UNREAD, before.meta.num_bytes)] if before.meta.num_bytes else []
+    if offset > 0:
+        seed.meta = log.meta.copy()
+        del seed.meta.token_ids[first:]
+        seed.pieces = [Piece(UNREAD, seed.meta.num_bytes)] if first else []
     return offset, seed
