@@ -85,7 +85,8 @@ class EngineHost:
                                    resolve_format(config.kv_format, model.config))
         engine = Engine(model, config.max_batch, max_prefill_tokens=config.prefill_chunk_tokens,
                         min_step_s=config.min_step_ms / 1000.0,
-                        restore_in_step=config.restore_in_step)
+                        restore_in_step=config.restore_in_step,
+                        small_step_threads=config.small_step_threads)
         self.runner = TurnRunner(engine, connector, tokenizer, config.default_max_tokens)
         self.max_prompt_bytes = prompt_byte_bound(tokenizer, self.runner.max_context)
 

@@ -38,6 +38,9 @@ class WorkerConfig(SecurityConfig):
         "help": "read a turn's KV between batch steps, stalling every running turn (benchmarks: "
                 "the synchronous offload connector of vLLM + LMCache, the FCFS+LRU baseline)"})
     threads: int = field(default=0, metadata={"help": "torch threads (0: all cores)"})
+    small_step_threads: int = field(default=1, metadata={
+        "help": "torch threads of a batch step of at most 16 tokens (decodes, short prefill "
+                "chunks), whose ops are too small to split across cores with profit; 0: --threads"})
     device: str = field(default="", metadata={"help": "cuda or cpu (default: cuda if present)"})
     ray_address: str = field(default="", metadata={
         "help": "Ray cluster to join (default: start a local Ray)"})
@@ -48,12 +51,15 @@ class WorkerConfig(SecurityConfig):
         "help": "host:port for Prometheus /metrics (empty: off)"})
     weights: str = field(default="dense", metadata={
         "help": "weight format: dense, int8, int4 (weight-only, CPU) or auto (the fastest to "
-                "decode here: int4 on an AVX-512 CPU, dense elsewhere)"})
+                "decode here: int4 on an AVX2 or AVX-512 CPU, dense elsewhere)"})
 
     def __post_init__(self):
         if not 1 <= self.prefill_chunk_tokens <= 1 << 16:
             raise ValueError(f"--prefill-chunk-tokens must be between 1 and 65536, "
                              f"not {self.prefill_chunk_tokens}")
+        if not 0 <= self.small_step_threads <= 1024:
+            raise ValueError(f"--small-step-threads must be between 0 and 1024, "
+                             f"not {self.small_step_threads}")
         if self.dtype not in DTYPE_CHOICES:  # before Ray and the model start
             raise ValueError(f"--dtype must be one of {', '.join(DTYPE_CHOICES)}, "
                              f"not {self.dtype!r}")

@@ -17,13 +17,15 @@ import torch
 
 from compute_worker.sequence import DONE, Sequence
 from compute_worker.step_gate import StepGate
+from compute_worker.step_threads import step_threads
 
 log = logging.getLogger("bidaw.compute_worker")
 
 
 class Engine:
     def __init__(self, model, max_batch: int = 16, max_prefill_tokens: int = 512,
-                 min_step_s: float = 0.0, restore_in_step: bool = False):
+                 min_step_s: float = 0.0, restore_in_step: bool = False,
+                 small_step_threads: int = 1):
         self.model = model
         self.max_batch = max_batch
         self.max_prefill_tokens = max_prefill_tokens
@@ -31,6 +33,10 @@ class Engine:
         # 16, so a slot left empty is lost capacity; on a CPU the others speed up instead.
         # Benchmarks that emulate an accelerator set it (0: off).
         self.min_step_s = min_step_s
+        # Threads per step (step_threads.py): all the process's for a big step, `small_step_threads`
+        # for a small one; on a CPU only (a GPU step's kernels do not run on them).
+        self.threads = torch.get_num_threads()
+        self.small_step_threads = small_step_threads if model.device.type == "cpu" else 0
         self.gate = StepGate(exclusive=restore_in_step)  # KV restores take it (step_gate.py)
         self._inbox: queue.Queue[Sequence] = queue.Queue()
         self._active: list[Sequence] = []
@@ -93,8 +99,13 @@ class Engine:
             inputs.append((torch.tensor(tokens), seq.cache))
         self.peak_batch = max(self.peak_batch, len(batch))
         want6 = any(s.want_hidden6 for s in batch)
+        threads = step_threads(sum(len(t) for t, _ in inputs), self.threads,
+                               self.small_step_threads)
+        if threads != torch.get_num_threads():
+            torch.set_num_threads(threads)
         started = time.monotonic()
-        outs = self.model.forward(inputs, want_hidden6=want6, logits_last_only=True)
+        outs = self.model.forward(inputs, want_hidden6=want6, logits_last_only=True,
+                                  head_threads=self.threads)
         rest = self.min_step_s - (time.monotonic() - started)
         if rest > 0:
             time.sleep(rest)

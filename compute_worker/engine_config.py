@@ -23,6 +23,7 @@ class EngineConfig:
     min_step_ms: float = 0.0
     restore_in_step: bool = False
     threads: int = 0  # torch threads (0: all cores)
+    small_step_threads: int = 1  # threads of a step of few tokens (step_threads.py; 0: all)
     device: str = ""  # cuda | cpu ("": cuda if present)
     # The actor is another process: the worker's process-wide TLS and token do not reach it.
     tls: TLSFiles | None = None
@@ -38,7 +39,8 @@ class EngineConfig:
                    default_max_tokens=config.default_max_tokens, max_batch=config.max_batch,
                    prefill_chunk_tokens=config.prefill_chunk_tokens,
                    min_step_ms=config.min_step_ms, restore_in_step=config.restore_in_step,
-                   threads=config.threads, device=config.device, tls=tls_files(),
+                   threads=config.threads, small_step_threads=config.small_step_threads,
+                   device=config.device, tls=tls_files(),
                    cluster_token=config_token(config) or cluster_token(),
                    weights=_checked_weights(config.weights))
 

@@ -117,6 +117,9 @@ def test_engine_figures_on_a_tiny_model_give_every_key_consistently():
     for parts in out["decode_step_breakdown_ms"].values():
         assert parts["attention"] > 0 and parts["matmuls"] > 0 and parts["sampling"] > 0
         assert parts["python_overhead"] >= 0  # no op counted twice
+    ab = out["decode_small_step_threads"]
+    assert set(ab) == {"1", "2"}
+    assert all(v["one_thread"] > 0 and v["all_threads"] > 0 for v in ab.values())
     assert not [k for k in out if k.endswith("_error")]
 
 
@@ -140,20 +143,25 @@ def test_measured_llamacpp_figures_replace_the_quoted_ones():
 
 # llama-bench -o json's shape (fields it prints beside these are left out)
 LLAMA_BENCH_JSON = json.dumps([
+    {"model_type": "llama ?B Q4_1", "n_threads": 1, "n_prompt": 1000, "n_gen": 0,
+     "avg_ts": 300.0, "stddev_ts": 3.0},
+    {"model_type": "llama ?B Q4_1", "n_threads": 1, "n_prompt": 0, "n_gen": 32,
+     "avg_ts": 101.25, "stddev_ts": 1.0},
     {"model_type": "llama ?B Q4_1", "n_threads": 2, "n_prompt": 1000, "n_gen": 0,
      "avg_ts": 512.5, "stddev_ts": 3.0},
     {"model_type": "llama ?B Q4_1", "n_threads": 2, "n_prompt": 0, "n_gen": 32,
-     "avg_ts": 101.25, "stddev_ts": 1.0}])
+     "avg_ts": 90.0, "stddev_ts": 1.0}])
 
 
-def test_llama_bench_json_parses_into_prefill_and_decode():
-    assert parse_results(LLAMA_BENCH_JSON) == {"prefill_tokens_per_s": 512.5,
-                                               "decode_tokens_per_s": 101.25}
+def test_llama_bench_json_parses_into_each_tests_best_thread_count():
+    assert parse_results(LLAMA_BENCH_JSON) == {
+        "prefill_tokens_per_s": 512.5, "prefill_tokens_threads": 2,
+        "decode_tokens_per_s": 101.25, "decode_tokens_threads": 1}
     with pytest.raises(ValueError, match="decode_tokens_per_s"):
         parse_results(json.dumps(json.loads(LLAMA_BENCH_JSON)[:1]))
 
 
-def test_llama_bench_runs_on_our_gguf_with_our_thread_count(tmp_path, monkeypatch):
+def test_llama_bench_runs_on_our_gguf_on_one_thread_and_ours(tmp_path, monkeypatch):
     fake = tmp_path / "llama-bench"  # prints its argv to a file and the JSON above
     argv = tmp_path / "argv"
     fake.write_text(f"#!/bin/sh\necho \"$@\" > {argv}\ncat <<'EOF'\n{LLAMA_BENCH_JSON}\nEOF\n")
@@ -162,7 +170,7 @@ def test_llama_bench_runs_on_our_gguf_with_our_thread_count(tmp_path, monkeypatc
     assert out["decode_tokens_per_s"] == 101.25 and out["prefill_tokens_per_s"] == 512.5
     args = argv.read_text().split()
     assert args[args.index("-m") + 1] == str(smollm2_gguf())
-    assert args[args.index("-t") + 1] == "2" and args[args.index("-p") + 1] == "1000"
+    assert args[args.index("-t") + 1] == "1,2" and args[args.index("-p") + 1] == "1000"
     assert out["source"].startswith("measured in this run: " + str(fake))
     monkeypatch.setenv(ENV, "/opt/llama-bench")
     assert binary_from(None) == "/opt/llama-bench" and binary_from("x") == "x"

@@ -149,7 +149,8 @@ def test_labels_and_the_auto_rule():
     assert weights_label("smol", "bf16") == "smol:bf16"
     assert weights_label("smol", "int4") == "smol:int4-g32"
     assert resolve_weights("auto", "cpu", "AVX512")[0] == "int4"
-    assert resolve_weights("auto", "cpu", "AVX2")[0] == "dense"
+    assert resolve_weights("auto", "cpu", "AVX2")[0] == "int4"
+    assert resolve_weights("auto", "cpu", "DEFAULT")[0] == "dense"
     assert resolve_weights("auto", "cuda")[0] == "dense"
     assert resolve_weights("int8", "cpu") == ("int8", "asked for")
     with pytest.raises(ValueError, match="CPU only"):

@@ -7,6 +7,7 @@ import pytest
 from compute_worker.config import WorkerConfig
 from compute_worker.engine import Engine
 from compute_worker.engine_config import EngineConfig
+from compute_worker.step_threads import SMALL_STEP_TOKENS, step_threads
 from compute_worker.store_connector import make_connector
 from compute_worker.turn_runner import TurnRunner
 from services.cli.main import main as bidaw
@@ -45,3 +46,49 @@ def test_the_chunk_reaches_the_engine_which_prefills_that_many_tokens_a_step(smo
     finally:
         engine.stop()
     assert fed == [32, 32, 32, 4, 1]  # 100 prompt tokens in chunks of 32, then one decode
+
+
+@pytest.mark.parametrize("bad", [-1, 1025])
+def test_a_bad_small_step_thread_count_is_refused_naming_the_flag(bad):
+    with pytest.raises(ValueError, match=f"--small-step-threads .* not {bad}"):
+        WorkerConfig(small_step_threads=bad)
+
+
+def test_the_thread_rule_splits_big_steps_only():
+    assert step_threads(1, 8, 1) == 1
+    assert step_threads(SMALL_STEP_TOKENS, 8, 2) == 2
+    assert step_threads(SMALL_STEP_TOKENS + 1, 8, 1) == 8  # a prefill chunk: every thread
+    assert step_threads(1, 8, 0) == 8  # 0: the rule is off
+
+
+def test_the_engine_runs_small_steps_on_the_small_step_threads(smollm, monkeypatch):
+    """A prompt of 40 tokens in chunks of 20, then decodes: the chunks run on the process's 2
+    threads, the decode steps on 1 (read inside the real forward), and the process keeps its
+    count for the next big step."""
+    import torch
+
+    config = EngineConfig.from_worker(WorkerConfig(store="", small_step_threads=1))
+    assert config.small_step_threads == 1
+    model, tokenizer = smollm
+    seen: list[tuple[int, int]] = []  # (new tokens, threads) of each forward
+    forward = model.forward
+
+    def observed(batch, **kw):
+        seen.append((sum(len(tokens) for tokens, _ in batch), torch.get_num_threads()))
+        return forward(batch, **kw)
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    monkeypatch.setattr(model, "forward", observed)
+    engine = Engine(model, max_prefill_tokens=20, small_step_threads=config.small_step_threads)
+    runner = TurnRunner(engine, make_connector(None, model, "threads", common_pb2.KV_FORMAT_KV),
+                        tokenizer)
+    try:
+        for _ in runner.run(common_pb2.TurnRequest(session_id="threads", max_tokens=3,
+                                                   prompt_token_ids=list(range(100, 140)),
+                                                   ignore_eos=True)):
+            pass
+    finally:
+        engine.stop()
+        torch.set_num_threads(before)
+    assert seen == [(20, 2), (20, 2), (1, 1), (1, 1)]

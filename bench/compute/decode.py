@@ -30,10 +30,11 @@ def drain(runner: TurnRunner, request):
     return summary
 
 
-def decode_throughput(model, sessions: int, tokens: int = ANSWER_TOKENS) -> float:
+def decode_throughput(model, sessions: int, tokens: int = ANSWER_TOKENS,
+                      small_step_threads: int = 1) -> float:
     """Generated tokens per second with `sessions` turns of a PROMPT_TOKENS prompt decoding
-    together."""
-    engine = Engine(model, max_batch=max(sessions, 1))
+    together (`small_step_threads`: the engine's, compute_worker/step_threads.py)."""
+    engine = Engine(model, max_batch=max(sessions, 1), small_step_threads=small_step_threads)
     runner = TurnRunner(engine, Recompute(model, KV), None)
     gen = torch.Generator().manual_seed(sessions)
     prompts = [random_ids(model.config.vocab_size, PROMPT_TOKENS, gen) for _ in range(sessions)]

@@ -82,5 +82,14 @@ def engine_figures(model, sessions=(1, 4, 16), prefill_tokens: int = 1000,
         "decode_roofline_fraction": roofline[fastest],
         "decode_roofline_fraction_by_weights": {f: roofline[v] for f, v in formats.items()},
         "decode_step_breakdown_ms": {str(n): decode_step_breakdown(fast, n)
-                                     for n in sorted({min(sessions), most})}})
+                                     for n in sorted({min(sessions), most})},
+        "decode_small_step_threads": small_step_threads_ab(fast, sorted({min(sessions), most}))})
     return out
+
+
+def small_step_threads_ab(model, sessions) -> dict:
+    """Decode tokens/s with a small step on one thread (the engine's rule, step_threads.py) and
+    on all, back to back for each batch size, so the two share the machine's state."""
+    return {str(n): {"one_thread": decode_throughput(model, n, small_step_threads=1),
+                     "all_threads": decode_throughput(model, n, small_step_threads=0)}
+            for n in sessions}

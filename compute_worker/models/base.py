@@ -95,10 +95,13 @@ class CausalLM(nn.Module):
 
     @torch.inference_mode()
     def forward(self, batch: list[tuple[torch.Tensor, KVCache]], want_hidden6: bool = False,
-                logits_last_only: bool | None = None) -> list[ForwardOut]:
+                logits_last_only: bool | None = None, head_threads: int = 0) -> list[ForwardOut]:
         """Run the new tokens of every sequence, appending their K/V to the caches.
 
         Positions continue from each cache's length. Returns one ForwardOut per sequence.
+        `head_threads`: run the output projection on that many threads when the step runs on
+        fewer (compute_worker/step_threads.py): it is one vocab x hidden matmul, large enough
+        to split with profit where a small step's other ops are not.
         """
         packed = Packed(batch, self.device, self.kv_block)
         self._check_positions(packed)
@@ -111,7 +114,15 @@ class CausalLM(nn.Module):
         if last_only and packed.num_tokens > len(packed.seqs):  # else every row is a last one
             x = x[packed.last_rows()]
         x = self._final(x)
-        logits = (F.linear(x, self.output_weight()) if self.head is None else self.head(x)).float()
+        step_threads = torch.get_num_threads()
+        if head_threads > step_threads:
+            torch.set_num_threads(head_threads)
+        try:
+            logits = (F.linear(x, self.output_weight()) if self.head is None else self.head(x))
+        finally:
+            if head_threads > step_threads:
+                torch.set_num_threads(step_threads)
+        logits = logits.float()
         hidden = torch.stack(h6, dim=1) if h6 is not None else None  # [N, L, hidden]
         outs = []
         for j, s in enumerate(packed.seqs):

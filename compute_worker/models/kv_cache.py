@@ -73,15 +73,20 @@ class KVCache:
         data[:, :, :, : self.length].copy_(self.data[:, :, :, : self.length])
         self.data = data
 
-    @torch.inference_mode()
     def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write k, v ([H, T, D]) after the filled part of `layer` and return that layer's full K, V.
 
         `length` advances only when the last layer is written, so all layers of one forward see
         the same start position and a forward that fails midway leaves the cache unchanged.
+        (Inside a forward, already in inference mode, it enters none: a decode step appends
+        once a layer, and entering the mode costs about what the copies do.)
         """
+        if not torch.is_inference_mode_enabled():
+            with torch.inference_mode():
+                return self.append(layer, k, v)
         T = k.shape[1]
-        self.reserve(T)
+        if self.length + T > self.capacity:
+            self.reserve(T)
         end = self.length + T
         # One view of the layer, then its slices: 8 view and copy ops where indexing `data`
         # anew for each of the four tensors took 14 (a decode step runs this once per layer

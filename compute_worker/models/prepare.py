@@ -20,12 +20,13 @@ HEAD_FORMAT = {"int8": "int8", "int4": "int8"}
 def resolve_weights(choice: str, device: torch.device | str,
                     cpu_capability: str | None = None) -> tuple[str, str]:
     """(format, why) for a `weights` choice on `device`. auto: the format that decodes fastest
-    at batch 1 (`bidaw bench compute`, side by side on this 2-core Sapphire Rapids: int4 42.5,
-    int8 27.6, dense 18.9 tokens/s): int4 on a CPU with AVX-512; dense elsewhere, as on CUDA the
-    dense bfloat16 matmuls are the fast path (the kernels used here are CPU ones) and on other
-    CPUs the int kernels' speed is unmeasured. It does not weigh prefill, where the int kernels
-    lose to dense (int4 117, dense float32 411, bfloat16 2,300 tokens/s): a worker that mostly
-    recomputes long prompts should stay dense (or ask for bf16: docs/weights.md)."""
+    at batch 1 (`bidaw bench compute`, side by side: int4 42.5, int8 27.6, dense 18.9 tokens/s on
+    a 2-core Sapphire Rapids; int4 55.7, dense 18.1 on a 2-core AMD EPYC with AVX2, a small step
+    on one thread as the engine runs it): int4 on a CPU with AVX2 or AVX-512; dense elsewhere,
+    as on CUDA the dense bfloat16 matmuls are the fast path (the kernels used here are CPU ones)
+    and on other CPUs the int kernels' speed is unmeasured. It does not weigh prefill, where the
+    int kernels lose to dense (int4 117, dense float32 411, bfloat16 2,300 tokens/s): a worker
+    that mostly recomputes long prompts should stay dense (or ask for bf16: docs/weights.md)."""
     device = torch.device(device)
     if choice not in CHOICES:
         raise ValueError(f"weights must be one of {', '.join(CHOICES)}, not {choice!r}")
@@ -37,9 +38,9 @@ def resolve_weights(choice: str, device: torch.device | str,
     if device.type != "cpu":
         return "dense", f"auto on {device.type}: dense (the weight-only kernels are CPU ones)"
     capability = cpu_capability or torch.backends.cpu.get_cpu_capability()
-    if capability != "AVX512":
+    if capability not in ("AVX2", "AVX512"):
         return "dense", f"auto on a {capability} CPU: dense (int kernels unmeasured there)"
-    return "int4", "auto on an AVX512 CPU: int4 decodes fastest (bidaw bench compute)"
+    return "int4", f"auto on an {capability} CPU: int4 decodes fastest (bidaw bench compute)"
 
 
 def _quantize_children(module: nn.Module, fmt: str) -> None:
