@@ -7,8 +7,8 @@ on a VM one whose time the hypervisor took (25% steal seen here). Measured on th
 EPYC VM (SmolLM2-135M, ms per step, one thread vs two): int4 decode at batch 1 16.9 vs 25.6, at
 16 92 vs 112; dense float32 48 vs 53 and 174 vs 246; a 32-token int4 prefill 98 vs 87, a 512-token
 one 1,146 vs 838. So a step of at most SMALL_STEP_TOKENS runs on `small` threads, a bigger one on
-all. The rule does not change a row's bits: the kernels split a matmul's output columns across
-threads, never a dot product (the exactness tests run with it).
+all; the engine runs the output projection, one big matmul, on all threads in every step.
+Restored answers still equal recomputed ones with it: the exactness tests run with it on.
 """
 from __future__ import annotations
 
