@@ -157,8 +157,9 @@ def test_a_promotion_counts_as_ended_by_its_learned_chance_of_returning():
 
 
 def test_a_session_more_likely_ended_than_not_goes_stale_sooner():
-    def trained(stale_chance):
-        pol = _policy(end_after_s=100.0, stale_chance=stale_chance)
+    def trained(stale_chance, after_window=False):
+        pol = _policy(end_after_s=100.0, stale_chance=stale_chance,
+                      chance_after_window=after_window)
         t = 0.0
         for i in range(300):              # a third of the sessions never have a third turn
             key, gap = f"y{i}", 5.0 + 10.0 * (i % 8)   # think times spread over 5..75 s
@@ -179,3 +180,38 @@ def test_a_session_more_likely_ended_than_not_goes_stale_sooner():
     _, q99 = trained(None)                # bidaw-size's rule: the think time's q99
     assert sooner < q99 - 10.0
     assert trained(0.01)[1] == q99        # a threshold that never binds changes nothing
+    # by default never before the window's end: here p's deadline (the q50) is sooner than it
+    pol, floored = trained(0.5, after_window=True)
+    s = pol._sessions.get("z")
+    assert floored == pytest.approx(pol._window(s)[1]) and sooner < floored
+
+
+def test_where_most_sessions_end_the_chance_waits_for_the_silence():
+    # Nobody has come back after one turn (p(1) < 0.1): the chance of a one-turn session is
+    # below one half the moment its turn is done. The old rule made it stale at once (its
+    # second turn, if it comes, misses); by default it goes first only once idle past its
+    # return window (q90 at its pace), and until then ranks by its wait like the others.
+    def trained(**kw):
+        pol = _policy(end_after_s=100.0, **kw)
+        t = 0.0
+        for i in range(300):
+            pol.admit(f"y{i}", 100, t)
+            pol.observe_answer(f"y{i}", 50, t)
+            t += 1.0
+        t += 200.0                        # every y expired unanswered: counted as ended
+        for key, answer in (("w", 320), ("z", 8)):
+            pol.admit(key, 100, t)        # w: two turns (p(2) the prior 0.9), long answer
+            pol.observe_answer(key, answer, t)
+        pol.touch("w", 100, t + 1.0)
+        pol.observe_answer("w", 320, t + 1.0)
+        return pol, t
+    ended = {f"y{i}" for i in range(300)}  # still held, long stale: not what is compared
+    pol, t = trained()
+    assert pol.ends.probability(1) < 0.1 and pol.ends.probability(2) == pytest.approx(0.9)
+    z = pol._sessions.get("z")
+    assert pol._stale.priority("z")[0] == pytest.approx(pol._window(z)[1])
+    assert pol.victim(t + 2.0, ended) == "w"     # w's wait is the longer: it goes, z stays
+    assert pol.victim(pol._window(z)[1] + 1.0, ended) == "z"  # past its window: ended
+    old, t = trained(chance_after_window=False)
+    assert old._stale.priority("z")[0] <= t + 1.0
+    assert old.victim(t + 2.0, ended) == "z"

@@ -1,7 +1,8 @@
 """The live store tells bidaw-prefetch how busy its disk is with demand reads, as the
 simulators do (kv_store/eviction/disk_share.py): a demand read from SSD moves the ranking's size
-exponent from bidaw-size's towards the loaded one; a read from DRAM does not, and neither does
-the same store under another policy (nothing listens). Real gRPC, real files."""
+exponent from bidaw-size's towards the loaded one; a read from DRAM does not. bidaw-size
+hears it too (in its own clock); a policy without the hook (LRU) hears nothing. Real gRPC,
+real files."""
 from __future__ import annotations
 
 import os
@@ -30,8 +31,17 @@ def test_a_demand_read_from_ssd_raises_the_size_exponent(store):
     assert idle < policy.size_exponent <= policy.loaded_size_exponent
 
 
-def test_another_policy_hears_nothing_and_reads_as_before(store):
+def test_bidaw_size_hears_the_demand_read_too(store):
     client, core = store(dram_bytes=8 * MIB, eviction="bidaw-size")
+    policy = core.policy.inner
+    client.write("s", 0, list(range(16)), KV, MIB // 16, "m", os.urandom(MIB))
+    core.demote("s")
+    client.read("s")
+    assert policy.idle_size_exponent < policy.size_exponent <= policy.loaded_size_exponent
+
+
+def test_another_policy_hears_nothing_and_reads_as_before(store):
+    client, core = store(dram_bytes=8 * MIB, eviction="lru")
     assert core.reads.parts.demand_read is None
     data = os.urandom(MIB)
     client.write("s", 0, list(range(16)), KV, MIB // 16, "m", data)

@@ -20,15 +20,16 @@ first victim), and it goes first once its chance of returning falls below `min_r
 never before the window's end. With an end oracle ends are announced, the learned chance stays
 near 1 and a promotion is kept; without one it ends at about the window's end. The same chance
 ends any entry once it falls below `stale_chance` (more likely ended than not: it goes first,
-instead of holding DRAM until bidaw-size's q99). `prefetch_cost` (the KV's bytes) orders the
+instead of holding DRAM until bidaw-size's q99), but not before its return window's end (the
+silence must say so, not the turn bucket's prior alone: where most sessions of a bucket end,
+e.g. Mooncake's one-turn ones, p < 0.5 would evict them all the moment their turn is done,
+the quarter that return with them). `prefetch_cost` (the KV's bytes) orders the
 due candidates once the disk has fallen behind them (PrefetchPlanner): then the disk time
 demand reads leave serves the most turns; `prefetch_tries` due candidates are weighed before a
 refusal leaves the disk idle.
 `victim_margin` > 1 counts the victims' worth that many times (fewer promotions and bytes,
-fewer hits; docs/policies.md has the measurements). A caller that reports its disk's demand
-reads (`observe_demand_read`) moves the ranking's size exponent from bidaw-size's β towards
-`loaded_size_exponent` as they fill the disk (DemandShare); without reports, or with
-`loaded_size_exponent=None`, the ranking is bidaw-size's.
+fewer hits; docs/policies.md has the measurements). The ranking's size exponent follows the
+disk's demand reads as in bidaw-size (`observe_demand_read`, `loaded_size_exponent`).
 """
 from __future__ import annotations
 
@@ -39,7 +40,6 @@ from typing import Callable
 from kv_store.eviction.answer_ranked import SAME_TURN_S
 from kv_store.eviction.base import Key
 from kv_store.eviction.bidaw_size import BidawSizePolicy
-from kv_store.eviction.disk_share import DemandShare
 from kv_store.eviction.session_end_model import SessionEndModel
 from kv_store.eviction.think_time_model import GAP_EDGES, GapStats, ThinkTimeModel
 
@@ -51,9 +51,8 @@ class BidawPrefetchPolicy(BidawSizePolicy):
                  high_quantile: float = 0.9, min_return_chance: float = 0.7,
                  end_after_s: float | None = 600.0, victim_margin: float = 1.0,
                  keep_promoted: bool = True, stale_chance: float | None = 0.5,
-                 cost_order: bool = True, prefetch_tries: int = 8,
-                 loaded_size_exponent: float | None = 0.7, demand_tau_s: float = 300.0,
-                 **kwargs) -> None:
+                 chance_after_window: bool = True, cost_order: bool = True,
+                 prefetch_tries: int = 8, **kwargs) -> None:
         if not 0.0 < return_quantile < high_quantile < 1.0:
             raise ValueError("bidaw-prefetch needs 0 < return_quantile < high_quantile < 1 "
                              f"(got {return_quantile}, {high_quantile})")
@@ -70,28 +69,13 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         self.keep_promoted = keep_promoted
         # an entry counts as ended (goes first) once its chance of returning is below this
         self.stale_chance = stale_chance
+        self.chance_after_window = chance_after_window  # ... never before the window's end
         self.cost_order = cost_order          # False: the planner promotes soonest-first always
         self.prefetch_tries = prefetch_tries  # due candidates weighed before the disk idles
         self._awaited: dict[Key, float] = {}
-        # the size exponent moves from bidaw-size's β (idle disk) towards this one as demand
-        # reads fill the disk (None: fixed), as the caller reports them (observe_demand_read)
-        self.idle_size_exponent = self.size_exponent
-        self.loaded_size_exponent = loaded_size_exponent
-        self.demand = DemandShare(demand_tau_s)
         # the same model bidaw-size builds, asked for two more quantiles (defaults already held)
         self.think = ThinkTimeModel(extra_quantiles=(self.stale_quantile, return_quantile,
                                                      high_quantile))
-
-    def observe_demand_read(self, start: float, end: float) -> None:
-        """The caller's disk served a demand read from `start` to `end`. The fuller the disk
-        with demand reads, the more the ranking favours small entries: the disk's bytes are
-        then spoken for either way, and turns served from DRAM are what eviction can still
-        add (and a large entry pushed out is promoted back when due)."""
-        self.demand.read(start, end)
-        hi = self.loaded_size_exponent
-        if hi is not None:
-            lo = self.idle_size_exponent
-            self.size_exponent = lo + (hi - lo) * self.demand.share(end)
 
     def return_window(self, key: Key) -> tuple[float, float] | None:
         """(expected return, latest plausible return) of `key`'s next turn in the policy's clock:
@@ -248,7 +232,8 @@ class BidawPrefetchPolicy(BidawSizePolicy):
     def _stale_idle(self, s, stats: GapStats, quantile: float) -> float:
         """bidaw-size's stale deadline, or sooner the idle time at which the session's chance of
         returning (SessionEndModel's p for its turns, weighed by the silence) falls below
-        `stale_chance`: more likely ended than not, at 0.5. Where ends are announced p stays
+        `stale_chance`: more likely ended than not, at 0.5, though never before the end of its
+        return window (`high_quantile`; `chance_after_window`). Where ends are announced p stays
         near 1 and this never binds; without, ended sessions stop holding DRAM until the q99."""
         idle = super()._stale_idle(s, stats, quantile)
         c = self.stale_chance
@@ -256,7 +241,10 @@ class BidawPrefetchPolicy(BidawSizePolicy):
             return idle
         p = self.ends.probability(s.turns)
         tail = 1.0 if p <= c else c * (1.0 - p) / ((1.0 - c) * p)  # p·S / (p·S + 1 - p) = c
-        return min(idle, stats.gap_at_survival(tail))
+        ended = stats.gap_at_survival(tail)
+        if self.chance_after_window:
+            ended = max(ended, stats.quantiles[self.high_quantile])
+        return min(idle, ended)
 
     def _promotion_deadline(self, s) -> float:
         """When a promoted session not back yet has probably ended: the end of its return

@@ -19,6 +19,11 @@ Per-user fallback (SignalModel): a user whose own gaps are regular or near zero 
 better than the answer does (a script, an agent) is predicted from its own gaps instead: kept
 while it runs, ended soon after its last turn; its gaps stay out of the population's model.
 
+Where a caller reports its disk's demand reads (`observe_demand_read`), β moves towards
+`loaded_size_exponent` as they fill the disk (DemandShare): the bytes read are then the disk's
+whatever DRAM keeps, so the turns DRAM serves are all eviction still decides (Mooncake at
+1,600 GiB without the end oracle: 47.5 → 55.6%, docs/policies.md). No reports: β stays.
+
 O(log n) decisions: entries sit in one max-heap per size class (classes `1/classes_per_octave`
 octave wide) keyed by predicted return time, which orders them by remaining wait at any `now`;
 the victim is the best of the class tops (a few dozen), plus one min-heap of stale deadlines.
@@ -29,6 +34,7 @@ import math
 
 from kv_store.eviction.answer_ranked import AnswerRankedPolicy
 from kv_store.eviction.base import Key
+from kv_store.eviction.disk_share import DemandShare
 from kv_store.eviction.lazy_heap import LazyHeap
 from kv_store.eviction.session_registry import SessionRegistry
 from kv_store.eviction.signal_model import SignalModel, UserSignal
@@ -58,8 +64,13 @@ class BidawSizePolicy(AnswerRankedPolicy):
                  stale_factor: float = 1.0, pace_decay: float = 0.7, classes_per_octave: int = 2,
                  protect_queue: int = 30, return_horizon_s: float | None = 600.0,
                  per_user_signal: bool = True, answer_signal: bool = True,
-                 idle_signal: bool = True) -> None:
+                 idle_signal: bool = True, loaded_size_exponent: float | None = 0.7,
+                 demand_tau_s: float = 300.0) -> None:
         self.size_exponent = size_exponent
+        # β with an idle disk, and towards which it moves as demand reads fill it (None: fixed)
+        self.idle_size_exponent = size_exponent
+        self.loaded_size_exponent = loaded_size_exponent
+        self.demand = DemandShare(demand_tau_s)
         # Per-user fallback where the answer does not predict the return (SignalModel); the
         # last two switch a signal off for the ablation (docs/policies.md): every answer in one
         # bucket; the score from the predicted gap alone, however long the session has idled.
@@ -81,6 +92,16 @@ class BidawSizePolicy(AnswerRankedPolicy):
         s = self._note_answer(key, answer_tokens if self.answer_signal else 0, now)
         if key in self._entered:
             self._rank(key, s)
+
+    def observe_demand_read(self, start: float, end: float) -> None:
+        """The caller's disk served a demand read from `start` to `end`. The fuller the disk
+        with demand reads, the more the ranking favours small entries: the disk's bytes are
+        spoken for either way, the turns DRAM serves are not."""
+        self.demand.read(start, end)
+        hi = self.loaded_size_exponent
+        if hi is not None:
+            lo = self.idle_size_exponent
+            self.size_exponent = lo + (hi - lo) * self.demand.share(end)
 
     def remove(self, key: Key) -> None:
         self._note_removal(key)

@@ -47,4 +47,7 @@ class TimeScaled(EvictionPolicy):
         self.inner.set_capacity(capacity_bytes, watermark_bytes)
 
     def __getattr__(self, name: str):  # the simulator's hooks (set_next_use) pass through
-        return getattr(self.inner, name)
+        attr = getattr(self.inner, name)
+        if name == "observe_demand_read":  # the disk's busy time, in the policy's clock too
+            return lambda start, end: attr(start / self.scale, end / self.scale)
+        return attr
