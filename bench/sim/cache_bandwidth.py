@@ -6,13 +6,15 @@ G GB/s (10^9 bytes/s) lasts B·X / (G·10^9) trace seconds; the policies keep th
 - one queue of reads, one at a time, not preempted; demand reads first, FIFO; a speculative read
   (promotion, `bidaw-prefetch` only) starts only when no demand read waits, so a demand read is
   delayed by at most the one speculative read in flight when it arrives;
-- a turn is a hit only if its KV is in DRAM when it ARRIVES; a miss queues a demand read (none if
+- a policy with `observe_arrival` (bidaw-prefetch) hears every turn when it ARRIVES, at its
+  arrival time, before the turn's KV is looked up: as the live store does (KVStoreCore.on_arrival,
+  from the scheduler's arrival events), so its return model (think time, session end, the
+  chance of returning) learns the return then, not a queue wait later when a read completes;
+- a turn is a hit only if its KV is in DRAM when it arrives; a miss queues a demand read (none if
   its KV is already being read, e.g. by a promotion still in flight) and the KV enters DRAM when
   the read completes (the policy then sees the access, at the turn's arrival time, and its
   answer), evicting as in the replay; with the end oracle a read for a session that has ended is
-  still done (the turn needed it) but the KV is freed at once, and a policy with
-  `observe_arrival` hears that last turn when it arrives (it would otherwise never learn the
-  session came back, and count it as an end from its silence);
+  still done (the turn needed it) but the KV is freed at once (the arrival was heard already);
 - promotion: when the SSD is idle, the planner's candidate (PrefetchPlanner: an evicted session
   expected back within the horizon) is read if the policy lets it take DRAM; if not, the next
   candidate, up to the policy's `prefetch_tries` refused, after which a refusal waits for the
@@ -188,6 +190,8 @@ class _SsdReplay:
             self.advance(now)
             self.clock, self.refused = now, False
             u, size, counted = users[i], sizes[i], now >= self.start
+            if arrived is not None:  # the live store hears every arrival (store.on_arrival)
+                arrived(u, now)
             if set_next_use is not None:
                 set_next_use(u, nexts[i])
             if planner is not None:  # known once the turn is done: the next turn's history
@@ -220,8 +224,6 @@ class _SsdReplay:
             if self.end_oracle and lasts[i]:
                 if u in reads:
                     self.ended.add(u)
-                    if arrived is not None:  # its KV never enters DRAM: no access follows
-                        arrived(u, now)
                 dram.remove(u)
                 if planner is not None:
                     planner.forget(u)
