@@ -9,8 +9,8 @@ of its next gap), whether its KV is worth the DRAM of the entry it would push ou
 (`prefetch_allowed`: only if the policy's next victims are stale or together worth less, i.e.
 less likely to be reused in time), and to take it in without counting an access
 (`admit_prefetched`: no think time observed, the idle clock keeps running, so the user's real
-return is what the model learns from). The live store also tells it when a turn arrives
-(`observe_arrival`), before its KV is read. Pure: time is an argument.
+return is what the model learns from). The live store, and the replay with SSD time, also tell
+it when a turn arrives (`observe_arrival`), before its KV is read. Pure: time is an argument.
 
 Whether a session returns at all (SessionEndModel: per turns so far, learned online, weighed by
 the silence so far) scales each entry's worth, drops candidates unlikely to return, and sets
@@ -170,8 +170,9 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         """A turn of `key` arrived at `now`. The live store hears it before the KV is read, a
         queue wait later; the user's think time ends here, so the gap is learnt now (as
         bidaw-size's access learns it) and the read that follows learns none: the model
-        predicts arrivals, which promotion must beat, not dispatches. (The simulator's access
-        is the arrival; it never calls this.)"""
+        predicts arrivals, which promotion must beat, not dispatches. (The replay with SSD
+        time, bench/sim/cache_bandwidth.py, calls it at every turn's arrival as the store does;
+        the one without, whose access is the arrival, never does.)"""
         s = self._sessions.get(key)
         if s is None or s.last is None or s.answer is None:
             return
