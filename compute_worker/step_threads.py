@@ -1,4 +1,4 @@
-"""How many intra-op threads a batch step runs on (a pure rule).
+"""How many intra-op threads a batch step runs on: the rule (pure) and the switch for the head.
 
 A step of a few tokens (decodes, a short prefill chunk) is some 600 small ops: each matmul reads
 its weight once for all the step's rows, and the ops between are a few hundred floats. Split
@@ -12,6 +12,10 @@ Restored answers still equal recomputed ones with it: the exactness tests run wi
 """
 from __future__ import annotations
 
+import contextlib
+
+import torch
+
 SMALL_STEP_TOKENS = 16
 
 
@@ -19,3 +23,17 @@ def step_threads(tokens: int, threads: int, small: int) -> int:
     """Threads for a step of `tokens` new tokens: `small` (0: off) for a small step, else all
     `threads`."""
     return small if small and tokens <= SMALL_STEP_TOKENS else threads
+
+
+@contextlib.contextmanager
+def at_least_threads(n: int):
+    """Run the block on `n` intra-op threads if the step runs on fewer, then back (the output
+    projection of a small step)."""
+    before = torch.get_num_threads()
+    if n > before:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if n > before:
+            torch.set_num_threads(before)

@@ -1,5 +1,6 @@
-"""The worker's prefill chunk (`--prefill-chunk-tokens`): a bad value is refused naming the
-flag before anything starts, and the engine cuts a prompt into chunks of that many tokens."""
+"""The worker's prefill chunk (`--prefill-chunk-tokens`) and small-step threads
+(`--small-step-threads`): a bad value is refused naming the flag before anything starts, and
+the engine obeys them."""
 from __future__ import annotations
 
 import pytest
@@ -22,29 +23,41 @@ def test_a_bad_prefill_chunk_is_refused_naming_the_flag(bad):
         bidaw(["serve", "worker", "--prefill-chunk-tokens", str(bad)])
 
 
+def _observed_turn(model, tokenizer, monkeypatch, engine: Engine, session: str, prompt: int,
+                   max_tokens: int, observe) -> None:
+    """Run one turn of `prompt` tokens through `engine`, calling `observe(batch)` before each
+    real forward (an observer: the real forward runs)."""
+    forward = model.forward
+
+    def observed(batch, **kw):
+        observe(batch)
+        return forward(batch, **kw)
+
+    monkeypatch.setattr(model, "forward", observed)
+    runner = TurnRunner(engine, make_connector(None, model, session, common_pb2.KV_FORMAT_KV),
+                        tokenizer)
+    try:
+        for _ in runner.run(common_pb2.TurnRequest(session_id=session, max_tokens=max_tokens,
+                                                   prompt_token_ids=list(range(100, 100 + prompt)),
+                                                   ignore_eos=True)):
+            pass
+    finally:
+        engine.stop()
+
+
+def _new_tokens(batch) -> int:
+    return sum(len(tokens) for tokens, _ in batch)
+
+
 def test_the_chunk_reaches_the_engine_which_prefills_that_many_tokens_a_step(smollm,
                                                                              monkeypatch):
     config = EngineConfig.from_worker(WorkerConfig(prefill_chunk_tokens=32, store=""))
     assert config.prefill_chunk_tokens == 32
     model, tokenizer = smollm
-    fed: list[int] = []  # new tokens of each forward (an observer: the real forward runs)
-    forward = model.forward
-
-    def observed(batch, **kw):
-        fed.append(sum(len(tokens) for tokens, _ in batch))
-        return forward(batch, **kw)
-
-    monkeypatch.setattr(model, "forward", observed)
-    engine = Engine(model, max_prefill_tokens=config.prefill_chunk_tokens)
-    runner = TurnRunner(engine, make_connector(None, model, "chunk", common_pb2.KV_FORMAT_KV),
-                        tokenizer)
-    try:
-        for _ in runner.run(common_pb2.TurnRequest(session_id="chunk", max_tokens=2,
-                                                   prompt_token_ids=list(range(100, 200)),
-                                                   ignore_eos=True)):
-            pass
-    finally:
-        engine.stop()
+    fed: list[int] = []  # new tokens of each forward
+    _observed_turn(model, tokenizer, monkeypatch,
+                   Engine(model, max_prefill_tokens=config.prefill_chunk_tokens), "chunk", 100,
+                   2, lambda batch: fed.append(_new_tokens(batch)))
     assert fed == [32, 32, 32, 4, 1]  # 100 prompt tokens in chunks of 32, then one decode
 
 
@@ -71,24 +84,13 @@ def test_the_engine_runs_small_steps_on_the_small_step_threads(smollm, monkeypat
     assert config.small_step_threads == 1
     model, tokenizer = smollm
     seen: list[tuple[int, int]] = []  # (new tokens, threads) of each forward
-    forward = model.forward
-
-    def observed(batch, **kw):
-        seen.append((sum(len(tokens) for tokens, _ in batch), torch.get_num_threads()))
-        return forward(batch, **kw)
-
     before = torch.get_num_threads()
     torch.set_num_threads(2)
-    monkeypatch.setattr(model, "forward", observed)
-    engine = Engine(model, max_prefill_tokens=20, small_step_threads=config.small_step_threads)
-    runner = TurnRunner(engine, make_connector(None, model, "threads", common_pb2.KV_FORMAT_KV),
-                        tokenizer)
     try:
-        for _ in runner.run(common_pb2.TurnRequest(session_id="threads", max_tokens=3,
-                                                   prompt_token_ids=list(range(100, 140)),
-                                                   ignore_eos=True)):
-            pass
+        engine = Engine(model, max_prefill_tokens=20,
+                        small_step_threads=config.small_step_threads)
+        _observed_turn(model, tokenizer, monkeypatch, engine, "threads", 40, 3,
+                       lambda batch: seen.append((_new_tokens(batch), torch.get_num_threads())))
     finally:
-        engine.stop()
         torch.set_num_threads(before)
     assert seen == [(20, 2), (20, 2), (1, 1), (1, 1)]

@@ -17,6 +17,7 @@ from compute_worker.models.attention import Packed, packed_attention  # noqa: F4
 from compute_worker.models.config import ModelConfig
 from compute_worker.models.kv_blocks import kv_block
 from compute_worker.models.kv_cache import KVCache
+from compute_worker.step_threads import at_least_threads
 
 
 def embedding(num: int, dim: int, dtype: torch.dtype) -> nn.Embedding:
@@ -114,14 +115,8 @@ class CausalLM(nn.Module):
         if last_only and packed.num_tokens > len(packed.seqs):  # else every row is a last one
             x = x[packed.last_rows()]
         x = self._final(x)
-        step_threads = torch.get_num_threads()
-        if head_threads > step_threads:
-            torch.set_num_threads(head_threads)
-        try:
+        with at_least_threads(head_threads):
             logits = (F.linear(x, self.output_weight()) if self.head is None else self.head(x))
-        finally:
-            if head_threads > step_threads:
-                torch.set_num_threads(step_threads)
         logits = logits.float()
         hidden = torch.stack(h6, dim=1) if h6 is not None else None  # [N, L, hidden]
         outs = []
