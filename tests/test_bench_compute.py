@@ -11,7 +11,7 @@ import torch
 from bench.compute.decode import MEAN_CONTEXT, decode_weight_bytes
 from bench.compute.dtypes import cast_copy, prefill_tokens_per_s
 from bench.compute.figures import engine_figures
-from bench.compute.profile import ATTENTION, SAMPLING, STEP, split_step_times
+from bench.compute.profile import ATTENTION, NATIVE_LAYERS, SAMPLING, STEP, split_step_times
 from bench.compute.random_models import random_model
 from bench.compute.llamacpp import ENV, binary_from, measure, parse_results, smollm2_gguf
 from bench.compute.reference import QUOTED, versus_llamacpp
@@ -51,20 +51,28 @@ def test_profile_split_sorts_the_steps_children_and_leaves_python_the_rest():
                    _ev("aten::rms_norm", 1_000, step)]
     parts = split_step_times(events, steps=2)
     assert parts == pytest.approx({"matmuls": 4.0, "attention": 3.0, "sampling": 0.5,
-                                   "other_ops": 1.0, "python_overhead": 1.5, "step": 10.0})
+                                   "native_layers": 0.0, "other_ops": 1.0,
+                                   "python_overhead": 1.5, "step": 10.0})
+    native = _ev(STEP, 10_000)  # a q4 step: its layers in one native call, then the head
+    parts = split_step_times([native, _ev(NATIVE_LAYERS, 6_000, native),
+                              _ev("bidaw_native::q8_linear", 2_000, native)], steps=1)
+    assert parts["native_layers"] == 6.0 and parts["matmuls"] == 2.0
+    assert parts["python_overhead"] == 2.0
 
 
 def test_weight_bytes_count_what_a_decode_step_reads():
     tied, untied = random_model(TINY), random_model({**TINY, "tie_word_embeddings": False})
     assert decode_weight_bytes(untied) == decode_weight_bytes(tied)  # one table read in full
     dense = decode_weight_bytes(tied)
-    for fmt, layer_bytes in (("int8", 1.0), ("int4", 0.5 + 4 / 32)):  # + int4's scale, zero
+    for fmt, layer_bytes in (("int8", 1.0), ("int4", 0.5 + 4 / 32), ("q4", 0.5 + 4 / 32)):
+        # + int4's bfloat16 scale and zero, q4's float16 scale and min, per group of 32
         quantized = random_model(TINY)
         prepare_model(quantized, fmt)
         layers = 2 * 64 * (128 + 64 + 256 + 128)  # qkv, o, gate|up, down
         norms = (2 * 2 + 1) * 64 * 4
-        head = 256 * 64 + 256 * 2  # int8 output projection and its bfloat16 scales
-        scales = 0 if fmt == "int4" else 2 * (128 + 64 + 256 + 64) * 2
+        # int8 output projection and its scales: bfloat16 (torch's kernel), float32 (q4's)
+        head = 256 * 64 + 256 * (4 if fmt == "q4" else 2)
+        scales = 0 if fmt != "int8" else 2 * (128 + 64 + 256 + 64) * 2
         assert decode_weight_bytes(quantized) == layers * layer_bytes + scales + norms + head
         assert decode_weight_bytes(quantized) < dense / 3
 
@@ -91,10 +99,10 @@ def test_engine_figures_on_a_tiny_model_give_every_key_consistently():
     out = engine_figures(random_model(TINY), sessions=(1, 2), prefill_tokens=64,
                          read_bytes=1 << 22)
     assert set(out["prefill_tokens_per_s"]) == {"float32", "bfloat16"}
-    assert set(out["prefill_tokens_per_s_by_weights"]) == {"dense", "bf16", "int8", "int4"}
+    assert set(out["prefill_tokens_per_s_by_weights"]) == {"dense", "bf16", "int8", "int4", "q4"}
     assert all(v > 0 for v in out["prefill_tokens_per_s"].values())
     by_dtype, by_weights = out["decode_tokens_per_s_by_dtype"], out["decode_tokens_per_s_by_weights"]
-    assert set(by_weights) == {"dense", "bf16", "int8", "int4"}
+    assert set(by_weights) == {"dense", "bf16", "int8", "int4", "q4"}
     assert by_weights["dense"]["1"] == max(d["1"] for d in by_dtype.values())
     fastest = out["decode_weights"]
     assert out["decode_tokens_per_s"] == by_weights[fastest]
@@ -115,7 +123,9 @@ def test_engine_figures_on_a_tiny_model_give_every_key_consistently():
     assert set(out["decode_step_breakdown_ms"]) == {"1", "2"}
     assert all(p["step_unprofiled"] > 0 for p in out["decode_step_breakdown_ms"].values())
     for parts in out["decode_step_breakdown_ms"].values():
-        assert parts["attention"] > 0 and parts["matmuls"] > 0 and parts["sampling"] > 0
+        # a q4 step runs its layers (attention included) in the native call, its head outside
+        layers = parts["native_layers"] if fastest == "q4" else parts["attention"]
+        assert layers > 0 and parts["matmuls"] > 0 and parts["sampling"] > 0
         assert parts["python_overhead"] >= 0  # no op counted twice
     ab = out["decode_small_step_threads"]
     assert set(ab) == {"1", "2"}

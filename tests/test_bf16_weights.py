@@ -31,7 +31,7 @@ def test_bf16_weights_are_asked_for_never_picked_by_auto():
     # auto never picks bf16 weights; on a CPU with AMX it picks float32 or, where its linears
     # are row-invariant, bf16 throughout (docs/engine.md)
     assert choose_dtype("auto", "cpu", SAPPHIRE_RAPIDS).dtype == torch.float32
-    assert resolve_weights("auto", "cpu", "AVX512")[0] == "int4"
+    assert resolve_weights("auto", "cpu", "AVX512")[0] == "q4"
     assert resolve_weights("bf16", "cpu") == ("bf16", "asked for")
     assert resolve_weights("bf16", "cuda") == ("bf16", "asked for")  # a plain matmul anywhere
 

@@ -21,7 +21,7 @@ from services.runtime.gen import common_pb2
 from tests.test_models import CONFIGS, make_hf, ours_from_hf, run, tokens
 
 KV, T6 = common_pb2.KV_FORMAT_KV, common_pb2.KV_FORMAT_TENSOR6
-FORMATS = ("dense", "bf16", "int8", "int4")
+FORMATS = ("dense", "bf16", "int8", "int4", "q4")
 
 
 @pytest.fixture(scope="module", params=list(CONFIGS))
@@ -48,9 +48,10 @@ def test_formats_against_transformers(hf):
             assert torch.equal(model.kv_from_hidden6(step.hidden6, 0), cache.data[:, :, :, :23])
         else:
             assert not torch.equal(out, before)  # the quantized weights did run
-    # bounds ~3x the errors observed on these random-weight models (int4 ~0.4, int8 ~0.04,
-    # bf16 ~BF16 std)
+    # bounds ~3x the errors observed on these random-weight models (int4 and q4 ~0.4, int8
+    # ~0.04, bf16 ~BF16 std)
     assert errors["dense"] < 1e-4 and errors["int8"] < 0.15 and errors["int4"] < 1.5, errors
+    assert errors["q4"] < 1.5, errors
     assert errors["bf16"] < 0.05, errors
 
 
@@ -62,7 +63,7 @@ def near(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool((a - b).abs().max() < 0.03 * a.std())
 
 
-@pytest.mark.parametrize("fmt", ["bf16", "int8", "int4"])
+@pytest.mark.parametrize("fmt", ["bf16", "int8", "int4", "q4"])
 def test_quantized_chunks_and_steps_match_one_shot(hf, fmt):
     model = ours_from_hf(hf)
     prepare_model(model, fmt)
@@ -148,14 +149,15 @@ def test_labels_and_the_auto_rule():
     assert weights_label("smol", "int8") == "smol:int8"
     assert weights_label("smol", "bf16") == "smol:bf16"
     assert weights_label("smol", "int4") == "smol:int4-g32"
-    assert resolve_weights("auto", "cpu", "AVX512")[0] == "int4"
-    assert resolve_weights("auto", "cpu", "AVX2")[0] == "int4"
+    assert weights_label("smol", "q4") == "smol:q4-g32"  # other numbers than int4's: other KV
+    assert resolve_weights("auto", "cpu", "AVX512")[0] == "q4"  # the kernels build here (CI)
+    assert resolve_weights("auto", "cpu", "AVX2")[0] == "q4"
     assert resolve_weights("auto", "cpu", "DEFAULT")[0] == "dense"
     assert resolve_weights("auto", "cuda")[0] == "dense"
     assert resolve_weights("int8", "cpu") == ("int8", "asked for")
     with pytest.raises(ValueError, match="CPU only"):
         resolve_weights("int4", "cuda")
-    with pytest.raises(ValueError, match="auto, dense, bf16, int8, int4"):
+    with pytest.raises(ValueError, match="auto, dense, bf16, int8, int4, q4"):
         resolve_weights("int3", "cpu")
     with pytest.raises(ValueError, match="weights must be"):
         weights_label("smol", "auto")
@@ -182,5 +184,5 @@ def test_the_worker_flag_reaches_the_engine_and_bad_values_name_it():
 
     assert EngineConfig.from_worker(WorkerConfig()).weights == "dense"  # today's numbers
     assert EngineConfig.from_worker(WorkerConfig(weights="int4")).weights == "int4"
-    with pytest.raises(ValueError, match="--weights must be one of auto, dense, bf16, int8, int4"):
+    with pytest.raises(ValueError, match="--weights must be one of auto, dense, bf16, int8, int4, q4"):
         EngineConfig.from_worker(WorkerConfig(weights="fp8"))

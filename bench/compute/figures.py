@@ -13,7 +13,7 @@ from bench.compute.profile import decode_step_breakdown
 from bench.compute.roofline import decode_bytes_per_token, roofline_fraction
 from compute_worker.models.prepare import prepare_model
 
-QUANTIZED = ("bf16", "int8", "int4")  # weight-only formats, run in the model's dtype (float32)
+QUANTIZED = ("bf16", "int8", "int4", "q4")  # weight formats, run in the model's dtype (float32)
 
 
 def _name(dtype: torch.dtype) -> str:

@@ -21,20 +21,24 @@ from compute_worker.sampling import Sampler
 
 STEP, ATTENTION, SAMPLING = "bench.decode_step", "bench.attention", "bench.sampling"
 MATMULS = {"aten::linear", "aten::matmul", "aten::mm", "aten::addmm", "aten::bmm",
-           "aten::_weight_int8pack_mm", "aten::_weight_int4pack_mm_for_cpu"}  # quant.py's
+           "aten::_weight_int8pack_mm", "aten::_weight_int4pack_mm_for_cpu",  # quant.py's
+           "bidaw_native::q4_linear", "bidaw_native::q8_linear"}  # native_linear.py's
+NATIVE_LAYERS = "bidaw_native::llama_decode"  # every layer of a q4 decode step in one call
 
 
 def split_step_times(events, steps: int) -> dict[str, float]:
     """Profiler events (name, cpu_time_total in µs, cpu_parent) -> ms per step in each part:
-    the step's direct children sorted into matmuls / attention / sampling / other ops, and the
-    rest of the step's time as python_overhead."""
-    parts = dict.fromkeys(("matmuls", "attention", "sampling", "other_ops"), 0.0)
+    the step's direct children sorted into matmuls / attention / sampling / native_layers (the
+    native decode step's one call: its layers' matmuls, attention and the rest) / other ops,
+    and the rest of the step's time as python_overhead."""
+    parts = dict.fromkeys(("matmuls", "attention", "sampling", "native_layers", "other_ops"), 0.0)
     total = 0.0
     for ev in events:
         if ev.name == STEP:
             total += ev.cpu_time_total
         elif ev.cpu_parent is not None and ev.cpu_parent.name == STEP:
-            part = {ATTENTION: "attention", SAMPLING: "sampling"}.get(
+            part = {ATTENTION: "attention", SAMPLING: "sampling",
+                    NATIVE_LAYERS: "native_layers"}.get(
                 ev.name, "matmuls" if ev.name in MATMULS else "other_ops")
             parts[part] += ev.cpu_time_total
     parts["python_overhead"] = total - sum(parts.values())

@@ -55,6 +55,8 @@ class CausalLM(nn.Module):
         self.head: nn.Module | None = None
         self.weights = "dense"  # the format prepare.py put the weights in
         self.block_override: int | None = None  # tests: another kv_block than the rule's
+        # native_decode.py's one-call decode step (prepare.py sets it for q4; None: the layers)
+        self.native_decode = None
 
     # -- to implement ------------------------------------------------------------------------
     def _build(self, dtype: torch.dtype) -> None:
@@ -94,6 +96,21 @@ class CausalLM(nn.Module):
     def output_weight(self) -> torch.Tensor:
         return self.embed.weight if self.lm_head is None else self.lm_head.weight
 
+    def _apply(self, fn, *args, **kwargs):
+        """.to(), .float() and the like: the native step holds the old tensors, so rebuild it
+        (it declines a model it cannot run, e.g. one cast to bfloat16)."""
+        out = super()._apply(fn, *args, **kwargs)
+        step = getattr(self, "native_decode", None)
+        if step is not None:
+            self.native_decode = type(step).build(self)
+        return out
+
+    def _head(self, x: torch.Tensor, threads: int) -> torch.Tensor:
+        """Logits in float32 of the final hidden states x."""
+        with at_least_threads(threads):
+            logits = F.linear(x, self.output_weight()) if self.head is None else self.head(x)
+        return logits.float()
+
     @torch.inference_mode()
     def forward(self, batch: list[tuple[torch.Tensor, KVCache]], want_hidden6: bool = False,
                 logits_last_only: bool | None = None, head_threads: int = 0) -> list[ForwardOut]:
@@ -103,7 +120,21 @@ class CausalLM(nn.Module):
         `head_threads`: run the output projection on that many threads when the step runs on
         fewer (compute_worker/step_threads.py): it is one vocab x hidden matmul, large enough
         to split with profit where a small step's other ops are not.
+        With a native decode step, every one-token sequence runs there and the others through
+        the layers, each part its own forward: which way a row goes depends on the row alone.
         """
+        if self.native_decode is not None:
+            ones = [i for i, (t, _) in enumerate(batch) if torch.as_tensor(t).numel() == 1]
+            if ones and len(ones) < len(batch):
+                outs: list[ForwardOut | None] = [None] * len(batch)
+                rest = [i for i in range(len(batch)) if i not in set(ones)]
+                for part in (ones, rest):
+                    for i, out in zip(part, self.forward([batch[i] for i in part], want_hidden6,
+                                                         logits_last_only, head_threads)):
+                        outs[i] = out
+                return outs
+            if ones:
+                return self._native_forward(batch, want_hidden6, head_threads)
         packed = Packed(batch, self.device, self.kv_block)
         self._check_positions(packed)
         x = self._embed(packed.ids, packed.positions)
@@ -114,16 +145,28 @@ class CausalLM(nn.Module):
         last_only = self.logits_last_only if logits_last_only is None else logits_last_only
         if last_only and packed.num_tokens > len(packed.seqs):  # else every row is a last one
             x = x[packed.last_rows()]
-        x = self._final(x)
-        with at_least_threads(head_threads):
-            logits = (F.linear(x, self.output_weight()) if self.head is None else self.head(x))
-        logits = logits.float()
+        logits = self._head(self._final(x), head_threads)
         hidden = torch.stack(h6, dim=1) if h6 is not None else None  # [N, L, hidden]
         outs = []
         for j, s in enumerate(packed.seqs):
             lg = logits[j:j + 1] if last_only else logits[s.sl]
             outs.append(ForwardOut(lg, hidden[s.sl] if hidden is not None else None))
         return outs
+
+    def _native_forward(self, batch: list[tuple[torch.Tensor, KVCache]], want_hidden6: bool,
+                        head_threads: int) -> list[ForwardOut]:
+        """Sequences of one new token each, through the native decode step."""
+        caches = [cache for _, cache in batch]
+        if len({id(c) for c in caches}) != len(caches):
+            raise ValueError("the same KVCache appears twice in one batch")
+        ids = torch.cat([torch.as_tensor(t, dtype=torch.long).reshape(1) for t, _ in batch])
+        positions = torch.tensor([c.length for c in caches])
+        cos, signed_sin = self._rope(positions)
+        x, h6 = self.native_decode(self._embed(ids, positions), caches, cos[:, 0],
+                                   signed_sin[:, 0], want_hidden6)
+        logits = self._head(self._final(x), head_threads)
+        return [ForwardOut(logits[j:j + 1], None if h6 is None else h6[j:j + 1])
+                for j in range(len(batch))]
 
     @torch.inference_mode()
     def kv_from_hidden6(self, hidden6: torch.Tensor, start_pos: int) -> torch.Tensor:

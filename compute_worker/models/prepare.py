@@ -5,8 +5,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from compute_worker import native
 from compute_worker.models.base import CausalLM
 from compute_worker.models.fuse import fuse_projections
+from compute_worker.models.native_decode import NativeDecode
 from compute_worker.models.quant import WEIGHT_FORMATS, quantize_linear
 
 CHOICES = ("auto", *WEIGHT_FORMATS)
@@ -14,7 +16,7 @@ CHOICES = ("auto", *WEIGHT_FORMATS)
 # the embedding table finer than Q4_1: int4 is 9% off it, int8 1%), as llama.cpp's quantizers
 # keep the output tensor finer too. bf16 keeps it dense: logits rounded to bf16 (a step of 0.125
 # at 20) would tie often, and a tie's pick would depend on the chunk that computed it.
-HEAD_FORMAT = {"int8": "int8", "int4": "int8"}
+HEAD_FORMAT = {"int8": "int8", "int4": "int8", "q4": "q8"}
 
 
 def resolve_weights(choice: str, device: torch.device | str,
@@ -34,13 +36,18 @@ def resolve_weights(choice: str, device: torch.device | str,
         if choice not in ("dense", "bf16") and device.type != "cpu":
             raise ValueError(f"weights {choice} runs on CPU only (torch's weight-only kernels "
                              f"used here are CPU ones); use dense on {device.type}")
+        if choice == "q4" and native.ops() is None:
+            raise ValueError(f"weights q4 needs the native kernels: {native.why_not()}")
         return choice, "asked for"
     if device.type != "cpu":
         return "dense", f"auto on {device.type}: dense (the weight-only kernels are CPU ones)"
     capability = cpu_capability or torch.backends.cpu.get_cpu_capability()
     if capability not in ("AVX2", "AVX512"):
         return "dense", f"auto on a {capability} CPU: dense (int kernels unmeasured there)"
-    return "int4", f"auto on an {capability} CPU: int4 decodes fastest (bidaw bench compute)"
+    if native.ops() is None:
+        return "int4", (f"auto on an {capability} CPU: int4, torch's kernel (q4 decodes faster, "
+                        f"but {native.why_not()})")
+    return "q4", f"auto on an {capability} CPU: q4 decodes fastest (bidaw bench compute)"
 
 
 def _quantize_children(module: nn.Module, fmt: str) -> None:
@@ -69,4 +76,6 @@ def prepare_model(model: CausalLM, choice: str = "dense") -> tuple[str, str]:
             _quantize_children(layer, fmt)
         if fmt in HEAD_FORMAT:
             model.head = quantize_linear(HEAD_FORMAT[fmt], model.output_weight(), None)
+    if fmt == "q4":
+        model.native_decode = NativeDecode.build(model)
     return fmt, why

@@ -26,8 +26,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-WEIGHT_FORMATS = ("dense", "bf16", "int8", "int4")
-QUANTIZED = WEIGHT_FORMATS[1:]
+from compute_worker.models import native_linear
+
+WEIGHT_FORMATS = ("dense", "bf16", "int8", "int4", "q4")
+QUANTIZED = (*WEIGHT_FORMATS[1:], "q8")  # q8: q4's output projection (native_linear.py)
+NATIVE = ("q4", "q8")  # run by our kernels, not torch's
 INT4_GROUP = 32  # the source GGUF's Q4_1 block: its 4-bit levels map onto int4 exactly
 ACTIVATION = torch.bfloat16  # what the kernels run vectorised on
 
@@ -96,6 +99,8 @@ def supported(fmt: str, weight: torch.Tensor) -> bool:
     """Whether torch's kernel takes this shape (out of its range it crashes or returns inf:
     int8 needs in % 16, int4 out % 16 and in % INT4_GROUP)."""
     out_f, in_f = weight.shape
+    if fmt in NATIVE:
+        return native_linear.supported(weight)
     if fmt == "bf16":  # a plain matmul: any shape, any device
         return True
     if weight.device.type != "cpu":
@@ -111,7 +116,8 @@ def quantize_linear(fmt: str, weight: torch.Tensor, bias: torch.Tensor | None) -
         raise ValueError(f"weights must be one of {', '.join(WEIGHT_FORMATS)}, not {fmt!r}")
     if not supported(fmt, weight):
         return None
-    return {"bf16": Bf16Linear, "int8": Int8Linear, "int4": Int4Linear}[fmt](weight, bias)
+    return {"bf16": Bf16Linear, "int8": Int8Linear, "int4": Int4Linear, "q4": native_linear.Q4Linear,
+            "q8": native_linear.Q8Linear}[fmt](weight, bias)
 
 
 def weights_label(model_name: str, fmt: str) -> str:
@@ -120,4 +126,4 @@ def weights_label(model_name: str, fmt: str) -> str:
     if fmt not in WEIGHT_FORMATS:
         raise ValueError(f"weights must be one of {', '.join(WEIGHT_FORMATS)}, not {fmt!r}")
     return model_name if fmt == "dense" else f"{model_name}:{fmt}" + (
-        f"-g{INT4_GROUP}" if fmt == "int4" else "")
+        f"-g{INT4_GROUP}" if fmt in ("int4", "q4") else "")
