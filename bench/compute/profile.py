@@ -23,7 +23,7 @@ STEP, ATTENTION, SAMPLING = "bench.decode_step", "bench.attention", "bench.sampl
 MATMULS = {"aten::linear", "aten::matmul", "aten::mm", "aten::addmm", "aten::bmm",
            "aten::_weight_int8pack_mm", "aten::_weight_int4pack_mm_for_cpu",  # quant.py's
            "bidaw_native::q4_linear", "bidaw_native::q8_linear"}  # native_linear.py's
-NATIVE_LAYERS = "bidaw_native::llama_decode"  # every layer of a q4 decode step in one call
+NATIVE_LAYERS = "bidaw_native::llama_forward"  # every layer of a q4 step in one call
 
 
 def split_step_times(events, steps: int) -> dict[str, float]:

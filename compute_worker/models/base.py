@@ -55,8 +55,8 @@ class CausalLM(nn.Module):
         self.head: nn.Module | None = None
         self.weights = "dense"  # the format prepare.py put the weights in
         self.block_override: int | None = None  # tests: another kv_block than the rule's
-        # native_decode.py's one-call decode step (prepare.py sets it for q4; None: the layers)
-        self.native_decode = None
+        # native_forward.py's layers in one call (prepare.py sets it for q4; None: the layers')
+        self.native = None
 
     # -- to implement ------------------------------------------------------------------------
     def _build(self, dtype: torch.dtype) -> None:
@@ -88,7 +88,7 @@ class CausalLM(nn.Module):
         """Positions per aligned KV block (kv_blocks.py; 0: prefill chunks attend whole)."""
         if self.block_override is not None:
             return self.block_override
-        return kv_block(self.dtype, self.weights)
+        return kv_block(self.dtype, self.weights, self.native is not None)
 
     def new_cache(self, capacity: int = 64) -> KVCache:
         return KVCache.for_config(self.config, dtype=self.dtype, device=self.device, capacity=capacity)
@@ -100,9 +100,9 @@ class CausalLM(nn.Module):
         """.to(), .float() and the like: the native step holds the old tensors, so rebuild it
         (it declines a model it cannot run, e.g. one cast to bfloat16)."""
         out = super()._apply(fn, *args, **kwargs)
-        step = getattr(self, "native_decode", None)
-        if step is not None:
-            self.native_decode = type(step).build(self)
+        native = getattr(self, "native", None)
+        if native is not None:
+            self.native = type(native).build(self)
         return out
 
     def _head(self, x: torch.Tensor, threads: int) -> torch.Tensor:
@@ -120,21 +120,10 @@ class CausalLM(nn.Module):
         `head_threads`: run the output projection on that many threads when the step runs on
         fewer (compute_worker/step_threads.py): it is one vocab x hidden matmul, large enough
         to split with profit where a small step's other ops are not.
-        With a native decode step, every one-token sequence runs there and the others through
-        the layers, each part its own forward: which way a row goes depends on the row alone.
+        A model with a native forward (q4) runs the whole batch there.
         """
-        if self.native_decode is not None:
-            ones = [i for i, (t, _) in enumerate(batch) if torch.as_tensor(t).numel() == 1]
-            if ones and len(ones) < len(batch):
-                outs: list[ForwardOut | None] = [None] * len(batch)
-                rest = [i for i in range(len(batch)) if i not in set(ones)]
-                for part in (ones, rest):
-                    for i, out in zip(part, self.forward([batch[i] for i in part], want_hidden6,
-                                                         logits_last_only, head_threads)):
-                        outs[i] = out
-                return outs
-            if ones:
-                return self._native_forward(batch, want_hidden6, head_threads)
+        if self.native is not None:
+            return self._native_forward(batch, want_hidden6, logits_last_only, head_threads)
         packed = Packed(batch, self.device, self.kv_block)
         self._check_positions(packed)
         x = self._embed(packed.ids, packed.positions)
@@ -154,19 +143,29 @@ class CausalLM(nn.Module):
         return outs
 
     def _native_forward(self, batch: list[tuple[torch.Tensor, KVCache]], want_hidden6: bool,
-                        head_threads: int) -> list[ForwardOut]:
-        """Sequences of one new token each, through the native decode step."""
+                        logits_last_only: bool | None, head_threads: int) -> list[ForwardOut]:
         caches = [cache for _, cache in batch]
-        if len({id(c) for c in caches}) != len(caches):
-            raise ValueError("the same KVCache appears twice in one batch")
-        ids = torch.cat([torch.as_tensor(t, dtype=torch.long).reshape(1) for t, _ in batch])
-        positions = torch.tensor([c.length for c in caches])
+        if not batch or len({id(c) for c in caches}) != len(caches):
+            raise ValueError("a batch needs sequences, each with a KVCache of its own")
+        ids = [torch.as_tensor(t, dtype=torch.long).reshape(-1) for t, _ in batch]
+        counts = [len(t) for t in ids]
+        if min(counts) == 0:
+            raise ValueError("a sequence in the batch has no new tokens")
+        positions = torch.cat([torch.arange(c.length, c.length + n) for c, n in zip(caches, counts)])
+        ids = torch.cat(ids)
         cos, signed_sin = self._rope(positions)
-        x, h6 = self.native_decode(self._embed(ids, positions), caches, cos[:, 0],
-                                   signed_sin[:, 0], want_hidden6)
+        x, h6 = self.native(self._embed(ids, positions), caches, counts, cos[:, 0],
+                            signed_sin[:, 0], want_hidden6)
+        ends = torch.tensor(counts).cumsum(0).tolist()
+        last_only = self.logits_last_only if logits_last_only is None else logits_last_only
+        if last_only and len(ids) > len(batch):
+            x = x[[e - 1 for e in ends]]
         logits = self._head(self._final(x), head_threads)
-        return [ForwardOut(logits[j:j + 1], None if h6 is None else h6[j:j + 1])
-                for j in range(len(batch))]
+        outs = []
+        for j, (start, end) in enumerate(zip([0, *ends[:-1]], ends)):
+            lg = logits[j:j + 1] if last_only else logits[start:end]
+            outs.append(ForwardOut(lg, None if h6 is None else h6[start:end]))
+        return outs
 
     @torch.inference_mode()
     def kv_from_hidden6(self, hidden6: torch.Tensor, start_pos: int) -> torch.Tensor:

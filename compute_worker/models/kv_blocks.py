@@ -18,10 +18,13 @@ BLOCK = 32  # positions per block: a turn recomputes at most 31 restored tokens;
 # prefill runs 32 attention calls a layer instead of 2 (a few % of a bf16 prefill here)
 
 
-def kv_block(dtype: torch.dtype, weights: str) -> int:
+def kv_block(dtype: torch.dtype, weights: str, native: bool = False) -> int:
     """Block size for a model in `dtype` whose linears are in format `weights` (0: none).
-    Formats other than dense round every matmul input to bf16 (quant.py)."""
-    return 0 if dtype == torch.float32 and weights == "dense" else BLOCK
+    Formats other than dense round every matmul input (quant.py: to bf16; q4: to int8). A model
+    run by the native forward (q4 Llama, float32: native_forward.py) computes every row alone, so
+    its chunkings agree bit for bit as float32 dense's do."""
+    exact = dtype == torch.float32 and (weights == "dense" or (weights == "q4" and native))
+    return 0 if exact else BLOCK
 
 
 def whole_blocks(tokens: int, block: int) -> int:

@@ -8,7 +8,7 @@ from torch import nn
 from compute_worker import native
 from compute_worker.models.base import CausalLM
 from compute_worker.models.fuse import fuse_projections
-from compute_worker.models.native_decode import NativeDecode
+from compute_worker.models.native_forward import NativeForward
 from compute_worker.models.quant import WEIGHT_FORMATS, quantize_linear
 
 CHOICES = ("auto", *WEIGHT_FORMATS)
@@ -77,5 +77,5 @@ def prepare_model(model: CausalLM, choice: str = "dense") -> tuple[str, str]:
         if fmt in HEAD_FORMAT:
             model.head = quantize_linear(HEAD_FORMAT[fmt], model.output_weight(), None)
     if fmt == "q4":
-        model.native_decode = NativeDecode.build(model)
+        model.native = NativeForward.build(model)
     return fmt, why

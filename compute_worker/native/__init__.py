@@ -1,4 +1,5 @@
-"""Our CPU kernels (q4_kernels.cpp: the q4 matmuls; decode_step.cpp: a Llama decode step), built on first use with the machine's C++ compiler.
+"""Our CPU kernels, built on first use with the machine's C++ compiler: q4_kernels.cpp (the q4
+format's matmuls) and llama_forward.cpp (a q4 Llama's layers in one call).
 
 `ops()` returns `torch.ops.bidaw_native` once the library is built and loaded, or None where it
 cannot be (no AVX2, no compiler, a failed build): `why_not()` then says why, and the callers keep
@@ -20,9 +21,9 @@ import torch
 
 log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
-SOURCES = [HERE / "q4_kernels.cpp", HERE / "decode_step.cpp"]
+SOURCES = [HERE / "q4_kernels.cpp", HERE / "llama_forward.cpp"]
 HEADERS = [HERE / "q4_matmul.h"]
-FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c"]
+FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off"]  # why: llama_forward.cpp
 _lock = threading.Lock()
 _state: dict[str, object] = {}
 

@@ -102,7 +102,10 @@ void q4_tile(const QuantRows& xq, int64_t r0, int64_t k, const uint8_t* w, int64
     mins[r] = _mm_setzero_ps();
     for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
   }
+  // the next block's weights (C rows of k / 2 bytes, right after these): a line per group
+  const char* next = reinterpret_cast<const char*>(w + (c0 + C) * (k / 2));
   for (int64_t g = 0; g < groups; ++g) {
+    _mm_prefetch(next + g * 64 * C / 4, _MM_HINT_T0);
     __m256i wv[C];
     for (int c = 0; c < C; ++c) {
       const __m128i raw = _mm_loadu_si128(
@@ -193,7 +196,10 @@ void q8_block(const QuantRows& xq, int64_t rows, int64_t k, const int8_t* w, con
     const float* dr = &xq.d[r * groups];
     __m256 acc[C];
     for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+    // the next block's weights (C rows of k bytes, right after these): C / 2 lines per group
+    const char* next = reinterpret_cast<const char*>(w + (c0 + C) * k);
     for (int64_t g = 0; g < groups; ++g) {
+      for (int c = 0; c < C; c += 2) _mm_prefetch(next + (g * C + c) * 32, _MM_HINT_T0);
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr + g * kGroup));
       const __m256 dx = _mm256_set1_ps(dr[g]);
       for (int c = 0; c < C; ++c) {

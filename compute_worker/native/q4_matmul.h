@@ -1,4 +1,4 @@
-// The int4 matmul of q4_kernels.cpp, for the other kernels of the library (decode_step.cpp).
+// The int4 matmul of q4_kernels.cpp, for the other kernels of the library (llama_forward.cpp).
 #pragma once
 
 #include <cstdint>

@@ -1,10 +1,10 @@
-"""The decode step of a q4 Llama in one native call (compute_worker/native/decode_step.cpp).
+"""A q4 Llama's layers in one native call (compute_worker/native/llama_forward.cpp).
 
-`NativeDecode.build(model)` returns the step for a model it can run (Llama family, float32,
+`NativeForward.build(model)` returns the call for a model it can run (Llama family, float32,
 every layer's linears Q4Linear, SiLU, on the CPU) and None for any other, which keeps the layers'
-forward. `CausalLM.forward` sends it every sequence that brings one new token, whatever the other
-rows of the batch (those run the layers' forward beside it), so a decode row's bits depend on the
-row alone: restored KV answers still equal recomputed ones.
+forward. It runs every batch of such a model, prefill chunks and decodes alike, each row alone:
+a row's bits depend on its own tokens and cache only, so a prefix prefilled in one pass has the
+bits of one computed token by token, and q4 needs no aligned KV blocks (kv_blocks.py).
 """
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ def _linear(module) -> list[torch.Tensor]:
     return [module.qweight, module.scale_min, bias]
 
 
-class NativeDecode:
+class NativeForward:
     def __init__(self, weights: list[torch.Tensor], heads: int, kv_heads: int, eps: float) -> None:
         self.weights, self.heads, self.kv_heads, self.eps = weights, heads, kv_heads, eps
 
     @classmethod
-    def build(cls, model) -> "NativeDecode | None":
+    def build(cls, model) -> "NativeForward | None":
         from compute_worker.models.llama import LlamaLayer
 
         layers = list(model.layers)
@@ -47,17 +47,17 @@ class NativeDecode:
         first = layers[0]
         return cls(weights, first.nh, first.nkv, first.attn_norm.eps)
 
-    def __call__(self, x: torch.Tensor, caches: list[KVCache], cos: torch.Tensor,
-                 signed_sin: torch.Tensor, want_hidden6: bool):
-        """x [B, hidden]: one new token per cache, at its length. Appends each token's K/V to its
-        cache; returns the last layer's output and tensor 6 [B, L, hidden] (or None)."""
-        for cache in caches:
-            cache.reserve(1)
-        positions = [cache.length for cache in caches]
-        x, h6 = torch.ops.bidaw_native.llama_decode(
-            x.contiguous(), [c.data for c in caches], positions, cos.contiguous(),
-            signed_sin.contiguous(), self.weights, self.heads, self.kv_heads, self.eps,
-            want_hidden6)
-        for cache in caches:
-            cache.length += 1
+    def __call__(self, x: torch.Tensor, caches: list[KVCache], counts: list[int],
+                 cos: torch.Tensor, signed_sin: torch.Tensor, want_hidden6: bool):
+        """x [N, hidden]: counts[s] new tokens for caches[s], sequence after sequence, at its
+        length on. Appends their K/V to the caches; returns the last layer's output and tensor
+        6 [N, L, hidden] (or None)."""
+        for cache, n in zip(caches, counts):
+            cache.reserve(n)
+        x, h6 = torch.ops.bidaw_native.llama_forward(
+            x.contiguous(), [c.data for c in caches], [c.length for c in caches], counts,
+            cos.contiguous(), signed_sin.contiguous(), self.weights, self.heads, self.kv_heads,
+            self.eps, want_hidden6)
+        for cache, n in zip(caches, counts):
+            cache.length += n
         return x, (h6 if want_hidden6 else None)
