@@ -50,8 +50,9 @@ class WorkerConfig(SecurityConfig):
     metrics_listen: str = field(default="", metadata={
         "help": "host:port for Prometheus /metrics (empty: off)"})
     weights: str = field(default="dense", metadata={
-        "help": "weight format: dense, int8, int4 (weight-only, CPU) or auto (the fastest to "
-                "decode here: int4 on an AVX2 or AVX-512 CPU, dense elsewhere)"})
+        "help": "weight format: dense, bf16, int8, int4 (torch's kernels, CPU), q4 (ours: "
+                "AVX2) or auto (the fastest to decode here: q4 on an AVX2 or AVX-512 CPU where "
+                "its kernels build, else int4; dense elsewhere)"})
 
     def __post_init__(self):
         if not 1 <= self.prefill_chunk_tokens <= 1 << 16:

@@ -28,7 +28,7 @@ class EngineConfig:
     # The actor is another process: the worker's process-wide TLS and token do not reach it.
     tls: TLSFiles | None = None
     cluster_token: str = ""
-    weights: str = "dense"  # dense | int8 | int4 | auto (compute_worker/models/prepare.py)
+    weights: str = "dense"  # dense | bf16 | int8 | int4 | q4 | auto (compute_worker/models/prepare.py)
 
     @classmethod
     def from_worker(cls, config: WorkerConfig) -> "EngineConfig":

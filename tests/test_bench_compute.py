@@ -120,6 +120,8 @@ def test_engine_figures_on_a_tiny_model_give_every_key_consistently():
     assert out["decode_roofline_fraction"] == pytest.approx(
         per_token * by_weights[fastest]["1"] / (out["memory_read_gbps"] * 1e9))
     assert out["decode_roofline_fraction_by_weights"][fastest] == out["decode_roofline_fraction"]
+    assert out["decode_roofline_fraction_one_thread"] == pytest.approx(
+        per_token * by_weights[fastest]["1"] / (out["memory_read_gbps_one_thread"] * 1e9))
     assert set(out["decode_step_breakdown_ms"]) == {"1", "2"}
     assert all(p["step_unprofiled"] > 0 for p in out["decode_step_breakdown_ms"].values())
     for parts in out["decode_step_breakdown_ms"].values():
@@ -187,3 +189,17 @@ def test_llama_bench_runs_on_our_gguf_on_one_thread_and_ours(tmp_path, monkeypat
     monkeypatch.delenv(ENV)
     assert binary_from(None, built=tmp_path / "not-built") is None  # quoted figures
     assert binary_from(None, built=fake) == str(fake)  # what `make llama-bench` built
+
+
+def test_one_threads_bandwidth_is_measured_on_one_thread_and_the_count_restored():
+    from bench.compute.bandwidth import memory_read_gbps
+
+    before = torch.get_num_threads()
+    seen = []
+    sum_ = torch.Tensor.sum
+    torch.Tensor.sum = lambda self, *a, **k: seen.append(torch.get_num_threads()) or sum_(self, *a, **k)
+    try:
+        assert memory_read_gbps(1 << 22, threads=1) > 0
+    finally:
+        torch.Tensor.sum = sum_
+    assert seen == [1] * 5 and torch.get_num_threads() == before

@@ -15,7 +15,7 @@ def register(sub, groups) -> None:
         "whole history. Prints how many conversations match and, for the others, the turn and "
         "token where they first diverge.")
     p.add_argument("--dtype", default="float32", help="float32 or bfloat16")
-    p.add_argument("--weights", default="dense", help="dense, bf16, int8 or int4 (the linears' "
+    p.add_argument("--weights", default="dense", help="dense, bf16, int8, int4 or q4 (the linears' "
                    "format: bidaw serve worker --weights)")
     p.add_argument("--conversations", type=int, default=100, help="conversations to run")
     p.add_argument("--turns", type=int, default=3, help="turns per conversation")

@@ -22,33 +22,39 @@ def turn(session: str, ids: list[int], max_tokens: int) -> common_pb2.TurnReques
                                   max_tokens=max_tokens, ignore_eos=True)
 
 
-def drain(runner: TurnRunner, request):
-    """Run one turn to its end; its TurnSummary."""
+def drain(runner: TurnRunner, request, times: list[float] | None = None):
+    """Run one turn to its end; its TurnSummary. `times`: gets the time each token came at."""
     summary = None
-    for _, _, s in runner.run(request):
+    for ids, _, s in runner.run(request):
+        if times is not None and ids:
+            times += [time.perf_counter()] * len(ids)
         summary = s or summary
     return summary
 
 
 def decode_throughput(model, sessions: int, tokens: int = ANSWER_TOKENS,
                       small_step_threads: int = 1) -> float:
-    """Generated tokens per second with `sessions` turns of a PROMPT_TOKENS prompt decoding
-    together (`small_step_threads`: the engine's, compute_worker/step_threads.py)."""
+    """Decoded tokens per second with `sessions` turns of a PROMPT_TOKENS prompt decoding
+    together (`small_step_threads`: the engine's, compute_worker/step_threads.py): the tokens
+    after each turn's first, over the time from the first turn's first token to the last token,
+    so the prompts' prefill is not counted, as llama-bench's generation test counts none."""
     engine = Engine(model, max_batch=max(sessions, 1), small_step_threads=small_step_threads)
     runner = TurnRunner(engine, Recompute(model, KV), None)
     gen = torch.Generator().manual_seed(sessions)
     prompts = [random_ids(model.config.vocab_size, PROMPT_TOKENS, gen) for _ in range(sessions)]
     drain(runner, turn("warm", prompts[0], 2))
-    threads = [threading.Thread(target=drain, args=(runner, turn(f"d{i}", p, tokens)))
+    times: list[list[float]] = [[] for _ in prompts]
+    threads = [threading.Thread(target=drain, args=(runner, turn(f"d{i}", p, tokens), times[i]))
                for i, p in enumerate(prompts)]
-    start = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    elapsed = time.perf_counter() - start
     engine.stop()
-    return sessions * tokens / elapsed
+    if any(len(t) != tokens for t in times):
+        raise RuntimeError(f"a turn ended early: {[len(t) for t in times]} of {tokens} tokens")
+    elapsed = max(t[-1] for t in times) - min(t[0] for t in times)
+    return sessions * (tokens - 1) / elapsed
 
 
 def decode_weight_bytes(model) -> int:

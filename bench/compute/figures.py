@@ -56,7 +56,9 @@ def engine_figures(model, sessions=(1, 4, 16), prefill_tokens: int = 1000,
     and the fastest variant's decode step profile at the smallest and largest batch."""
     models, errors = variants(model, weights)
     read_gbps = memory_read_gbps(read_bytes, model.device)
-    out = {"memory_read_gbps": read_gbps, "memory_read_method": describe(read_bytes)}
+    one_core = memory_read_gbps(read_bytes, model.device, threads=1)
+    out = {"memory_read_gbps": read_gbps, "memory_read_gbps_one_thread": one_core,
+           "memory_read_method": describe(read_bytes)}
     out.update({f"{name}_error": why for name, why in errors.items()})
     dense = [name for name in models if name not in QUANTIZED]
     prefill = {name: prefill_tokens_per_s(m, prefill_tokens) for name, m in models.items()}
@@ -80,6 +82,9 @@ def engine_figures(model, sessions=(1, 4, 16), prefill_tokens: int = 1000,
         "decode_bytes_per_token": per_token[fastest],
         "decode_bytes_per_token_by_weights": {f: per_token[v] for f, v in formats.items()},
         "decode_roofline_fraction": roofline[fastest],
+        # a batch-1 step runs on one thread (step_threads.py): one core's bandwidth bounds it
+        "decode_roofline_fraction_one_thread": roofline_fraction(
+            per_token[fastest], decode[fastest][one], one_core),
         "decode_roofline_fraction_by_weights": {f: roofline[v] for f, v in formats.items()},
         "decode_step_breakdown_ms": {str(n): decode_step_breakdown(fast, n)
                                      for n in sorted({min(sessions), most})},
