@@ -29,7 +29,8 @@ demand reads leave serves the most turns; `prefetch_tries` due candidates are we
 refusal leaves the disk idle.
 `victim_margin` > 1 counts the victims' worth that many times (fewer promotions and bytes,
 fewer hits; docs/policies.md has the measurements). The ranking's size exponent follows the
-disk's demand reads as in bidaw-size (`observe_demand_read`, `loaded_size_exponent`).
+disk's demand reads as in bidaw-size (`observe_demand_read`, `loaded_size_exponent`), and so
+does the promotion horizon (`prefetch_horizon`: `horizon_s` → `loaded_horizon_s`).
 """
 from __future__ import annotations
 
@@ -52,12 +53,15 @@ class BidawPrefetchPolicy(BidawSizePolicy):
                  end_after_s: float | None = 600.0, victim_margin: float = 1.0,
                  keep_promoted: bool = True, stale_chance: float | None = 0.5,
                  chance_after_window: bool = True, cost_order: bool = True,
-                 prefetch_tries: int = 8, **kwargs) -> None:
+                 prefetch_tries: int = 8, loaded_horizon_s: float | None = 5.0,
+                 **kwargs) -> None:
         if not 0.0 < return_quantile < high_quantile < 1.0:
             raise ValueError("bidaw-prefetch needs 0 < return_quantile < high_quantile < 1 "
                              f"(got {return_quantile}, {high_quantile})")
         super().__init__(**kwargs)
         self.horizon_s = horizon_s  # promote once the expected return is this close (PrefetchPlanner)
+        # ... with an idle disk; towards this as demand reads fill it (None: fixed)
+        self.loaded_horizon_s = loaded_horizon_s
         self.return_quantile = return_quantile
         self.high_quantile = high_quantile
         # whether a session comes back at all (None: every one does, the first version)
@@ -90,6 +94,18 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         if self.return_chance(s, at) < self.min_return_chance:
             return None
         return window
+
+    def prefetch_horizon(self, now: float) -> float:
+        """How close a candidate's expected return must be for promotion to start, at `now`:
+        `horizon_s` with an idle disk, moving to `loaded_horizon_s` as demand reads fill it
+        (the share bidaw-size's β follows). A promoted session holds its DRAM from the read to
+        its return; where demand reads fill the disk everything out of DRAM is read again, so
+        DRAM is what is scarce and a promotion should hold it for less (the return's spread is
+        then covered by fewer, later reads). No demand reads reported: `horizon_s`."""
+        lo = self.loaded_horizon_s
+        if lo is None:
+            return self.horizon_s
+        return self.horizon_s + (lo - self.horizon_s) * self.demand.share(now)
 
     def prefetch_cost(self, key: Key) -> float | None:
         """What promoting `key` costs per turn it may serve, for PrefetchPlanner to order due
