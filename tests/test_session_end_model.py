@@ -215,3 +215,48 @@ def test_where_most_sessions_end_the_chance_waits_for_the_silence():
     old, t = trained(chance_after_window=False)
     assert old._stale.priority("z")[0] <= t + 1.0
     assert old.victim(t + 2.0, ended) == "z"
+
+
+def test_learns_per_answer_length_shrunk_towards_the_turn_count():
+    # after one turn, users leave after a 2-token answer and come back after a 100-token one:
+    # the turns bucket alone says 1/2; each cell says its own, pulled towards 1/2 by 2 sessions
+    def trained(**kw):
+        m = SessionEndModel(end_after_s=100.0, window=1e9, prior=0.5, prior_weight=2.0, **kw)
+        for i in range(4):
+            m.finished(f"short{i}", 1, 0.0, answer=2)
+            m.finished(f"long{i}", 1, 0.0, answer=100)
+            m.returned(f"long{i}", 10.0)
+        m.finished("late", 1, 500.0)      # the short ones expire unanswered: ended
+        return m
+    m = trained(answer_shrink=2.0)
+    assert m.probability(1) == pytest.approx(5.0 / 10.0)
+    assert m.probability(1, answer=2) == pytest.approx((0.0 + 2 * 0.5) / (4 + 2))
+    assert m.probability(1, answer=100) == pytest.approx((4.0 + 2 * 0.5) / (4 + 2))
+    assert m.probability(1, answer=30) == pytest.approx(0.5)   # a bucket never seen
+    assert m.chance(1, 0.5, answer=2) < m.chance(1, 0.5) < m.chance(1, 0.5, answer=100)
+    off = trained(answer_shrink=None)     # the previous rule: the turn count alone
+    assert off.probability(1, answer=2) == off.probability(1, answer=100) == pytest.approx(0.5)
+
+
+def test_a_session_whose_answer_usually_ends_it_is_no_candidate():
+    def trained(**kw):
+        pol = _policy(end_after_s=100.0, **kw)
+        t = 0.0
+        for i in range(300):              # after a 2-token answer nobody comes back,
+            key = f"y{i}"                 # after a 50-token one everybody does
+            answer = 2 if i % 2 else 50
+            pol.admit(key, 100, t)
+            pol.observe_answer(key, answer, t)
+            if not i % 2:
+                pol.touch(key, 100, t + 20.0)
+            t += 1.0
+        t += 200.0                        # every short one expired unanswered: ended
+        for key, answer in (("short", 2), ("long", 50)):
+            pol.admit(key, 100, t)
+            pol.observe_answer(key, answer, t)
+        return pol
+    pol = trained()
+    assert pol.return_window("short") is None
+    assert pol.return_window("long") is not None
+    old = trained(end_answer_shrink=None)  # per turns only: p ~ 1/2 for both, neither
+    assert old.return_window("short") is None and old.return_window("long") is None

@@ -12,8 +12,8 @@ less likely to be reused in time), and to take it in without counting an access
 return is what the model learns from). The live store, and the replay with SSD time, also tell
 it when a turn arrives (`observe_arrival`), before its KV is read. Pure: time is an argument.
 
-Whether a session returns at all (SessionEndModel: per turns so far, learned online, weighed by
-the silence so far) scales each entry's worth, drops candidates unlikely to return, and sets
+Whether a session returns at all (SessionEndModel: per turns so far and latest answer's length,
+learned online, weighed by the silence so far) scales each entry's worth, drops candidates unlikely to return, and sets
 when a promoted session not back yet counts as ended: inside its return window it goes only
 when nothing else can (its mean excess would otherwise make a promotion due any moment the
 first victim), and it goes first once its chance of returning falls below `min_return_chance`,
@@ -54,7 +54,7 @@ class BidawPrefetchPolicy(BidawSizePolicy):
                  keep_promoted: bool = True, stale_chance: float | None = 0.5,
                  chance_after_window: bool = True, cost_order: bool = True,
                  prefetch_tries: int = 8, loaded_horizon_s: float | None = 5.0,
-                 **kwargs) -> None:
+                 end_answer_shrink: float | None = 20.0, **kwargs) -> None:
         if not 0.0 < return_quantile < high_quantile < 1.0:
             raise ValueError("bidaw-prefetch needs 0 < return_quantile < high_quantile < 1 "
                              f"(got {return_quantile}, {high_quantile})")
@@ -64,8 +64,10 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         self.loaded_horizon_s = loaded_horizon_s
         self.return_quantile = return_quantile
         self.high_quantile = high_quantile
-        # whether a session comes back at all (None: every one does, the first version)
-        self.ends = None if end_after_s is None else SessionEndModel(end_after_s)
+        # whether a session comes back at all (None: every one does, the first version), per
+        # turns so far and latest answer (end_answer_shrink None: per turns only, as before)
+        self.ends = (None if end_after_s is None
+                     else SessionEndModel(end_after_s, answer_shrink=end_answer_shrink))
         self.min_return_chance = min_return_chance  # below it at promotion time: no candidate
         self.victim_margin = victim_margin          # victims must be worth < gain / margin
         # promoted, not back yet: key -> the end of its return window (until then kept, if
@@ -129,7 +131,7 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         if self.ends is None or s.answer is None or s.last is None or self._flat(s):
             return 1.0
         idle = (now - s.last) / math.exp(s.pace)
-        return self.ends.chance(s.turns, _survival(self.think.stats(s.answer), idle))
+        return self.ends.chance(s.turns, _survival(self.think.stats(s.answer), idle), s.answer)
 
     def _worth(self, s, now: float) -> float:
         """An entry's worth in DRAM, as `prefetch_victims` weighs it: the rate at which it is
@@ -225,7 +227,8 @@ class BidawPrefetchPolicy(BidawSizePolicy):
     def observe_answer(self, key: Key, answer_tokens: int, now: float) -> None:
         super().observe_answer(key, answer_tokens, now)
         if self.ends is not None:
-            self.ends.finished(key, self._sessions.get(key).turns, now)
+            s = self._sessions.get(key)
+            self.ends.finished(key, s.turns, now, s.answer)
 
     def _access(self, key: Key, size: int, now: float) -> None:
         s = self._sessions.get(key)
@@ -256,7 +259,7 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         c = self.stale_chance
         if c is None or self.ends is None:
             return idle
-        p = self.ends.probability(s.turns)
+        p = self.ends.probability(s.turns, s.answer)
         tail = 1.0 if p <= c else c * (1.0 - p) / ((1.0 - c) * p)  # p·S / (p·S + 1 - p) = c
         ended = stats.gap_at_survival(tail)
         if self.chance_after_window:
@@ -269,7 +272,7 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         `min_return_chance` (never, in effect, where ends are announced: p near 1)."""
         if self.ends is None:
             return self._window(s)[1]
-        p, c = self.ends.probability(s.turns), self.min_return_chance
+        p, c = self.ends.probability(s.turns, s.answer), self.min_return_chance
         if p <= c:
             return self._window(s)[1]
         stats = self.think.stats(s.answer)
