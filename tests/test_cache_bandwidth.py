@@ -220,12 +220,12 @@ def _reference_log():
 
 def test_promotion_on_the_reference_set_up():
     """Window 6600:7200 of part 1, 30% users, 1.5 GB/s at x0.3: with the end oracle at 120 GiB
-    bidaw-prefetch reaches the issue's 75% (measured 78.0, bidaw-size 66.1); without it, 91.8 at
-    200 GiB and 72.1 at 120 GiB (bidaw-size 62.0: there the disk is behind, and the cheapest due
+    bidaw-prefetch reaches the issue's 75% (measured 78.0, bidaw-size 66.1); without it, 92.4 at
+    200 GiB and 72.6 at 120 GiB (bidaw-size 62.0: there the disk is behind, and the cheapest due
     candidates first serve more turns with the disk time demand reads leave). The policy hears
     each turn when it arrives, as in the live store (before: 75.9 and 69.9), its promotion
     horizon shrinks as demand reads fill the disk (before: 76.3 and 70.4) and its chance of
-    returning weighs the latest answer's length (before: 91.2 and 71.3)."""
+    returning weighs the latest answer's length and the user's pace (before: 91.2 and 71.3)."""
     from bench.sim.cache import GIB
 
     log = _reference_log()

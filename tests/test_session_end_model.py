@@ -260,3 +260,53 @@ def test_a_session_whose_answer_usually_ends_it_is_no_candidate():
     assert pol.return_window("long") is not None
     old = trained(end_answer_shrink=None)  # per turns only: p ~ 1/2 for both, neither
     assert old.return_window("short") is None and old.return_window("long") is None
+
+
+def test_learns_per_pace_within_an_answer_bucket():
+    # same turn count and answer: users slower than the model's median leave, faster ones stay
+    def trained(**kw):
+        m = SessionEndModel(end_after_s=100.0, window=1e9, prior=0.5, prior_weight=2.0,
+                            answer_shrink=2.0, **kw)
+        for i in range(4):
+            m.finished(f"slow{i}", 1, 0.0, answer=50, pace=0.5)
+            m.finished(f"fast{i}", 1, 0.0, answer=50, pace=-0.5)
+            m.returned(f"fast{i}", 10.0)
+        m.finished("late", 1, 500.0)
+        return m
+    m = trained()
+    assert m.probability(1, answer=50, pace=0.5) == pytest.approx((0.0 + 2 * 0.5) / (4 + 2))
+    assert m.probability(1, answer=50, pace=-0.5) == pytest.approx((4.0 + 2 * 0.5) / (4 + 2))
+    assert m.probability(1, answer=50, pace=0.1) == pytest.approx(0.5)  # a class never seen
+    off = trained(pace_edges=None)        # the answer alone: both in one cell, 4 of 8 back
+    assert (off.probability(1, answer=50, pace=0.5) == off.probability(1, answer=50, pace=-0.5)
+            == pytest.approx((4.0 + 2 * 0.5) / (8 + 2)))
+
+
+def test_a_user_slower_than_usual_is_likelier_to_have_ended():
+    # two turns each, 50-token answers: users whose gap was 200 s (slow: pace > 0.2 against
+    # the learned median) never come back again, those whose gap was 2 s (fast) always do
+    def session(pol, key, gap, t):
+        pol.admit(key, 100, t)
+        pol.observe_answer(key, 50, t)
+        pol.touch(key, 100, t + gap)
+        pol.observe_answer(key, 50, t + gap)
+
+    def trained(**kw):
+        pol = _policy(end_after_s=100.0, **kw)
+        t = 0.0
+        for i in range(300):
+            slow = i % 2
+            session(pol, f"y{i}", 200.0 if slow else 2.0, t)
+            if not slow:
+                pol.touch(f"y{i}", 100, t + 20.0)
+            t += 1.0
+        t += 500.0                         # every slow one expired unanswered: ended
+        session(pol, "slow", 200.0, t)
+        session(pol, "fast", 2.0, t + 190.0)
+        return pol
+    pol = trained()
+    slow, fast = pol._sessions.get("slow"), pol._sessions.get("fast")
+    assert slow.pace > 0.2 and fast.pace < -0.2
+    assert pol.return_window("slow") is None and pol.return_window("fast") is not None
+    old = trained(end_pace_edges=None)    # the answer alone: one cell, half come back
+    assert old.ends.probability(2, 50, slow.pace) == old.ends.probability(2, 50, fast.pace)

@@ -12,8 +12,8 @@ less likely to be reused in time), and to take it in without counting an access
 return is what the model learns from). The live store, and the replay with SSD time, also tell
 it when a turn arrives (`observe_arrival`), before its KV is read. Pure: time is an argument.
 
-Whether a session returns at all (SessionEndModel: per turns so far and latest answer's length,
-learned online, weighed by the silence so far) scales each entry's worth, drops candidates unlikely to return, and sets
+Whether a session returns at all (SessionEndModel: per turns so far, latest answer's length and
+the user's pace, learned online, weighed by the silence so far) scales each entry's worth, drops candidates unlikely to return, and sets
 when a promoted session not back yet counts as ended: inside its return window it goes only
 when nothing else can (its mean excess would otherwise make a promotion due any moment the
 first victim), and it goes first once its chance of returning falls below `min_return_chance`,
@@ -41,7 +41,7 @@ from typing import Callable
 from kv_store.eviction.answer_ranked import SAME_TURN_S
 from kv_store.eviction.base import Key
 from kv_store.eviction.bidaw_size import BidawSizePolicy
-from kv_store.eviction.session_end_model import SessionEndModel
+from kv_store.eviction.session_end_model import PACE_EDGES, SessionEndModel
 from kv_store.eviction.think_time_model import GAP_EDGES, GapStats, ThinkTimeModel
 
 
@@ -54,7 +54,8 @@ class BidawPrefetchPolicy(BidawSizePolicy):
                  keep_promoted: bool = True, stale_chance: float | None = 0.5,
                  chance_after_window: bool = True, cost_order: bool = True,
                  prefetch_tries: int = 8, loaded_horizon_s: float | None = 5.0,
-                 end_answer_shrink: float | None = 20.0, **kwargs) -> None:
+                 end_answer_shrink: float | None = 20.0,
+                 end_pace_edges: tuple[float, ...] | None = PACE_EDGES, **kwargs) -> None:
         if not 0.0 < return_quantile < high_quantile < 1.0:
             raise ValueError("bidaw-prefetch needs 0 < return_quantile < high_quantile < 1 "
                              f"(got {return_quantile}, {high_quantile})")
@@ -65,9 +66,11 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         self.return_quantile = return_quantile
         self.high_quantile = high_quantile
         # whether a session comes back at all (None: every one does, the first version), per
-        # turns so far and latest answer (end_answer_shrink None: per turns only, as before)
+        # turns so far, latest answer and pace (end_answer_shrink None: per turns only, as
+        # before; end_pace_edges None: the pace not used)
         self.ends = (None if end_after_s is None
-                     else SessionEndModel(end_after_s, answer_shrink=end_answer_shrink))
+                     else SessionEndModel(end_after_s, answer_shrink=end_answer_shrink,
+                                          pace_edges=end_pace_edges))
         self.min_return_chance = min_return_chance  # below it at promotion time: no candidate
         self.victim_margin = victim_margin          # victims must be worth < gain / margin
         # promoted, not back yet: key -> the end of its return window (until then kept, if
@@ -131,7 +134,7 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         if self.ends is None or s.answer is None or s.last is None or self._flat(s):
             return 1.0
         idle = (now - s.last) / math.exp(s.pace)
-        return self.ends.chance(s.turns, _survival(self.think.stats(s.answer), idle), s.answer)
+        return self.ends.chance(s.turns, _survival(self.think.stats(s.answer), idle), s.answer, s.pace)
 
     def _worth(self, s, now: float) -> float:
         """An entry's worth in DRAM, as `prefetch_victims` weighs it: the rate at which it is
@@ -228,7 +231,7 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         super().observe_answer(key, answer_tokens, now)
         if self.ends is not None:
             s = self._sessions.get(key)
-            self.ends.finished(key, s.turns, now, s.answer)
+            self.ends.finished(key, s.turns, now, s.answer, s.pace)
 
     def _access(self, key: Key, size: int, now: float) -> None:
         s = self._sessions.get(key)
@@ -259,7 +262,7 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         c = self.stale_chance
         if c is None or self.ends is None:
             return idle
-        p = self.ends.probability(s.turns, s.answer)
+        p = self.ends.probability(s.turns, s.answer, s.pace)
         tail = 1.0 if p <= c else c * (1.0 - p) / ((1.0 - c) * p)  # p·S / (p·S + 1 - p) = c
         ended = stats.gap_at_survival(tail)
         if self.chance_after_window:
@@ -272,7 +275,7 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         `min_return_chance` (never, in effect, where ends are announced: p near 1)."""
         if self.ends is None:
             return self._window(s)[1]
-        p, c = self.ends.probability(s.turns, s.answer), self.min_return_chance
+        p, c = self.ends.probability(s.turns, s.answer, s.pace), self.min_return_chance
         if p <= c:
             return self._window(s)[1]
         stats = self.think.stats(s.answer)

@@ -11,10 +11,13 @@ KV freed, not evicted: the end oracle) is forgotten uncounted. Counts start from
 (`prior` with weight `prior_weight`) and decay with a half-life of about `window` resolved
 sessions per bucket.
 
-Given the latest answer's length too (`answer`, in tokens), p is that of the (turns, answer
-bucket) cell, shrunk towards its turns bucket's (`answer_shrink` sessions' worth of it): on the
-paper's trace a conversation ends after 15-18% of the answers under 8 tokens (a refusal or an
-error, presumably) and after 1.5-4.6% of the others, whatever the turn count.
+Given the latest answer's length (`answer`, in tokens) and the user's pace (log of its gaps
+over the think-time model's median, as bidaw-size keeps it), p is that of the (turns, answer
+bucket, pace class) cell, shrunk towards its turns bucket's (`answer_shrink` sessions' worth of
+it). On the paper's trace a conversation ends after 14-18% of the answers under 8 tokens (a
+refusal or an error, presumably) and after 1.5-4.6% of the others; among those others, after
+0.4-0.6% of the turns of users faster than the median (pace < -0.2) and 10% of those slower
+(pace > 0.2): the silence that ends a conversation starts as a slowing down.
 
 `chance(turns, survival)`: P(another turn | k turns, idle so far) = p·S / (p·S + 1 - p), with
 p the bucket's estimate and S the chance that a returning user's think time exceeds the idle
@@ -36,6 +39,10 @@ Key = Hashable
 TURN_EDGES: tuple[int, ...] = (1, 2, 3, 4, 5, 7, 10, 15, 23, 35)
 
 
+# Pace classes (log of the user's gaps over the model's median): faster than usual .. slower.
+PACE_EDGES: tuple[float, ...] = (-0.2, 0.0, 0.2)
+
+
 def turn_bucket(turns: int) -> int:
     return max(bisect_right(TURN_EDGES, turns) - 1, 0)
 
@@ -43,28 +50,33 @@ def turn_bucket(turns: int) -> int:
 class SessionEndModel:
     def __init__(self, end_after_s: float = 600.0, window: float = 500.0, prior: float = 0.9,
                  prior_weight: float = 10.0, max_pending: int = 200_000,
-                 answer_shrink: float | None = 20.0) -> None:
+                 answer_shrink: float | None = 20.0,
+                 pace_edges: tuple[float, ...] | None = PACE_EDGES) -> None:
         if end_after_s <= 0 or window <= 0 or not 0.0 <= prior <= 1.0 or prior_weight < 0:
             raise ValueError("SessionEndModel needs end_after_s > 0, window > 0, prior in [0, 1] "
                              f"and prior_weight >= 0 (got {end_after_s}, {window}, {prior}, "
                              f"{prior_weight})")
         self.end_after_s = end_after_s
         self.max_pending = max_pending
-        self.answer_shrink = answer_shrink  # None: the answer is not used
+        self.answer_shrink = answer_shrink  # None: the answer (and pace) is not used
+        self.pace_edges = pace_edges or ()     # () : the pace is not used
+        self._kinds = N_ANSWER_BUCKETS * (len(self.pace_edges) + 1)
         self._gamma = 1.0 - 1.0 / window
         n = len(TURN_EDGES)
         self._back = [prior * prior_weight] * n
         self._total = [float(prior_weight)] * n
         # per (turns bucket, answer bucket): counted from zero, shrunk towards the turns bucket
-        self._cell_back = [[0.0] * N_ANSWER_BUCKETS for _ in range(n)]
-        self._cell_total = [[0.0] * N_ANSWER_BUCKETS for _ in range(n)]
+        self._cell_back = [[0.0] * self._kinds for _ in range(n)]
+        self._cell_total = [[0.0] * self._kinds for _ in range(n)]
         # key -> (t, turns bucket, answer bucket or -1)
         self._pending: OrderedDict[Key, tuple[float, int, int]] = OrderedDict()
 
-    def finished(self, key: Key, turns: int, now: float, answer: int | None = None) -> None:
-        """`key` finished its `turns`-th turn at `now` (its answer, of `answer` tokens, is out)."""
+    def finished(self, key: Key, turns: int, now: float, answer: int | None = None,
+                 pace: float = 0.0) -> None:
+        """`key` finished its `turns`-th turn at `now` (its answer, of `answer` tokens, is out;
+        its user's `pace`: log of its gaps over the think-time model's median)."""
         self._expire(now)
-        self._pending[key] = (now, turn_bucket(turns), self._answer_bucket(answer))
+        self._pending[key] = (now, turn_bucket(turns), self._kind(answer, pace))
         self._pending.move_to_end(key)
         while len(self._pending) > self.max_pending:
             self._pending.popitem(last=False)
@@ -80,21 +92,22 @@ class SessionEndModel:
         """Stop following `key` uncounted (its end was announced: it needs no guess)."""
         self._pending.pop(key, None)
 
-    def probability(self, turns: int, answer: int | None = None) -> float:
+    def probability(self, turns: int, answer: int | None = None, pace: float = 0.0) -> float:
         """P(another turn within `end_after_s` | `turns` turns so far, and the latest answer
         of `answer` tokens if given)."""
         b = turn_bucket(turns)
         p = self._back[b] / self._total[b] if self._total[b] > 0 else 1.0
-        a = self._answer_bucket(answer)
+        a = self._kind(answer, pace)
         if a < 0:
             return p
         w = self.answer_shrink
         return (self._cell_back[b][a] + w * p) / (self._cell_total[b][a] + w)
 
-    def chance(self, turns: int, survival: float, answer: int | None = None) -> float:
+    def chance(self, turns: int, survival: float, answer: int | None = None,
+               pace: float = 0.0) -> float:
         """P(another turn | `turns` so far (and the latest answer's `answer` tokens), silent for
         an idle time a returning user's think time exceeds with probability `survival`)."""
-        p = self.probability(turns, answer)
+        p = self.probability(turns, answer, pace)
         ps = p * min(max(survival, 0.0), 1.0)
         denom = ps + 1.0 - p
         return ps / denom if denom > 0 else 0.0
@@ -112,8 +125,12 @@ class SessionEndModel:
             del pending[key]
             self._count(b, a, 0.0)
 
-    def _answer_bucket(self, answer: int | None) -> int:
-        return -1 if answer is None or self.answer_shrink is None else answer_bucket(answer)
+    def _kind(self, answer: int | None, pace: float) -> int:
+        """The cell of a latest answer and pace within a turns bucket (-1: none)."""
+        if answer is None or self.answer_shrink is None:
+            return -1
+        return answer_bucket(answer) * (len(self.pace_edges) + 1) + bisect_right(self.pace_edges,
+                                                                                 pace)
 
     def _count(self, b: int, a: int, back: float) -> None:
         g = self._gamma
