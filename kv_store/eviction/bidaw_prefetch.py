@@ -13,12 +13,13 @@ return is what the model learns from). The live store, and the replay with SSD t
 it when a turn arrives (`observe_arrival`), before its KV is read. Pure: time is an argument.
 
 Whether a session returns at all (SessionEndModel: per turns so far, latest answer's length and
-the user's pace, learned online, weighed by the silence so far) scales each entry's worth, drops candidates unlikely to return, and sets
-when a promoted session not back yet counts as ended: inside its return window it goes only
-when nothing else can (its mean excess would otherwise make a promotion due any moment the
-first victim), and it goes first once its chance of returning falls below `min_return_chance`,
-never before the window's end. With an end oracle ends are announced, the learned chance stays
-near 1 and a promotion is kept; without one it ends at about the window's end. The same chance
+the user's pace, learned online, weighed by the silence so far) scales each entry's worth, drops
+candidates unlikely to return, and sets when a promoted session not back yet counts as ended:
+inside its return window it goes only when nothing else can (its mean excess would otherwise
+make a promotion due any moment the first victim), and it goes first once its chance of
+returning falls below `min_return_chance`, never before the window's end. With an end oracle
+ends are announced, the learned chance stays near 1 and a promotion is kept; without one it
+ends at about the window's end. The same chance
 ends any entry once it falls below `stale_chance` (more likely ended than not: it goes first,
 instead of holding DRAM until bidaw-size's q99), but not before its return window's end (the
 silence must say so, not the turn bucket's prior alone: where most sessions of a bucket end,
@@ -134,7 +135,8 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         if self.ends is None or s.answer is None or s.last is None or self._flat(s):
             return 1.0
         idle = (now - s.last) / math.exp(s.pace)
-        return self.ends.chance(s.turns, _survival(self.think.stats(s.answer), idle), s.answer, s.pace)
+        survival = _survival(self.think.stats(s.answer), idle)
+        return self.ends.chance(s.turns, survival, s.answer, s.pace)
 
     def _worth(self, s, now: float) -> float:
         """An entry's worth in DRAM, as `prefetch_victims` weighs it: the rate at which it is

@@ -58,17 +58,18 @@ class SessionEndModel:
                              f"{prior_weight})")
         self.end_after_s = end_after_s
         self.max_pending = max_pending
-        self.answer_shrink = answer_shrink  # None: the answer (and pace) is not used
-        self.pace_edges = pace_edges or ()     # () : the pace is not used
+        self.answer_shrink = answer_shrink  # None: per turns only (neither answer nor pace)
+        self.pace_edges = pace_edges or ()     # empty: the answer alone
         self._kinds = N_ANSWER_BUCKETS * (len(self.pace_edges) + 1)
         self._gamma = 1.0 - 1.0 / window
         n = len(TURN_EDGES)
         self._back = [prior * prior_weight] * n
         self._total = [float(prior_weight)] * n
-        # per (turns bucket, answer bucket): counted from zero, shrunk towards the turns bucket
+        # per turns bucket, one cell per (answer bucket, pace class): counted from zero, and
+        # shrunk towards the turns bucket when read (a cell seen rarely says what its bucket does)
         self._cell_back = [[0.0] * self._kinds for _ in range(n)]
         self._cell_total = [[0.0] * self._kinds for _ in range(n)]
-        # key -> (t, turns bucket, answer bucket or -1)
+        # key -> (t, turns bucket, cell or -1)
         self._pending: OrderedDict[Key, tuple[float, int, int]] = OrderedDict()
 
     def finished(self, key: Key, turns: int, now: float, answer: int | None = None,
@@ -93,8 +94,8 @@ class SessionEndModel:
         self._pending.pop(key, None)
 
     def probability(self, turns: int, answer: int | None = None, pace: float = 0.0) -> float:
-        """P(another turn within `end_after_s` | `turns` turns so far, and the latest answer
-        of `answer` tokens if given)."""
+        """P(another turn within `end_after_s` | `turns` turns so far, and if `answer` is
+        given, the latest answer of `answer` tokens and the user's `pace`)."""
         b = turn_bucket(turns)
         p = self._back[b] / self._total[b] if self._total[b] > 0 else 1.0
         a = self._kind(answer, pace)
@@ -105,8 +106,9 @@ class SessionEndModel:
 
     def chance(self, turns: int, survival: float, answer: int | None = None,
                pace: float = 0.0) -> float:
-        """P(another turn | `turns` so far (and the latest answer's `answer` tokens), silent for
-        an idle time a returning user's think time exceeds with probability `survival`)."""
+        """P(another turn | `turns` so far (and the latest answer's `answer` tokens, the user's
+        `pace`), silent for an idle time a returning user's think time exceeds with probability
+        `survival`)."""
         p = self.probability(turns, answer, pace)
         ps = p * min(max(survival, 0.0), 1.0)
         denom = ps + 1.0 - p
@@ -129,8 +131,8 @@ class SessionEndModel:
         """The cell of a latest answer and pace within a turns bucket (-1: none)."""
         if answer is None or self.answer_shrink is None:
             return -1
-        return answer_bucket(answer) * (len(self.pace_edges) + 1) + bisect_right(self.pace_edges,
-                                                                                 pace)
+        pace_class = bisect_right(self.pace_edges, pace)
+        return answer_bucket(answer) * (len(self.pace_edges) + 1) + pace_class
 
     def _count(self, b: int, a: int, back: float) -> None:
         g = self._gamma
