@@ -236,11 +236,11 @@ def test_promotion_on_the_reference_set_up():
                                 end_oracle=oracle, lookahead=30)
 
     with_oracle = hit("bidaw-prefetch", 120, True)
-    assert with_oracle.hit_rate >= 0.75
+    assert with_oracle.hit_rate >= 0.775
     assert with_oracle.hit_rate > hit("bidaw-size", 120, True).hit_rate + 0.07
-    assert hit("bidaw-prefetch", 200, False).hit_rate >= 0.905
+    assert hit("bidaw-prefetch", 200, False).hit_rate >= 0.92
     no_oracle = hit("bidaw-prefetch", 120, False)
-    assert no_oracle.hit_rate >= 0.70
+    assert no_oracle.hit_rate >= 0.72
     assert no_oracle.hit_rate > hit("bidaw-size", 120, False).hit_rate + 0.07
 
 
