@@ -11,7 +11,8 @@ what its planner needs to know.
   (`on_return`).
 - An entry leaving the tier (`on_removed`) may become a candidate for promotion.
 - Each demand read from SSD (`observe_demand_read`, from the read path) tells the policy how
-  busy the disk is with demand, which moves its ranking's size exponent (bidaw_prefetch.py).
+  busy the disk is with demand, which moves its ranking's size exponent and its promotion
+  horizon (bidaw_prefetch.py).
 
 Called under the store lock, like the ledger.
 """

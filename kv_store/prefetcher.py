@@ -127,9 +127,10 @@ class Prefetcher:
         with self._lock:
             now = time.monotonic()
             t = now / self.policy.scale
-            key = self.planner.next(t)
+            horizon = self.policy.inner.prefetch_horizon(t)  # shorter as demand fills the disk
+            key = self.planner.next(t, horizon_s=horizon)
             if key is None:
-                at = self.planner.eligible_at()
+                at = self.planner.eligible_at(horizon)
                 return POLL_S if at is None else min(max((at - t) * self.policy.scale, 1e-3),
                                                      POLL_S)
             size = self.space.index.ssd.file_bytes.get(key, 0)

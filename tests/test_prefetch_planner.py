@@ -187,3 +187,30 @@ def test_demand_share_weighs_recent_busy_time():
     assert d.share(300.0) == pytest.approx((1 - math.exp(-1)) * (1 + math.exp(-2)))
     with pytest.raises(ValueError):
         DemandShare(0.0)
+
+
+def test_a_horizon_given_per_call_decides_when_a_candidate_is_due():
+    p = PrefetchPlanner(horizon_s=30.0)
+    p.evicted("a", (50.0, 90.0), now=0.0)
+    assert p.eligible_at() == 20.0 and p.eligible_at(10.0) == 40.0
+    assert p.next(30.0, horizon_s=10.0) is None     # expected at 50: 20 s away, horizon 10 s
+    assert p.next(40.0, horizon_s=10.0) == "a"
+    p.promoted("a")
+    p.evicted("b", (100.0, 150.0), now=41.0)
+    assert p.next(70.0, horizon_s=30.0) == "b"      # due at the wider horizon ...
+    assert p.next(71.0, horizon_s=5.0) == "b"       # ... stays due when it shrinks
+
+
+def test_a_disk_full_of_demand_reads_shortens_the_promotion_horizon():
+    # horizon_s with an idle disk, loaded_horizon_s with one full of demand reads, the share
+    # of the recent disk time they took in between (the share bidaw-size's beta follows)
+    idle = BidawPrefetchPolicy(horizon_s=30.0, loaded_horizon_s=5.0)
+    assert idle.prefetch_horizon(1.0) == 30.0
+    busy = BidawPrefetchPolicy(horizon_s=30.0, loaded_horizon_s=5.0)
+    busy.observe_demand_read(-899.0, 1.0)        # busy for 3 time constants: share 0.95
+    share = 1 - math.exp(-3)
+    assert busy.prefetch_horizon(1.0) == pytest.approx(30.0 - 25.0 * share)
+    assert busy.prefetch_horizon(301.0) == pytest.approx(30.0 - 25.0 * share / math.e)  # idle since
+    fixed = BidawPrefetchPolicy(horizon_s=30.0, loaded_horizon_s=None)
+    fixed.observe_demand_read(-899.0, 1.0)
+    assert fixed.prefetch_horizon(1.0) == 30.0

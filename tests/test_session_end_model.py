@@ -215,3 +215,98 @@ def test_where_most_sessions_end_the_chance_waits_for_the_silence():
     old, t = trained(chance_after_window=False)
     assert old._stale.priority("z")[0] <= t + 1.0
     assert old.victim(t + 2.0, ended) == "z"
+
+
+def test_learns_per_answer_length_shrunk_towards_the_turn_count():
+    # after one turn, users leave after a 2-token answer and come back after a 100-token one:
+    # the turns bucket alone says 1/2; each cell says its own, pulled towards 1/2 by 2 sessions
+    def trained(**kw):
+        m = SessionEndModel(end_after_s=100.0, window=1e9, prior=0.5, prior_weight=2.0, **kw)
+        for i in range(4):
+            m.finished(f"short{i}", 1, 0.0, answer=2)
+            m.finished(f"long{i}", 1, 0.0, answer=100)
+            m.returned(f"long{i}", 10.0)
+        m.finished("late", 1, 500.0)      # the short ones expire unanswered: ended
+        return m
+    m = trained(answer_shrink=2.0)
+    assert m.probability(1) == pytest.approx(5.0 / 10.0)
+    assert m.probability(1, answer=2) == pytest.approx((0.0 + 2 * 0.5) / (4 + 2))
+    assert m.probability(1, answer=100) == pytest.approx((4.0 + 2 * 0.5) / (4 + 2))
+    assert m.probability(1, answer=30) == pytest.approx(0.5)   # a bucket never seen
+    assert m.chance(1, 0.5, answer=2) < m.chance(1, 0.5) < m.chance(1, 0.5, answer=100)
+    off = trained(answer_shrink=None)     # the previous rule: the turn count alone
+    assert off.probability(1, answer=2) == off.probability(1, answer=100) == pytest.approx(0.5)
+
+
+def test_a_session_whose_answer_usually_ends_it_is_no_candidate():
+    def trained(**kw):
+        pol = _policy(end_after_s=100.0, **kw)
+        t = 0.0
+        for i in range(300):              # after a 2-token answer nobody comes back,
+            key = f"y{i}"                 # after a 50-token one everybody does
+            answer = 2 if i % 2 else 50
+            pol.admit(key, 100, t)
+            pol.observe_answer(key, answer, t)
+            if not i % 2:
+                pol.touch(key, 100, t + 20.0)
+            t += 1.0
+        t += 200.0                        # every short one expired unanswered: ended
+        for key, answer in (("short", 2), ("long", 50)):
+            pol.admit(key, 100, t)
+            pol.observe_answer(key, answer, t)
+        return pol
+    pol = trained()
+    assert pol.return_window("short") is None
+    assert pol.return_window("long") is not None
+    old = trained(end_answer_shrink=None)  # per turns only: p ~ 1/2 for both, neither
+    assert old.return_window("short") is None and old.return_window("long") is None
+
+
+def test_learns_per_pace_within_an_answer_bucket():
+    # same turn count and answer: users slower than the model's median leave, faster ones stay
+    def trained(**kw):
+        m = SessionEndModel(end_after_s=100.0, window=1e9, prior=0.5, prior_weight=2.0,
+                            answer_shrink=2.0, **kw)
+        for i in range(4):
+            m.finished(f"slow{i}", 1, 0.0, answer=50, pace=0.5)
+            m.finished(f"fast{i}", 1, 0.0, answer=50, pace=-0.5)
+            m.returned(f"fast{i}", 10.0)
+        m.finished("late", 1, 500.0)
+        return m
+    m = trained()
+    assert m.probability(1, answer=50, pace=0.5) == pytest.approx((0.0 + 2 * 0.5) / (4 + 2))
+    assert m.probability(1, answer=50, pace=-0.5) == pytest.approx((4.0 + 2 * 0.5) / (4 + 2))
+    assert m.probability(1, answer=50, pace=0.1) == pytest.approx(0.5)  # a class never seen
+    off = trained(pace_edges=None)        # the answer alone: both in one cell, 4 of 8 back
+    assert (off.probability(1, answer=50, pace=0.5) == off.probability(1, answer=50, pace=-0.5)
+            == pytest.approx((4.0 + 2 * 0.5) / (8 + 2)))
+
+
+def test_a_user_slower_than_usual_is_likelier_to_have_ended():
+    # two turns each, 50-token answers: users whose gap was 200 s (slow: pace > 0.2 against
+    # the learned median) never come back again, those whose gap was 2 s (fast) always do
+    def session(pol, key, gap, t):
+        pol.admit(key, 100, t)
+        pol.observe_answer(key, 50, t)
+        pol.touch(key, 100, t + gap)
+        pol.observe_answer(key, 50, t + gap)
+
+    def trained(**kw):
+        pol = _policy(end_after_s=100.0, **kw)
+        t = 0.0
+        for i in range(300):
+            slow = i % 2
+            session(pol, f"y{i}", 200.0 if slow else 2.0, t)
+            if not slow:
+                pol.touch(f"y{i}", 100, t + 20.0)
+            t += 1.0
+        t += 500.0                         # every slow one expired unanswered: ended
+        session(pol, "slow", 200.0, t)
+        session(pol, "fast", 2.0, t + 190.0)
+        return pol
+    pol = trained()
+    slow, fast = pol._sessions.get("slow"), pol._sessions.get("fast")
+    assert slow.pace > 0.2 and fast.pace < -0.2
+    assert pol.return_window("slow") is None and pol.return_window("fast") is not None
+    old = trained(end_pace_edges=None)    # the answer alone: one cell, half come back
+    assert old.ends.probability(2, 50, slow.pace) == old.ends.probability(2, 50, fast.pace)

@@ -20,7 +20,8 @@ G GB/s (10^9 bytes/s) lasts B·X / (G·10^9) trace seconds; the policies keep th
   candidate, up to the policy's `prefetch_tries` refused, after which a refusal waits for the
   next turn;
 - a policy with `observe_demand_read` hears each demand read's busy time when it completes (how
-  full the disk is of demand reads: bidaw-prefetch's ranking weighs hits per byte more then);
+  full the disk is of demand reads: bidaw-prefetch's ranking weighs hits per byte more then, and
+  its promotion horizon, `prefetch_horizon`, shrinks);
 - bytes are counted for reads started inside the window.
 """
 from __future__ import annotations
@@ -134,10 +135,10 @@ class _SsdReplay:
             self.policy.observe_answer(k, r.answer, r.arrival)
         self.make_room(t)
 
-    def try_prefetch(self, at: float) -> bool:
+    def try_prefetch(self, at: float, horizon: float) -> bool:
         refused: set = set()
         while True:
-            k = self.planner.next(at, refused)
+            k = self.planner.next(at, refused, horizon)
             if k is None:
                 self.refused = bool(refused)
                 return False
@@ -167,11 +168,12 @@ class _SsdReplay:
                 continue
             if self.planner is None or self.refused:
                 return
-            e = self.planner.eligible_at()
+            horizon = self.policy.prefetch_horizon(t)  # one value: `e` is due at it
+            e = self.planner.eligible_at(horizon)
             if e is None or e > t:
                 return
             self.clock = max(self.free_at, e)
-            if not self.try_prefetch(self.clock):
+            if not self.try_prefetch(self.clock, horizon):
                 return
 
     # ---- the turns ------------------------------------------------------------------------

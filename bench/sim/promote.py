@@ -89,12 +89,13 @@ class Promoter:
         if self.reading is not None or sim.reads_in_flight or self.refused:
             return
         store, dram = sim.store, sim.store.dram
-        while (user := self.planner.next(now)) is not None:
+        horizon = self.policy.prefetch_horizon(now)
+        while (user := self.planner.next(now, horizon_s=horizon)) is not None:
             if user in store.ssd and user not in dram and user not in sim.queued:
                 break
             self.planner.returned(user)  # back in DRAM or gone from the SSD: not a candidate
         if user is None:
-            self._arm(self.planner.eligible_at(), now)
+            self._arm(self.planner.eligible_at(horizon), now)
             return
         size = store.ssd.size(user)
         need = dram.used + size - (dram.capacity - dram.watermark)

@@ -12,13 +12,14 @@ less likely to be reused in time), and to take it in without counting an access
 return is what the model learns from). The live store, and the replay with SSD time, also tell
 it when a turn arrives (`observe_arrival`), before its KV is read. Pure: time is an argument.
 
-Whether a session returns at all (SessionEndModel: per turns so far, learned online, weighed by
-the silence so far) scales each entry's worth, drops candidates unlikely to return, and sets
-when a promoted session not back yet counts as ended: inside its return window it goes only
-when nothing else can (its mean excess would otherwise make a promotion due any moment the
-first victim), and it goes first once its chance of returning falls below `min_return_chance`,
-never before the window's end. With an end oracle ends are announced, the learned chance stays
-near 1 and a promotion is kept; without one it ends at about the window's end. The same chance
+Whether a session returns at all (SessionEndModel: per turns so far, latest answer's length and
+the user's pace, learned online, weighed by the silence so far) scales each entry's worth, drops
+candidates unlikely to return, and sets when a promoted session not back yet counts as ended:
+inside its return window it goes only when nothing else can (its mean excess would otherwise
+make a promotion due any moment the first victim), and it goes first once its chance of
+returning falls below `min_return_chance`, never before the window's end. With an end oracle
+ends are announced, the learned chance stays near 1 and a promotion is kept; without one it
+ends at about the window's end. The same chance
 ends any entry once it falls below `stale_chance` (more likely ended than not: it goes first,
 instead of holding DRAM until bidaw-size's q99), but not before its return window's end (the
 silence must say so, not the turn bucket's prior alone: where most sessions of a bucket end,
@@ -29,7 +30,8 @@ demand reads leave serves the most turns; `prefetch_tries` due candidates are we
 refusal leaves the disk idle.
 `victim_margin` > 1 counts the victims' worth that many times (fewer promotions and bytes,
 fewer hits; docs/policies.md has the measurements). The ranking's size exponent follows the
-disk's demand reads as in bidaw-size (`observe_demand_read`, `loaded_size_exponent`).
+disk's demand reads as in bidaw-size (`observe_demand_read`, `loaded_size_exponent`), and so
+does the promotion horizon (`prefetch_horizon`: `horizon_s` → `loaded_horizon_s`).
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ from typing import Callable
 from kv_store.eviction.answer_ranked import SAME_TURN_S
 from kv_store.eviction.base import Key
 from kv_store.eviction.bidaw_size import BidawSizePolicy
-from kv_store.eviction.session_end_model import SessionEndModel
+from kv_store.eviction.session_end_model import PACE_EDGES, SessionEndModel
 from kv_store.eviction.think_time_model import GAP_EDGES, GapStats, ThinkTimeModel
 
 
@@ -52,16 +54,24 @@ class BidawPrefetchPolicy(BidawSizePolicy):
                  end_after_s: float | None = 600.0, victim_margin: float = 1.0,
                  keep_promoted: bool = True, stale_chance: float | None = 0.5,
                  chance_after_window: bool = True, cost_order: bool = True,
-                 prefetch_tries: int = 8, **kwargs) -> None:
+                 prefetch_tries: int = 8, loaded_horizon_s: float | None = 5.0,
+                 end_answer_shrink: float | None = 20.0,
+                 end_pace_edges: tuple[float, ...] | None = PACE_EDGES, **kwargs) -> None:
         if not 0.0 < return_quantile < high_quantile < 1.0:
             raise ValueError("bidaw-prefetch needs 0 < return_quantile < high_quantile < 1 "
                              f"(got {return_quantile}, {high_quantile})")
         super().__init__(**kwargs)
         self.horizon_s = horizon_s  # promote once the expected return is this close (PrefetchPlanner)
+        # ... with an idle disk; towards this as demand reads fill it (None: fixed)
+        self.loaded_horizon_s = loaded_horizon_s
         self.return_quantile = return_quantile
         self.high_quantile = high_quantile
-        # whether a session comes back at all (None: every one does, the first version)
-        self.ends = None if end_after_s is None else SessionEndModel(end_after_s)
+        # whether a session comes back at all (None: every one does, the first version), per
+        # turns so far, latest answer and pace (end_answer_shrink None: per turns only, as
+        # before; end_pace_edges None: the pace not used)
+        self.ends = (None if end_after_s is None
+                     else SessionEndModel(end_after_s, answer_shrink=end_answer_shrink,
+                                          pace_edges=end_pace_edges))
         self.min_return_chance = min_return_chance  # below it at promotion time: no candidate
         self.victim_margin = victim_margin          # victims must be worth < gain / margin
         # promoted, not back yet: key -> the end of its return window (until then kept, if
@@ -91,6 +101,18 @@ class BidawPrefetchPolicy(BidawSizePolicy):
             return None
         return window
 
+    def prefetch_horizon(self, now: float) -> float:
+        """How close a candidate's expected return must be for promotion to start, at `now`:
+        `horizon_s` with an idle disk, moving to `loaded_horizon_s` as demand reads fill it
+        (the share bidaw-size's β follows). A promoted session holds its DRAM from the read to
+        its return; where demand reads fill the disk everything out of DRAM is read again, so
+        DRAM is what is scarce and a promotion should hold it for less (the return's spread is
+        then covered by fewer, later reads). No demand reads reported: `horizon_s`."""
+        lo = self.loaded_horizon_s
+        if lo is None:
+            return self.horizon_s
+        return self.horizon_s + (lo - self.horizon_s) * self.demand.share(now)
+
     def prefetch_cost(self, key: Key) -> float | None:
         """What promoting `key` costs per turn it may serve, for PrefetchPlanner to order due
         candidates by once the disk is behind: its KV bytes (the disk time demand reads leave
@@ -113,7 +135,8 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         if self.ends is None or s.answer is None or s.last is None or self._flat(s):
             return 1.0
         idle = (now - s.last) / math.exp(s.pace)
-        return self.ends.chance(s.turns, _survival(self.think.stats(s.answer), idle))
+        survival = _survival(self.think.stats(s.answer), idle)
+        return self.ends.chance(s.turns, survival, s.answer, s.pace)
 
     def _worth(self, s, now: float) -> float:
         """An entry's worth in DRAM, as `prefetch_victims` weighs it: the rate at which it is
@@ -209,7 +232,8 @@ class BidawPrefetchPolicy(BidawSizePolicy):
     def observe_answer(self, key: Key, answer_tokens: int, now: float) -> None:
         super().observe_answer(key, answer_tokens, now)
         if self.ends is not None:
-            self.ends.finished(key, self._sessions.get(key).turns, now)
+            s = self._sessions.get(key)
+            self.ends.finished(key, s.turns, now, s.answer, s.pace)
 
     def _access(self, key: Key, size: int, now: float) -> None:
         s = self._sessions.get(key)
@@ -240,7 +264,7 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         c = self.stale_chance
         if c is None or self.ends is None:
             return idle
-        p = self.ends.probability(s.turns)
+        p = self.ends.probability(s.turns, s.answer, s.pace)
         tail = 1.0 if p <= c else c * (1.0 - p) / ((1.0 - c) * p)  # p·S / (p·S + 1 - p) = c
         ended = stats.gap_at_survival(tail)
         if self.chance_after_window:
@@ -253,7 +277,7 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         `min_return_chance` (never, in effect, where ends are announced: p near 1)."""
         if self.ends is None:
             return self._window(s)[1]
-        p, c = self.ends.probability(s.turns), self.min_return_chance
+        p, c = self.ends.probability(s.turns, s.answer, s.pace), self.min_return_chance
         if p <= c:
             return self._window(s)[1]
         stats = self.think.stats(s.answer)

@@ -60,11 +60,14 @@ class PrefetchPlanner:
         """`key`'s session ended (its KV freed): never a candidate."""
         self.returned(key)
 
-    def next(self, now: float, exclude: frozenset | set = frozenset()) -> Key | None:
+    def next(self, now: float, exclude: frozenset | set = frozenset(),
+             horizon_s: float | None = None) -> Key | None:
         """The candidate to promote at `now`, never one in `exclude` (refused just now), or None
-        (none is expected back within the horizon)."""
+        (none is expected back within the horizon: `horizon_s`, else the planner's; a
+        candidate once due stays due if the horizon shrinks)."""
+        horizon = self.horizon_s if horizon_s is None else horizon_s
         q, soonest, cheapest = self._queue, self._soonest, self._cheapest
-        while (key := q.peek()) is not None and q.priority(key)[0] <= now + self.horizon_s:
+        while (key := q.peek()) is not None and q.priority(key)[0] <= now + horizon:
             q.discard(key)
             soonest.set(key, self._window[key][0])
             cheapest.set(key, (self._cost[key], self._window[key][0]))
@@ -81,9 +84,11 @@ class PrefetchPlanner:
                 break  # the soonest is overdue: the disk is behind, the cheapest goes first
         return None
 
-    def eligible_at(self) -> float | None:
-        """The time the soonest candidate comes within the horizon (None: no candidate)."""
-        times = [self._window[k][0] - self.horizon_s
+    def eligible_at(self, horizon_s: float | None = None) -> float | None:
+        """The time the soonest candidate comes within the horizon (`horizon_s`, else the
+        planner's; None: no candidate)."""
+        horizon = self.horizon_s if horizon_s is None else horizon_s
+        times = [self._window[k][0] - horizon
                  for k in (self._soonest.peek(), self._queue.peek()) if k is not None]
         return min(times) if times else None
 
