@@ -47,7 +47,9 @@ def _load():
     if reason is not None:
         return None, reason
     built = build_dir() / "bidaw_native.so"
-    if built.is_file():  # this source's build: load it as it is (a read-only image's too)
+    # this source's build, finished (torch's builder holds `lock` while it links): load it as it
+    # is, a read-only image's too; else build, or wait for the process building it
+    if built.is_file() and not (built.parent / "lock").exists():
         torch.ops.load_library(str(built))
         return torch.ops.bidaw_native, ""
     from torch.utils import cpp_extension
