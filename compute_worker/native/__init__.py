@@ -54,7 +54,8 @@ def _load():
         return torch.ops.bidaw_native, ""
     from torch.utils import cpp_extension
     if shutil.which("ninja") is None:  # the ninja wheel's, beside this interpreter
-        os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        here = str(Path(sys.executable).parent)
+        os.environ["PATH"] = os.pathsep.join((here, os.environ.get("PATH", "")))
     folder = build_dir()
     folder.mkdir(parents=True, exist_ok=True)
     try:
