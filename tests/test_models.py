@@ -63,6 +63,17 @@ def pair(request):
     return hf, ours_from_hf(hf)
 
 
+def three_ways(model, ids: torch.Tensor, split: int):
+    """ids run in one pass, in two chunks (cut at `split`) and token by token: (one pass's
+    ForwardOut and cache, the chunks' logits and cache, the steps' logits and cache)."""
+    full, cache = run(model, ids)
+    a, chunked = run(model, ids[:split])
+    b, _ = run(model, ids[split:], chunked)
+    steps = model.new_cache(capacity=1)  # forces several doublings
+    logits = torch.cat([run(model, ids[i:i + 1], steps)[0].logits for i in range(len(ids))])
+    return full, cache, torch.cat([a.logits, b.logits]), chunked, logits, steps
+
+
 def tokens(n: int, seed: int) -> torch.Tensor:
     return torch.randint(0, VOCAB, (n,), generator=torch.Generator().manual_seed(seed))
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from compute_worker.models.prepare import prepare_model
-from tests.test_models import make_hf, ours_from_hf, run, tokens
+from tests.test_models import make_hf, ours_from_hf, run, three_ways, tokens
 
 LLAMAS = ["llama_gqa", "llama_bias_llama3rope_tied", "qwen2_qkv_bias"]
 
@@ -45,12 +45,8 @@ def test_the_native_forward_computes_what_the_layers_compute(key):
 def test_chunks_steps_and_one_pass_agree_bit_for_bit(key):
     model = q4_model(key)
     ids = tokens(21, 2)
-    full, cache = run(model, ids)
-    a, chunked = run(model, ids[:8])
-    b, _ = run(model, ids[8:], chunked)
-    steps = model.new_cache(capacity=1)
-    logits = torch.cat([run(model, ids[i:i + 1], steps)[0].logits for i in range(len(ids))])
-    assert torch.equal(full.logits, torch.cat([a.logits, b.logits]))
+    full, cache, chunks, chunked, logits, steps = three_ways(model, ids, 8)
+    assert torch.equal(full.logits, chunks)
     assert torch.equal(full.logits, logits)
     assert torch.equal(cache.to_token_major(), chunked.to_token_major())
     assert torch.equal(cache.to_token_major(), steps.to_token_major())

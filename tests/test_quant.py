@@ -18,7 +18,7 @@ from compute_worker.turn_runner import TurnRunner
 from kv_store.config import StoreConfig
 from kv_store.main import start
 from services.runtime.gen import common_pb2
-from tests.test_models import CONFIGS, make_hf, ours_from_hf, run, tokens
+from tests.test_models import CONFIGS, make_hf, ours_from_hf, run, three_ways, tokens
 
 KV, T6 = common_pb2.KV_FORMAT_KV, common_pb2.KV_FORMAT_TENSOR6
 FORMATS = ("dense", "bf16", "int8", "int4", "q4")
@@ -68,12 +68,8 @@ def test_quantized_chunks_and_steps_match_one_shot(hf, fmt):
     model = ours_from_hf(hf)
     prepare_model(model, fmt)
     ids = tokens(17, 2)
-    full, cache = run(model, ids)
-    a, chunked = run(model, ids[:6])
-    b, _ = run(model, ids[6:], chunked)
-    steps = model.new_cache(capacity=1)
-    logits = torch.cat([run(model, ids[i:i + 1], steps)[0].logits for i in range(len(ids))])
-    assert near(full.logits, torch.cat([a.logits, b.logits]))
+    full, cache, chunks, chunked, logits, steps = three_ways(model, ids, 6)
+    assert near(full.logits, chunks)
     assert near(full.logits, logits)
     assert near(cache.to_token_major(), chunked.to_token_major())
     assert near(cache.to_token_major(), steps.to_token_major())

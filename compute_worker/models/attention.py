@@ -164,9 +164,6 @@ class Packed:
         # a lone decode (one sequence, one token): the whole batch is that sequence's rows
         self.single = self.seqs[0] if n == 1 and not fused else None
 
-    def last_rows(self) -> torch.Tensor:
-        return torch.tensor([s.sl.stop - 1 for s in self.seqs], device=self.ids.device)
-
 
 def packed_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, packed: Packed,
                      layer: int) -> torch.Tensor:

@@ -7,6 +7,7 @@ Attention is the only per-sequence step: each sequence attends over its own KVCa
 """
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -131,16 +132,19 @@ class CausalLM(nn.Module):
         h6: list[torch.Tensor] | None = [] if want_hidden6 else None
         for i, layer in enumerate(self.layers):
             x = layer(x, i, packed, rope, h6)
-        last_only = self.logits_last_only if logits_last_only is None else logits_last_only
-        if last_only and packed.num_tokens > len(packed.seqs):  # else every row is a last one
-            x = x[packed.last_rows()]
-        logits = self._head(self._final(x), head_threads)
         hidden = torch.stack(h6, dim=1) if h6 is not None else None  # [N, L, hidden]
-        outs = []
-        for j, s in enumerate(packed.seqs):
-            lg = logits[j:j + 1] if last_only else logits[s.sl]
-            outs.append(ForwardOut(lg, hidden[s.sl] if hidden is not None else None))
-        return outs
+        return self._outputs(x, [s.sl for s in packed.seqs], hidden, logits_last_only,
+                             head_threads)
+
+    def _outputs(self, x: torch.Tensor, rows: list[slice], hidden6: torch.Tensor | None,
+                 logits_last_only: bool | None, head_threads: int) -> list[ForwardOut]:
+        """The last layer's output x [N, hidden] -> one ForwardOut per sequence (its `rows`)."""
+        last_only = self.logits_last_only if logits_last_only is None else logits_last_only
+        if last_only and x.shape[0] > len(rows):  # else every row is a last one
+            x = x[torch.tensor([sl.stop - 1 for sl in rows], device=x.device)]
+        logits = self._head(self._final(x), head_threads)
+        return [ForwardOut(logits[j:j + 1] if last_only else logits[sl],
+                           None if hidden6 is None else hidden6[sl]) for j, sl in enumerate(rows)]
 
     def _native_forward(self, batch: list[tuple[torch.Tensor, KVCache]], want_hidden6: bool,
                         logits_last_only: bool | None, head_threads: int) -> list[ForwardOut]:
@@ -156,16 +160,9 @@ class CausalLM(nn.Module):
         cos, signed_sin = self._rope(positions)
         x, h6 = self.native(self._embed(ids, positions), caches, counts, cos[:, 0],
                             signed_sin[:, 0], want_hidden6)
-        ends = torch.tensor(counts).cumsum(0).tolist()
-        last_only = self.logits_last_only if logits_last_only is None else logits_last_only
-        if last_only and len(ids) > len(batch):
-            x = x[[e - 1 for e in ends]]
-        logits = self._head(self._final(x), head_threads)
-        outs = []
-        for j, (start, end) in enumerate(zip([0, *ends[:-1]], ends)):
-            lg = logits[j:j + 1] if last_only else logits[start:end]
-            outs.append(ForwardOut(lg, None if h6 is None else h6[start:end]))
-        return outs
+        ends = list(itertools.accumulate(counts))
+        rows = [slice(end - n, end) for n, end in zip(counts, ends)]
+        return self._outputs(x, rows, h6, logits_last_only, head_threads)
 
     @torch.inference_mode()
     def kv_from_hidden6(self, hidden6: torch.Tensor, start_pos: int) -> torch.Tensor:

@@ -18,13 +18,6 @@ from compute_worker import native
 GROUP = 32
 
 
-def _kernels():
-    ops = native.ops()
-    if ops is None:
-        raise RuntimeError(f"weights q4 needs the native kernels: {native.why_not()}")
-    return ops
-
-
 def pack_q4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """[N, K] float -> (uint8 [N, K/2]: element j low nibble, j+16 high, per group;
     float16 [N, K/32, 2]: scale and min)."""
@@ -41,6 +34,12 @@ def pack_q4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class _NativeLinear(nn.Module):
+    def __init__(self, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        if native.ops() is None:
+            raise RuntimeError(f"weights q4 needs the native kernels: {native.why_not()}")
+        self.bias = None if bias is None else nn.Parameter(bias.detach().float().clone(), False)
+
     def _run(self, op, x: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
@@ -53,12 +52,10 @@ class _NativeLinear(nn.Module):
 
 class Q4Linear(_NativeLinear):
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-        super().__init__()
-        _kernels()
+        super().__init__(bias)
         qweight, scale_min = pack_q4(weight)
         self.register_buffer("qweight", qweight)
         self.register_buffer("scale_min", scale_min)
-        self.bias = None if bias is None else nn.Parameter(bias.detach().float().clone(), False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._run(torch.ops.bidaw_native.q4_linear, x, self.qweight, self.scale_min)
@@ -68,14 +65,12 @@ class Q8Linear(_NativeLinear):
     """w = q * scale per output channel (symmetric), the q4 format's output projection."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
-        super().__init__()
-        _kernels()
+        super().__init__(bias)
         w = weight.detach().float()
         scale = (w.abs().amax(dim=1) / 127).clamp(min=torch.finfo(torch.float32).tiny)
         self.register_buffer("qweight", torch.round(w / scale[:, None]).clamp(-127, 127).to(
             torch.int8))
         self.register_buffer("scale", scale)
-        self.bias = None if bias is None else nn.Parameter(bias.detach().float().clone(), False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._run(torch.ops.bidaw_native.q8_linear, x, self.qweight, self.scale)

@@ -46,17 +46,17 @@ def _load():
     reason = _reason_not_to_build()
     if reason is not None:
         return None, reason
-    built = build_dir() / "bidaw_native.so"
+    folder = build_dir()
+    built = folder / "bidaw_native.so"
     # this source's build, finished (torch's builder holds `lock` while it links): load it as it
     # is, a read-only image's too; else build, or wait for the process building it
-    if built.is_file() and not (built.parent / "lock").exists():
+    if built.is_file() and not (folder / "lock").exists():
         torch.ops.load_library(str(built))
         return torch.ops.bidaw_native, ""
     from torch.utils import cpp_extension
     if shutil.which("ninja") is None:  # the ninja wheel's, beside this interpreter
         here = str(Path(sys.executable).parent)
         os.environ["PATH"] = os.pathsep.join((here, os.environ.get("PATH", "")))
-    folder = build_dir()
     folder.mkdir(parents=True, exist_ok=True)
     try:
         cpp_extension.load("bidaw_native", [str(p) for p in SOURCES], extra_cflags=FLAGS,
