@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from compute_worker import native
-from compute_worker.models.native_linear import GROUP, Q4Linear, Q8Linear, pack_q4
+from compute_worker.models.native_linear import GROUP, Q4Linear, Q8Linear, kernel_layout, pack_q4
 
 
 def unpack_q4(packed: torch.Tensor, scale_min: torch.Tensor) -> torch.Tensor:
@@ -37,10 +37,10 @@ def ops():
 
 def test_q4_is_the_grouped_integer_product(ops):
     torch.manual_seed(0)
-    w, x = torch.randn(100, 96), torch.randn(7, 96) * 3
+    w, x = torch.randn(100, 96), torch.randn(7, 96) * 3  # 100: a partial last block of 8
     x[2, :32] = 0  # an all-zero group: scale 0, no division by it
     packed, scale_min = pack_q4(w)
-    y = ops.q4_linear(x, packed, scale_min)
+    y = ops.q4_linear(x, *kernel_layout(packed, scale_min), 100)
     want = quantized_input(x) @ unpack_q4(packed, scale_min).double().t()
     assert (y.double() - want).abs().max() < 1e-5 * want.abs().max()
     # and near the float product: the int4 weights' error, not a wrong layout
@@ -81,14 +81,30 @@ def test_a_rows_bits_do_not_depend_on_its_batch_or_threads(ops, make):
     assert torch.equal(together, alone)
 
 
+def test_the_kernel_layout_holds_every_level_scale_and_min_in_place():
+    torch.manual_seed(2)
+    packed, scale_min = pack_q4(torch.randn(13, 64))  # two blocks of 8, the second padded
+    qweight, sm = kernel_layout(packed, scale_min)
+    assert qweight.shape == (2, 64 * 4) and sm.shape == (2, 2, 2, 8)
+    b = qweight.view(2, 2, 4, 8, 4)  # block, group, j, column, i: inputs 4j + i and 4j + 16 + i
+    levels = torch.cat((b & 0x0F, b >> 4), 2).permute(0, 3, 1, 2, 4).reshape(16, 64)
+    p = packed.view(13, 2, 16)
+    assert torch.equal(levels[:13], torch.cat((p & 0x0F, p >> 4), -1).view(13, 64))
+    scales = sm.permute(0, 3, 1, 2).reshape(16, 2, 2)
+    assert torch.equal(scales[:13], scale_min)
+    assert not levels[13:].any() and not scales[13:].float().any()  # padding computes zeros
+
+
 def test_bad_input_is_refused_with_a_message(ops):
-    packed, scale_min = pack_q4(torch.randn(16, 64))
+    qweight, scale_min = kernel_layout(*pack_q4(torch.randn(16, 64)))
     with pytest.raises(RuntimeError, match="float32"):
-        ops.q4_linear(torch.randn(2, 64, dtype=torch.float64), packed, scale_min)
+        ops.q4_linear(torch.randn(2, 64, dtype=torch.float64), qweight, scale_min, 16)
     with pytest.raises(RuntimeError, match="columns"):
-        ops.q4_linear(torch.randn(2, 32), packed, scale_min)
+        ops.q4_linear(torch.randn(2, 32), qweight, scale_min, 16)
     with pytest.raises(RuntimeError, match="scale_min"):
-        ops.q4_linear(torch.randn(2, 64), packed, scale_min[:8])
+        ops.q4_linear(torch.randn(2, 64), qweight, scale_min[:1], 16)
+    with pytest.raises(RuntimeError, match="blocks of 8 columns for 17 outputs"):
+        ops.q4_linear(torch.randn(2, 64), qweight, scale_min, 17)
 
 
 def test_a_failed_build_falls_back_to_torchs_int4_and_refuses_q4(tmp_path):

@@ -145,7 +145,8 @@ def test_labels_and_the_auto_rule():
     assert weights_label("smol", "int8") == "smol:int8"
     assert weights_label("smol", "bf16") == "smol:bf16"
     assert weights_label("smol", "int4") == "smol:int4-g32"
-    assert weights_label("smol", "q4") == "smol:q4-g32"  # other numbers than int4's: other KV
+    assert weights_label("smol", "q4") == "smol:q4-g32-r2"  # other numbers than int4's, and than
+    # the kernels' first revision (its KV may still be on a store's SSD): other KV
     assert resolve_weights("auto", "cpu", "AVX512")[0] == "q4"  # the kernels build here (CI)
     assert resolve_weights("auto", "cpu", "AVX2")[0] == "q4"
     assert resolve_weights("auto", "cpu", "DEFAULT")[0] == "dense"

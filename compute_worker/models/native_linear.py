@@ -11,11 +11,16 @@ Input and output are float32; every row's result is independent of the rows besi
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from compute_worker import native
 
 GROUP = 32
+BLOCK = 8  # output columns the int4 kernel computes together
+# The kernels' arithmetic (the order their sums round in): KV computed by another revision has
+# other bits, so it is another model's in the store (quant.weights_label). 2: blocks of 8 columns.
+REVISION = 2
 
 
 def pack_q4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -33,6 +38,22 @@ def pack_q4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return packed.contiguous(), torch.stack((scale, low), -1).contiguous()
 
 
+def kernel_layout(packed: torch.Tensor, scale_min: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """pack_q4's tensors in the kernel's layout (q4_kernels.cpp, above q4_tile): blocks of BLOCK
+    columns, the last padded with zero levels, scales and mins (so its padding computes zeros);
+    per group, byte 4c + i of vector j holds column c's levels of inputs 4j + i (low nibble) and
+    4j + 16 + i (high). -> (uint8 [blocks, K * 4], float16 [blocks, K / 32, 2, BLOCK])."""
+    out_f, groups = packed.shape[0], packed.shape[1] * 2 // GROUP
+    blocks = -(-out_f // BLOCK)
+    p = packed.view(out_f, groups, GROUP // 2)
+    levels = F.pad(torch.cat((p & 0x0F, p >> 4), -1), (0, 0, 0, 0, 0, blocks * BLOCK - out_f))
+    q = levels.view(blocks, BLOCK, groups, 8, 4)  # block, column, group, 4 inputs, input
+    byte = (q[:, :, :, :4] | (q[:, :, :, 4:] << 4)).permute(0, 2, 3, 1, 4)  # [b, g, j, c, i]
+    sm = F.pad(scale_min, (0, 0, 0, 0, 0, blocks * BLOCK - out_f))
+    sm = sm.view(blocks, BLOCK, groups, 2).permute(0, 2, 3, 1)
+    return byte.reshape(blocks, -1).contiguous(), sm.contiguous()
+
+
 class _NativeLinear(nn.Module):
     def __init__(self, bias: torch.Tensor | None) -> None:
         super().__init__()
@@ -40,7 +61,7 @@ class _NativeLinear(nn.Module):
             raise RuntimeError(f"weights q4 needs the native kernels: {native.why_not()}")
         self.bias = None if bias is None else nn.Parameter(bias.detach().float().clone(), False)
 
-    def _run(self, op, x: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
+    def _run(self, op, x: torch.Tensor, *weights) -> torch.Tensor:
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
         if flat.dtype != torch.float32 or not flat.is_contiguous():
@@ -53,12 +74,14 @@ class _NativeLinear(nn.Module):
 class Q4Linear(_NativeLinear):
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
         super().__init__(bias)
-        qweight, scale_min = pack_q4(weight)
+        qweight, scale_min = kernel_layout(*pack_q4(weight))
+        self.out_features = weight.shape[0]
         self.register_buffer("qweight", qweight)
         self.register_buffer("scale_min", scale_min)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self._run(torch.ops.bidaw_native.q4_linear, x, self.qweight, self.scale_min)
+        return self._run(torch.ops.bidaw_native.q4_linear, x, self.qweight, self.scale_min,
+                         self.out_features)
 
 
 class Q8Linear(_NativeLinear):

@@ -126,4 +126,5 @@ def weights_label(model_name: str, fmt: str) -> str:
     if fmt not in WEIGHT_FORMATS:
         raise ValueError(f"weights must be one of {', '.join(WEIGHT_FORMATS)}, not {fmt!r}")
     return model_name if fmt == "dense" else f"{model_name}:{fmt}" + (
-        f"-g{INT4_GROUP}" if fmt in ("int4", "q4") else "")
+        f"-g{INT4_GROUP}" if fmt in ("int4", "q4") else "") + (
+        f"-r{native_linear.REVISION}" if fmt == "q4" else "")

@@ -23,7 +23,9 @@ log = logging.getLogger(__name__)
 HERE = Path(__file__).parent
 SOURCES = [HERE / "q4_kernels.cpp", HERE / "llama_forward.cpp"]
 HEADERS = [HERE / "q4_matmul.h"]
-FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off"]  # why: llama_forward.cpp
+# -ffp-contract=off: why in llama_forward.cpp. -fopenmp for at::parallel_for's threads; the link
+# takes no -fopenmp, so its GOMP calls bind to the OpenMP runtime torch itself loaded (one pool).
+FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fopenmp"]
 _lock = threading.Lock()
 _state: dict[str, object] = {}
 

@@ -16,6 +16,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -34,13 +35,17 @@ struct Linear {
   int64_t in, out;
 };
 
-Linear linear(const std::vector<at::Tensor>& t, size_t i, int64_t in) {
+// Weight i of `t` in the q4 kernel's layout (q4_linear in q4_kernels.cpp), then its scale and min,
+// then its bias or an empty tensor.
+Linear linear(const std::vector<at::Tensor>& t, size_t i, int64_t in, int64_t out) {
   const at::Tensor& q = t[i];
-  TORCH_CHECK(q.scalar_type() == at::kByte && q.is_contiguous() && q.size(1) * 2 == in,
-              "weight ", i, ": uint8 [out, ", in / 2, "]");
-  const int64_t out = q.size(0);
-  TORCH_CHECK(t[i + 1].scalar_type() == at::kHalf && t[i + 1].numel() == out * in / kGroup * 2,
-              "weight ", i + 1, ": float16 scale and min");
+  const int64_t blocks = (out + 7) / 8;
+  TORCH_CHECK(in % kGroup == 0, "weight ", i, ": ", in, " inputs, not whole groups of ", kGroup);
+  TORCH_CHECK(q.scalar_type() == at::kByte && q.is_contiguous() && q.dim() == 2 &&
+              q.size(0) == blocks && q.size(1) == in * 4,
+              "weight ", i, ": uint8 [", blocks, ", ", in * 4, "]");
+  TORCH_CHECK(t[i + 1].scalar_type() == at::kHalf && t[i + 1].is_contiguous() &&
+              t[i + 1].numel() == blocks * 8 * in / kGroup * 2, "weight ", i + 1, ": float16 scale and min");
   TORCH_CHECK(t[i + 2].numel() == 0 || (t[i + 2].scalar_type() == at::kFloat &&
                                         t[i + 2].numel() == out), "weight ", i + 2, ": bias");
   return {q.data_ptr<uint8_t>(), reinterpret_cast<const uint16_t*>(t[i + 1].data_ptr<at::Half>()),
@@ -192,6 +197,11 @@ std::vector<at::Tensor> llama_forward(const at::Tensor& x_in, const std::vector<
     for (int64_t i = 0; i < counts[s] && row < N; ++i, ++row) seq_of[row] = s, pos_of[row] = starts[s] + i;
   }
   TORCH_CHECK(row == N, "the counts add up to ", row, " rows, x has ", N);
+  // a thread's chunk of query heads is worth its start (some 64k multiply-adds), so a decode's
+  // few heads over a short context stay on this thread; the split never changes a head's bits
+  int64_t keys = 0;
+  for (int64_t r = 0; r < N; ++r) keys += pos_of[r] + 1;
+  const int64_t attention_grain = std::max<int64_t>(1, (int64_t{1} << 16) * N / (keys * 2 * D));
   at::Tensor x = x_in.contiguous().clone();
   at::Tensor h6 = want_hidden6 ? at::empty({N, L, hid}, x.options()) : at::empty({0}, x.options());
   const int64_t qkv_width = (heads + 2 * kv_heads) * D;
@@ -199,10 +209,12 @@ std::vector<at::Tensor> llama_forward(const at::Tensor& x_in, const std::vector<
   float* xp = x.data_ptr<float>();
   for (int64_t l = 0; l < L; ++l) {
     const size_t at0 = static_cast<size_t>(l * kPerLayer);
-    const Linear qkv_l = linear(weights, at0 + 1, hid), o_l = linear(weights, at0 + 4, heads * D);
-    const Linear gu_l = linear(weights, at0 + 8, hid);
-    const Linear down_l = linear(weights, at0 + 11, gu_l.out / 2);
-    TORCH_CHECK(qkv_l.out == qkv_width && o_l.out == hid && down_l.out == hid, "layer ", l, " shapes");
+    TORCH_CHECK(weights[at0 + 11].dim() == 2, "weight ", at0 + 11, ": uint8 [blocks, inputs * 4]");
+    const int64_t inter = weights[at0 + 11].size(1) / 4;  // the down projection's inputs
+    const Linear qkv_l = linear(weights, at0 + 1, hid, qkv_width);
+    const Linear o_l = linear(weights, at0 + 4, heads * D, hid);
+    const Linear gu_l = linear(weights, at0 + 8, hid, 2 * inter);
+    const Linear down_l = linear(weights, at0 + 11, inter, hid);
     rms_norm(xp, weights[at0].data_ptr<float>(), N, hid, eps, h.data());
     if (want_hidden6)
       for (int64_t r = 0; r < N; ++r)
@@ -220,7 +232,7 @@ std::vector<at::Tensor> llama_forward(const at::Tensor& x_in, const std::vector<
           std::copy(q + (heads + kv * kv_heads + j) * D, q + (heads + kv * kv_heads + j + 1) * D,
                     cache + (((l * 2 + kv) * kv_heads + j) * cap + pos_of[r]) * D);
     }
-    at::parallel_for(0, N * heads, 1, [&](int64_t begin, int64_t end) {
+    at::parallel_for(0, N * heads, attention_grain, [&](int64_t begin, int64_t end) {
       std::vector<float> score;
       for (int64_t i = begin; i < end; ++i) {  // query row r's head: keys 0..its position
         const int64_t r = i / heads, head = i % heads, j = head / group;
@@ -234,11 +246,12 @@ std::vector<at::Tensor> llama_forward(const at::Tensor& x_in, const std::vector<
     run(o_l, att.data(), N, proj.data());
     for (int64_t i = 0; i < N * hid; ++i) xp[i] += proj[i];
     rms_norm(xp, weights[at0 + 7].data_ptr<float>(), N, hid, eps, h.data());
-    const int64_t inter = gu_l.out / 2;
     gu.resize(N * gu_l.out);
     act.resize(N * inter);
     run(gu_l, h.data(), N, gu.data());
-    for (int64_t r = 0; r < N; ++r) silu_mul(&gu[r * gu_l.out], inter, &act[r * inter]);
+    at::parallel_for(0, N, std::max<int64_t>(1, (int64_t{1} << 14) / inter), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) silu_mul(&gu[r * gu_l.out], inter, &act[r * inter]);
+    });
     run(down_l, act.data(), N, proj.data());
     for (int64_t i = 0; i < N * hid; ++i) xp[i] += proj[i];
   }

@@ -7,13 +7,17 @@
 // Every output element is the same sequence of instructions whatever the number of rows or
 // threads (rows and column blocks are only loop tiling), so a row's bits never depend on the
 // batch around it: what keeps a restored KV answer equal to a recomputed one within the format.
+// Built with -fopenmp, so at::parallel_for splits column blocks across torch's intra-op threads
+// (without it, ATen's header runs the loop on the calling thread alone).
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "q4_matmul.h"
@@ -21,8 +25,9 @@
 namespace bidaw {
 namespace {
 
-constexpr int64_t kCols = 4;  // output columns per block: one activation load serves four
-constexpr int64_t kRows = 2;  // rows per tile: one unpacking of a group's weights serves two
+constexpr int64_t kCols = 8;  // int4 output columns per block: a 32-byte load holds 4 inputs of 8
+constexpr int64_t kRows = 4;  // rows per tile: one unpacking of a group's weights serves four
+constexpr int64_t kQ8Cols = 4;  // int8 output columns per block: one activation load serves four
 
 inline float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -86,67 +91,58 @@ void check_x(const at::Tensor& x, int64_t k) {
   TORCH_CHECK(x.size(1) == k && k % kGroup == 0, "x has ", x.size(1), " columns, the weight ", k);
 }
 
-// Rows r0..r0+R-1 of columns c0..c0+C-1. C and R are constants, so the accumulators stay in
-// registers; each group's weights are unpacked once for the R rows. scale and min: the block's,
-// widened and transposed ([group][column]) so one vector multiply scales a group's C columns.
-// Every output element is the same instructions for any R: tiling never changes a row's bits.
-template <int C, int R>
-void q4_tile(const QuantRows& xq, int64_t r0, int64_t k, const uint8_t* w, int64_t c0,
-             int64_t n, const float* scale, const float* min, float* out) {
+// Rows r0..r0+R-1 of one block of kCols columns. The block's weights, per group of 32 inputs: 4
+// vectors of 32 bytes, byte 4c + i of vector j holding column c's level for input 4j + i (low
+// nibble) and 4j + 16 + i (high nibble); so one u8 x s8 multiply-add takes 4 inputs of 8 columns
+// against the row's 4 inputs broadcast, with no shuffle. Within a group the products add up in
+// int16 (8 x 2 x 15 x 127 < 2^15: exact), then one float multiply-add scales the 8 columns.
+// R only shares each group's unpacking between rows: a row's instructions are the same for any R.
+template <int R>
+void q4_tile(const QuantRows& xq, int64_t r0, int64_t k, const uint8_t* w, const uint16_t* sm,
+             int64_t c0, int64_t n, float* out) {
   const int64_t groups = k / kGroup;
   const __m256i low = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[R][C];
-  __m128 mins[R];
-  for (int r = 0; r < R; ++r) {
-    mins[r] = _mm_setzero_ps();
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
-  }
-  // the next block's weights (C rows of k / 2 bytes, right after these): a line per group
-  const char* next = reinterpret_cast<const char*>(w + (c0 + C) * (k / 2));
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t g = 0; g < groups; ++g) {
-    _mm_prefetch(next + g * 64 * C / 4, _MM_HINT_T0);
-    __m256i wv[C];
-    for (int c = 0; c < C; ++c) {
-      const __m128i raw = _mm_loadu_si128(
-          reinterpret_cast<const __m128i*>(w + (c0 + c) * (k / 2) + g * (kGroup / 2)));
-      wv[c] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), low);
-    }
-    const __m128 s4 = _mm_loadu_ps(scale + g * 4), m4 = _mm_loadu_ps(min + g * 4);
-    for (int r = 0; r < R; ++r) {
-      const int64_t row = r0 + r;
-      const __m256i xv = _mm256_loadu_si256(
-          reinterpret_cast<const __m256i*>(&xq.q[row * k + g * kGroup]));
-      float sc[4];  // this group's weight scale times the row's, per column
-      _mm_storeu_ps(sc, _mm_mul_ps(s4, _mm_set1_ps(xq.d[row * groups + g])));
-      mins[r] = _mm_fmadd_ps(m4, _mm_set1_ps(xq.sum[row * groups + g]), mins[r]);
-      for (int c = 0; c < C; ++c) {
-        const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(wv[c], xv), ones);
-        acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(sc[c]), acc[r][c]);
+    const uint8_t* wg = w + g * kGroup * kCols / 2;
+    _mm_prefetch(reinterpret_cast<const char*>(wg + groups * kGroup * kCols / 2), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(wg + groups * kGroup * kCols / 2 + 64), _MM_HINT_T0);
+    __m256i p[R];
+    for (int h = 0; h < 2; ++h) {  // inputs 0..15 (low nibbles), then 16..31 (high)
+      __m256i wv[4];
+      for (int j = 0; j < 4; ++j) {
+        const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wg + 32 * j));
+        wv[j] = _mm256_and_si256(h ? _mm256_srli_epi16(raw, 4) : raw, low);
+      }
+      for (int r = 0; r < R; ++r) {
+        const int8_t* x = &xq.q[(r0 + r) * k + g * kGroup + 16 * h];
+        __m256i s = h ? p[r] : _mm256_setzero_si256();
+        for (int j = 0; j < 4; ++j) {
+          int32_t four;
+          std::memcpy(&four, x + 4 * j, 4);
+          s = _mm256_add_epi16(s, _mm256_maddubs_epi16(wv[j], _mm256_set1_epi32(four)));
+        }
+        p[r] = s;
       }
     }
+    const __m256 scale = _mm256_cvtph_ps(_mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(sm + g * 2 * kCols)));
+    const __m256 min = _mm256_cvtph_ps(_mm_loadu_si128(
+        reinterpret_cast<const __m128i*>(sm + g * 2 * kCols + kCols)));
+    for (int r = 0; r < R; ++r) {
+      const int64_t at = (r0 + r) * groups + g;
+      const __m256 dot = _mm256_cvtepi32_ps(_mm256_madd_epi16(p[r], ones));
+      acc[r] = _mm256_fmadd_ps(dot, _mm256_mul_ps(scale, _mm256_set1_ps(xq.d[at])), acc[r]);
+      acc[r] = _mm256_fmadd_ps(min, _mm256_set1_ps(xq.sum[at]), acc[r]);
+    }
   }
   for (int r = 0; r < R; ++r) {
-    float m[4];
-    _mm_storeu_ps(m, mins[r]);
-    for (int c = 0; c < C; ++c) out[(r0 + r) * n + c0 + c] = hsum(acc[r][c]) + m[c];
+    float lanes[kCols];
+    _mm256_storeu_ps(lanes, acc[r]);
+    for (int64_t c = 0; c < kCols && c0 + c < n; ++c) out[(r0 + r) * n + c0 + c] = lanes[c];
   }
-}
-
-// Columns c0..c0+C-1 of every row, in tiles of kRows rows.
-template <int C>
-void q4_block(const QuantRows& xq, int64_t rows, int64_t k, const uint8_t* w, const uint16_t* sm,
-              int64_t c0, int64_t n, float* scale, float* min, float* out) {
-  const int64_t groups = k / kGroup;
-  for (int64_t g = 0; g < groups; ++g)
-    for (int c = 0; c < 4; ++c) {  // a one-column block pads its lanes with column c0's
-      const int64_t col = c0 + (c < C ? c : 0);
-      scale[g * 4 + c] = _cvtsh_ss(sm[(col * groups + g) * 2]);
-      min[g * 4 + c] = _cvtsh_ss(sm[(col * groups + g) * 2 + 1]);
-    }
-  int64_t r = 0;
-  for (; r + kRows <= rows; r += kRows) q4_tile<C, kRows>(xq, r, k, w, c0, n, scale, min, out);
-  for (; r < rows; ++r) q4_tile<C, 1>(xq, r, k, w, c0, n, scale, min, out);
 }
 
 }  // namespace
@@ -154,30 +150,35 @@ void q4_block(const QuantRows& xq, int64_t rows, int64_t k, const uint8_t* w, co
 void q4_matmul(const QuantRows& xq, int64_t rows, int64_t k, const uint8_t* w,
                const uint16_t* sm, int64_t n, float* out) {
   const int64_t groups = k / kGroup, blocks = (n + kCols - 1) / kCols;
-  at::parallel_for(0, blocks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scale(kCols * groups), min(kCols * groups);
+  const int64_t block_bytes = groups * kGroup * kCols / 2, block_sm = groups * 2 * kCols;
+  // a chunk of blocks worth a thread's start: some 64k multiply-adds
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / (rows * k * kCols));
+  at::parallel_for(0, blocks, grain, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
-      const int64_t c0 = b * kCols;
-      if (n - c0 >= kCols) {
-        q4_block<kCols>(xq, rows, k, w, sm, c0, n, scale.data(), min.data(), out);
-      } else {
-        for (int64_t c = c0; c < n; ++c)
-          q4_block<1>(xq, rows, k, w, sm, c, n, scale.data(), min.data(), out);
-      }
+      const uint8_t* wb = w + b * block_bytes;
+      const uint16_t* smb = sm + b * block_sm;
+      int64_t r = 0;
+      for (; r + kRows <= rows; r += kRows) q4_tile<kRows>(xq, r, k, wb, smb, b * kCols, n, out);
+      for (; r < rows; ++r) q4_tile<1>(xq, r, k, wb, smb, b * kCols, n, out);
     }
   });
 }
 
 namespace {
 
-// int4: w = q * scale + min per group; byte j of a group's 16 holds element j (low nibble) and
-// element j + 16 (high nibble). qweight uint8 [N, K / 2], scale_min float16 [N, K / 32, 2].
-at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scale_min) {
-  const int64_t n = qweight.size(0), k = qweight.size(1) * 2, groups = k / kGroup;
+// The kernel's layout (native_linear.kernel_layout): qweight uint8 [ceil(N / 8), K * 4], the
+// blocks of 8 columns described above q4_tile; scale_min float16 [ceil(N / 8), K / 32, 2, 8].
+at::Tensor q4_linear(const at::Tensor& x, const at::Tensor& qweight, const at::Tensor& scale_min,
+                     int64_t n) {
+  const int64_t blocks = (n + kCols - 1) / kCols;
+  TORCH_CHECK(n > 0 && qweight.dim() == 2 && qweight.size(0) == blocks,
+              "qweight: ", blocks, " blocks of ", kCols, " columns for ", n, " outputs");
+  const int64_t k = qweight.size(1) / 4, groups = k / kGroup;
   check_x(x, k);
   TORCH_CHECK(qweight.scalar_type() == at::kByte && qweight.is_contiguous(), "qweight: uint8");
   TORCH_CHECK(scale_min.scalar_type() == at::kHalf && scale_min.is_contiguous() &&
-              scale_min.numel() == n * groups * 2, "scale_min: float16 [N, K/32, 2]");
+              scale_min.numel() == blocks * groups * 2 * kCols,
+              "scale_min: float16 [N / 8, K / 32, 2, 8]");
   const int64_t rows = x.size(0);
   at::Tensor y = at::empty({rows, n}, x.options());
   q4_matmul(quantize_rows(x.data_ptr<float>(), rows, k), rows, k, qweight.data_ptr<uint8_t>(),
@@ -226,12 +227,12 @@ at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& qweight, const at::T
   const int8_t* w = qweight.data_ptr<int8_t>();
   const float* ws = scale.data_ptr<float>();
   float* out = y.data_ptr<float>();
-  const int64_t blocks = (n + kCols - 1) / kCols;
+  const int64_t blocks = (n + kQ8Cols - 1) / kQ8Cols;
   at::parallel_for(0, blocks, 16, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b) {
-      const int64_t c0 = b * kCols;
-      if (n - c0 >= kCols) {
-        q8_block<kCols>(xq, rows, k, w, ws, c0, n, out);
+      const int64_t c0 = b * kQ8Cols;
+      if (n - c0 >= kQ8Cols) {
+        q8_block<kQ8Cols>(xq, rows, k, w, ws, c0, n, out);
       } else {
         for (int64_t c = c0; c < n; ++c) q8_block<1>(xq, rows, k, w, ws, c, n, out);
       }
@@ -244,6 +245,6 @@ at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& qweight, const at::T
 }  // namespace bidaw
 
 TORCH_LIBRARY(bidaw_native, m) {
-  m.def("q4_linear(Tensor x, Tensor qweight, Tensor scale_min) -> Tensor", &bidaw::q4_linear);
+  m.def("q4_linear(Tensor x, Tensor qweight, Tensor scale_min, int n) -> Tensor", &bidaw::q4_linear);
   m.def("q8_linear(Tensor x, Tensor qweight, Tensor scale) -> Tensor", &bidaw::q8_linear);
 }
