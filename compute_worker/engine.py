@@ -34,9 +34,11 @@ class Engine:
         # Benchmarks that emulate an accelerator set it (0: off).
         self.min_step_s = min_step_s
         # Threads per step (step_threads.py): all the process's for a big step, `small_step_threads`
-        # for a small one; on a CPU only (a GPU step's kernels do not run on them).
+        # for a small one; on a CPU only (a GPU step's kernels do not run on them), and not for a
+        # native forward (q4), whose one call splits only work worth a thread's start.
         self.threads = torch.get_num_threads()
-        self.small_step_threads = small_step_threads if model.device.type == "cpu" else 0
+        split_all = model.device.type != "cpu" or getattr(model, "native", None) is not None
+        self.small_step_threads = 0 if split_all else small_step_threads
         self.gate = StepGate(exclusive=restore_in_step)  # KV restores take it (step_gate.py)
         self._inbox: queue.Queue[Sequence] = queue.Queue()
         self._active: list[Sequence] = []

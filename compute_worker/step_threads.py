@@ -9,6 +9,8 @@ EPYC VM (SmolLM2-135M, ms per step, one thread vs two): int4 decode at batch 1 1
 one 1,146 vs 838. So a step of at most SMALL_STEP_TOKENS runs on `small` threads, a bigger one on
 all; the engine runs the output projection, one big matmul, on all threads in every step.
 Restored answers still equal recomputed ones with it: the exactness tests run with it on.
+The rule is for the layers' torch ops: a q4 model's native forward (one call) splits only
+work worth a thread's start, so the engine runs its every step on all threads (engine.py).
 """
 from __future__ import annotations
 

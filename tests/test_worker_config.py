@@ -24,7 +24,7 @@ def test_a_bad_prefill_chunk_is_refused_naming_the_flag(bad):
 
 
 def _observed_turn(model, tokenizer, monkeypatch, engine: Engine, session: str, prompt: int,
-                   max_tokens: int, observe) -> None:
+                   max_tokens: int, observe, first_id: int = 100) -> None:
     """Run one turn of `prompt` tokens through `engine`, calling `observe(batch)` before each
     real forward (an observer: the real forward runs)."""
     forward = model.forward
@@ -36,10 +36,10 @@ def _observed_turn(model, tokenizer, monkeypatch, engine: Engine, session: str, 
     monkeypatch.setattr(model, "forward", observed)
     runner = TurnRunner(engine, make_connector(None, model, session, common_pb2.KV_FORMAT_KV),
                         tokenizer)
+    ids = list(range(first_id, first_id + prompt))
     try:
         for _ in runner.run(common_pb2.TurnRequest(session_id=session, max_tokens=max_tokens,
-                                                   prompt_token_ids=list(range(100, 100 + prompt)),
-                                                   ignore_eos=True)):
+                                                   prompt_token_ids=ids, ignore_eos=True)):
             pass
     finally:
         engine.stop()
@@ -94,3 +94,24 @@ def test_the_engine_runs_small_steps_on_the_small_step_threads(smollm, monkeypat
     finally:
         torch.set_num_threads(before)
     assert seen == [(20, 2), (20, 2), (1, 1), (1, 1)]
+
+
+def test_a_q4_engine_runs_every_step_on_all_threads(monkeypatch):
+    """The native forward splits only work worth a thread's start (compute_worker/native), so a
+    q4 model's decodes run on every thread whatever `small_step_threads` says."""
+    import torch
+
+    from tests.test_native_forward import q4_model
+
+    model = q4_model("llama_gqa")
+    seen: list[tuple[int, int]] = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        engine = Engine(model, max_prefill_tokens=20, small_step_threads=1)
+        _observed_turn(model, None, monkeypatch, engine, "q4-threads", 40, 3,
+                       lambda batch: seen.append((_new_tokens(batch), torch.get_num_threads())),
+                       first_id=1)
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [(20, 2), (20, 2), (1, 2), (1, 2)]
