@@ -38,7 +38,8 @@ def pack_q4(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return packed.contiguous(), torch.stack((scale, low), -1).contiguous()
 
 
-def kernel_layout(packed: torch.Tensor, scale_min: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def kernel_layout(packed: torch.Tensor,
+                  scale_min: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """pack_q4's tensors in the kernel's layout (q4_kernels.cpp, above q4_tile): blocks of BLOCK
     columns, the last padded with zero levels, scales and mins (so its padding computes zeros);
     per group, byte 4c + i of vector j holds column c's levels of inputs 4j + i (low nibble) and

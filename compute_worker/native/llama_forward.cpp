@@ -45,7 +45,8 @@ Linear linear(const std::vector<at::Tensor>& t, size_t i, int64_t in, int64_t ou
               q.size(0) == blocks && q.size(1) == in * 4,
               "weight ", i, ": uint8 [", blocks, ", ", in * 4, "]");
   TORCH_CHECK(t[i + 1].scalar_type() == at::kHalf && t[i + 1].is_contiguous() &&
-              t[i + 1].numel() == blocks * 8 * in / kGroup * 2, "weight ", i + 1, ": float16 scale and min");
+              t[i + 1].numel() == blocks * 8 * in / kGroup * 2,
+              "weight ", i + 1, ": float16 scale and min");
   TORCH_CHECK(t[i + 2].numel() == 0 || (t[i + 2].scalar_type() == at::kFloat &&
                                         t[i + 2].numel() == out), "weight ", i + 2, ": bias");
   return {q.data_ptr<uint8_t>(), reinterpret_cast<const uint16_t*>(t[i + 1].data_ptr<at::Half>()),
@@ -79,14 +80,18 @@ void rope(float* x, int64_t heads, int64_t d, const float* cos, const float* ssi
   }
 }
 
+inline float hsum8(__m256 acc) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
 inline float dot(const float* a, const float* b, int64_t n) {
   __m256 acc = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  float total = _mm_cvtss_f32(s);
+  float total = hsum8(acc);
   for (; i < n; ++i) total += a[i] * b[i];
   return total;
 }
@@ -125,21 +130,13 @@ void silu_mul(const float* gate_up, int64_t n, float* out) {
   }
 }
 
-// One query head over keys/values [len, d] (rows `stride` floats apart): softmax(q k / sqrt(d)) v.
-void attend(const float* q, const float* k, const float* v, int64_t len, int64_t stride,
-            int64_t d, float* out, std::vector<float>& score) {
-  score.resize(len);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  float top = -INFINITY;
-  for (int64_t t = 0; t < len; ++t) {
-    score[t] = dot(q, k + t * stride, d) * scale;
-    top = std::max(top, score[t]);
-  }
+// The softmax of scores [len] in place (their max `top`); returns their sum.
+float softmax_exp(float* score, int64_t len, float top) {
   int64_t t = 0;
   __m256 sum8 = _mm256_setzero_ps();
   for (; t + 8 <= len; t += 8) {
-    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(&score[t]), _mm256_set1_ps(top)));
-    _mm256_storeu_ps(&score[t], e);
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(score + t), _mm256_set1_ps(top)));
+    _mm256_storeu_ps(score + t, e);
     sum8 = _mm256_add_ps(sum8, e);
   }
   float part[8], total = 0.0f;
@@ -150,8 +147,21 @@ void attend(const float* q, const float* k, const float* v, int64_t len, int64_t
     _mm256_storeu_ps(e, exp8(_mm256_set1_ps(score[t] - top)));
     total += (score[t] = e[0]);
   }
+  return total;
+}
+
+// One query head over keys/values [len, d] (rows `stride` floats apart): softmax(q k / sqrt(d)) v.
+void attend(const float* q, const float* k, const float* v, int64_t len, int64_t stride,
+            int64_t d, float* out, std::vector<float>& score) {
+  score.resize(len);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  float top = -INFINITY;
+  for (int64_t t = 0; t < len; ++t) {
+    score[t] = dot(q, k + t * stride, d) * scale;
+    top = std::max(top, score[t]);
+  }
+  const float inv = 1.0f / softmax_exp(score.data(), len, top);
   for (int64_t i = 0; i < d; ++i) out[i] = 0.0f;
-  const float inv = 1.0f / total;
   for (int64_t t = 0; t < len; ++t) {
     const float p = score[t] * inv;
     const float* vt = v + t * stride;
@@ -161,6 +171,35 @@ void attend(const float* q, const float* k, const float* v, int64_t len, int64_t
                                                 _mm256_loadu_ps(out + i)));
     for (; i < d; ++i) out[i] += p * vt[i];
   }
+}
+
+// attend() for a head size D known at compile time (64, 128: most models), the same arithmetic
+// in the same order, so the same bits; q and the output stay in registers, where attend() takes
+// each key's output through memory (a store-to-load wait per key, ~2.5x slower at batch 16).
+template <int D>
+void attend_d(const float* q, const float* k, const float* v, int64_t len, int64_t stride,
+              float* out, std::vector<float>& score) {
+  constexpr int kV = D / 8;
+  score.resize(len);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  __m256 qv[kV], acc[kV];
+  for (int i = 0; i < kV; ++i) qv[i] = _mm256_loadu_ps(q + 8 * i);
+  float top = -INFINITY;
+  for (int64_t t = 0; t < len; ++t) {
+    __m256 sum = _mm256_setzero_ps();
+    for (int i = 0; i < kV; ++i)
+      sum = _mm256_fmadd_ps(qv[i], _mm256_loadu_ps(k + t * stride + 8 * i), sum);
+    score[t] = hsum8(sum) * scale;
+    top = std::max(top, score[t]);
+  }
+  const float inv = 1.0f / softmax_exp(score.data(), len, top);
+  for (int i = 0; i < kV; ++i) acc[i] = _mm256_setzero_ps();
+  for (int64_t t = 0; t < len; ++t) {
+    const __m256 p = _mm256_set1_ps(score[t] * inv);
+    for (int i = 0; i < kV; ++i)
+      acc[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + t * stride + 8 * i), acc[i]);
+  }
+  for (int i = 0; i < kV; ++i) _mm256_storeu_ps(out + 8 * i, acc[i]);
 }
 
 // x [N, hidden] float32: the new tokens' embeddings, sequence after sequence; sequence s has
@@ -240,7 +279,14 @@ std::vector<at::Tensor> llama_forward(const at::Tensor& x_in, const std::vector<
         const int64_t cap = c.size(3);
         const float* k = c.data_ptr<float>() + ((l * 2 + 0) * kv_heads + j) * cap * D;
         const float* v = c.data_ptr<float>() + ((l * 2 + 1) * kv_heads + j) * cap * D;
-        attend(&qkv[r * qkv_width + head * D], k, v, pos_of[r] + 1, D, D, &att[i * D], score);
+        const float* q = &qkv[r * qkv_width + head * D];
+        if (D == 64) {
+          attend_d<64>(q, k, v, pos_of[r] + 1, D, &att[i * D], score);
+        } else if (D == 128) {
+          attend_d<128>(q, k, v, pos_of[r] + 1, D, &att[i * D], score);
+        } else {
+          attend(q, k, v, pos_of[r] + 1, D, D, &att[i * D], score);
+        }
       }
     });
     run(o_l, att.data(), N, proj.data());
@@ -249,8 +295,9 @@ std::vector<at::Tensor> llama_forward(const at::Tensor& x_in, const std::vector<
     gu.resize(N * gu_l.out);
     act.resize(N * inter);
     run(gu_l, h.data(), N, gu.data());
-    at::parallel_for(0, N, std::max<int64_t>(1, (int64_t{1} << 14) / inter), [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r) silu_mul(&gu[r * gu_l.out], inter, &act[r * inter]);
+    const int64_t silu_grain = std::max<int64_t>(1, (int64_t{1} << 14) / inter);
+    at::parallel_for(0, N, silu_grain, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) silu_mul(&gu[r * gu_l.out], inter, &act[r * inter]);
     });
     run(down_l, act.data(), N, proj.data());
     for (int64_t i = 0; i < N * hid; ++i) xp[i] += proj[i];

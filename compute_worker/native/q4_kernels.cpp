@@ -248,6 +248,7 @@ at::Tensor q8_linear(const at::Tensor& x, const at::Tensor& qweight, const at::T
 }  // namespace bidaw
 
 TORCH_LIBRARY(bidaw_native, m) {
-  m.def("q4_linear(Tensor x, Tensor qweight, Tensor scale_min, int n) -> Tensor", &bidaw::q4_linear);
+  m.def("q4_linear(Tensor x, Tensor qweight, Tensor scale_min, int n) -> Tensor",
+        &bidaw::q4_linear);
   m.def("q8_linear(Tensor x, Tensor qweight, Tensor scale) -> Tensor", &bidaw::q8_linear);
 }
