@@ -42,7 +42,7 @@ def test_not_promoting_on_a_saturated_disk_it_evicts_as_bidaw_size(monkeypatch):
     size, size_res, _ = _evictions(monkeypatch, "bidaw-size")
     # min_return_chance > 1: no session is ever a candidate, so nothing is promoted;
     # access_share=0: the ranking learns at the access from the first read on (by default only
-    # once the share passes 0.9, which this short trace reaches after its first reads)
+    # once the share passes 0.97, which this short trace reaches after its first reads)
     same, res, policy = _evictions(monkeypatch, "bidaw-prefetch", min_return_chance=1.01,
                                    access_share=0.0)
     assert res.prefetches == 0 and policy.demand.share(size[-1][0]) > 0.9

@@ -9,7 +9,7 @@ read learns a second gap).
 The ranking's own models (think time, the user's pace and signal, the one-turn ReturnModel:
 bidaw-size's) learn the same gap, the arrival's, at the arrival too while the disk has idle time
 (promotion runs, and predicts from the freshest model), but once demand reads take
-`access_share` of the disk (DemandShare, 0.9), at the access, as bidaw-size's do. There no
+`access_share` of the disk (DemandShare, 0.97), at the access, as bidaw-size's do. There no
 promotion starts and the ranking is all the policy does: learnt minutes sooner, the same gaps
 made every ranking after that differ from bidaw-size's by chance. Now, on a saturated disk, a
 bidaw-prefetch that does not promote evicts as bidaw-size does, decision for decision
@@ -25,7 +25,7 @@ MAX_HEARD = 100_000  # arrivals whose access never came (the oracle ended them m
 
 
 class ArrivalLearning:
-    access_share: float | None = 0.9
+    access_share: float | None = 0.97
     _heard: dict
 
     def observe_arrival(self, key: Key, now: float) -> None:

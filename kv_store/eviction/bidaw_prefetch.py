@@ -58,7 +58,7 @@ class BidawPrefetchPolicy(ArrivalLearning, BidawSizePolicy):
                  prefetch_tries: int = 8, loaded_horizon_s: float | None = 5.0,
                  end_answer_shrink: float | None = 20.0,
                  end_pace_edges: tuple[float, ...] | None = PACE_EDGES,
-                 access_share: float | None = 0.9, **kwargs) -> None:
+                 access_share: float | None = 0.97, **kwargs) -> None:
         if not 0.0 < return_quantile < high_quantile < 1.0:
             raise ValueError("bidaw-prefetch needs 0 < return_quantile < high_quantile < 1 "
                              f"(got {return_quantile}, {high_quantile})")
