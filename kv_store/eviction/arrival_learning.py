@@ -13,8 +13,8 @@ bidaw-size's) learn the same gap, the arrival's, at the arrival too while the di
 promotion starts and the ranking is all the policy does: learnt minutes sooner, the same gaps
 made every ranking after that differ from bidaw-size's by chance. Now, on a saturated disk, a
 bidaw-prefetch that does not promote evicts as bidaw-size does, decision for decision
-(docs/policies.md, "The ranking on a saturated disk"). None: always at the arrival, the first version; 0: always at
-the access.
+(docs/policies.md, "The ranking on a saturated disk"). None: always at the arrival, the first
+version; 0: always at the access.
 """
 from __future__ import annotations
 
