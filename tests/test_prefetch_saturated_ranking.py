@@ -115,3 +115,21 @@ def test_a_second_turn_before_the_first_is_read_is_the_one_the_access_learns():
             p.touch(i, MIB, 100.0)
     assert pref._sessions.get(0).pace == pytest.approx(size._sessions.get(0).pace)
     assert pref.think.stats(10).quantiles == size.think.stats(10).quantiles
+
+
+def test_an_arrival_whose_access_never_came_is_not_learnt_later():
+    # on a saturated disk each session's turn arrives at 100 but is never accessed (its KV was
+    # not needed); it answers at 150, the disk goes idle, and the next turn arrives at 3,500 and
+    # is read at once: only that 3,350 s gap is learnt, as by a policy that never heard the first
+    stale, clean = _saturated(BidawPrefetchPolicy()), _saturated(BidawPrefetchPolicy())
+    _answered(stale, clean)
+    for i in range(70):
+        stale.observe_arrival(i, 100.0)
+    for p in (stale, clean):
+        for i in range(70):
+            p.observe_answer(i, 10, 150.0)
+        assert p.demand.share(3500.0) < 0.01
+        for i in range(70):
+            p.observe_arrival(i, 3500.0)
+            p.touch(i, MIB, 3500.0)
+    assert stale.think.stats(10).quantiles == clean.think.stats(10).quantiles

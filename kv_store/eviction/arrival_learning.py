@@ -48,6 +48,7 @@ class ArrivalLearning:
             if len(self._heard) > MAX_HEARD:
                 del self._heard[next(iter(self._heard))]
         else:
+            self._heard.pop(key, None)  # one whose access never came: not learnt later
             self._note_return(key, now)
             self._learn_gap(s, now - s.last)
         s.last, s.answer = now, None  # until this turn's answer: the read observes no gap
