@@ -10,7 +10,8 @@ of its next gap), whether its KV is worth the DRAM of the entry it would push ou
 less likely to be reused in time), and to take it in without counting an access
 (`admit_prefetched`: no think time observed, the idle clock keeps running, so the user's real
 return is what the model learns from). The live store, and the replay with SSD time, also tell
-it when a turn arrives (`observe_arrival`), before its KV is read. Pure: time is an argument.
+it when a turn arrives (`observe_arrival`, arrival_learning.py), before its KV is read. Pure:
+time is an argument.
 
 Whether a session returns at all (SessionEndModel: per turns so far, latest answer's length and
 the user's pace, learned online, weighed by the silence so far) scales each entry's worth, drops
@@ -39,14 +40,14 @@ import math
 from bisect import bisect_right
 from typing import Callable
 
-from kv_store.eviction.answer_ranked import SAME_TURN_S
+from kv_store.eviction.arrival_learning import ArrivalLearning
 from kv_store.eviction.base import Key
 from kv_store.eviction.bidaw_size import BidawSizePolicy
 from kv_store.eviction.session_end_model import PACE_EDGES, SessionEndModel
 from kv_store.eviction.think_time_model import GAP_EDGES, GapStats, ThinkTimeModel
 
 
-class BidawPrefetchPolicy(BidawSizePolicy):
+class BidawPrefetchPolicy(ArrivalLearning, BidawSizePolicy):
     name = "bidaw-prefetch"
 
     def __init__(self, horizon_s: float = 30.0, return_quantile: float = 0.5,
@@ -56,7 +57,8 @@ class BidawPrefetchPolicy(BidawSizePolicy):
                  chance_after_window: bool = True, cost_order: bool = True,
                  prefetch_tries: int = 8, loaded_horizon_s: float | None = 5.0,
                  end_answer_shrink: float | None = 20.0,
-                 end_pace_edges: tuple[float, ...] | None = PACE_EDGES, **kwargs) -> None:
+                 end_pace_edges: tuple[float, ...] | None = PACE_EDGES,
+                 access_share: float | None = 0.97, **kwargs) -> None:
         if not 0.0 < return_quantile < high_quantile < 1.0:
             raise ValueError("bidaw-prefetch needs 0 < return_quantile < high_quantile < 1 "
                              f"(got {return_quantile}, {high_quantile})")
@@ -83,6 +85,11 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         self.cost_order = cost_order          # False: the planner promotes soonest-first always
         self.prefetch_tries = prefetch_tries  # due candidates weighed before the disk idles
         self._awaited: dict[Key, float] = {}
+        # a return heard at its arrival: the ranking's models learn it at the access, as
+        # bidaw-size's do, once demand reads take this share of the disk (arrival_learning.py;
+        # 0: always; None: always at the arrival, the first version)
+        self.access_share = access_share
+        self._heard: dict[Key, tuple[float, float, int]] = {}
         # the same model bidaw-size builds, asked for two more quantiles (defaults already held)
         self.think = ThinkTimeModel(extra_quantiles=(self.stale_quantile, return_quantile,
                                                      high_quantile))
@@ -189,24 +196,6 @@ class BidawPrefetchPolicy(BidawSizePolicy):
         finally:
             self._victim = chosen  # a look, not an eviction: the return model must not see it
 
-    def observe_arrival(self, key: Key, now: float) -> None:
-        """A turn of `key` arrived at `now`. The live store hears it before the KV is read, a
-        queue wait later; the user's think time ends here, so the gap is learnt now (as
-        bidaw-size's access learns it) and the read that follows learns none: the model
-        predicts arrivals, which promotion must beat, not dispatches. (The replay with SSD
-        time, bench/sim/cache_bandwidth.py, calls it at every turn's arrival as the store does;
-        the one without, whose access is the arrival, never does.)"""
-        s = self._sessions.get(key)
-        if s is None or s.last is None or s.answer is None:
-            return
-        self._note_return(key, now)
-        if self.ends is not None:
-            self.ends.returned(key, now)
-        self._learn_gap(s, now - s.last)
-        s.last, s.answer = now, None  # until this turn's answer: the read observes no gap
-        if key in self._entered:
-            self._rank(key, s)
-
     def admit_prefetched(self, key: Key, size: int, now: float) -> None:
         """`key` enters the tier by promotion: ranked as bidaw-size would, but no access."""
         s = self._sessions.get(key)
@@ -227,21 +216,6 @@ class BidawPrefetchPolicy(BidawSizePolicy):
             deadline, order = self._stale.priority(key)
             deadline = min(latest, max(deadline, self._awaited[key]))
             self._stale.set(key, (deadline, order))
-
-    # ---- what the end model learns from (the same events the think-time model sees) ------
-    def observe_answer(self, key: Key, answer_tokens: int, now: float) -> None:
-        super().observe_answer(key, answer_tokens, now)
-        if self.ends is not None:
-            s = self._sessions.get(key)
-            self.ends.finished(key, s.turns, now, s.answer, s.pace)
-
-    def _access(self, key: Key, size: int, now: float) -> None:
-        s = self._sessions.get(key)
-        if (self.ends is not None and s is not None and s.answer is not None
-                and s.last is not None and now - s.last >= SAME_TURN_S):
-            self.ends.returned(key, now)
-        self._awaited.pop(key, None)
-        super()._access(key, size, now)
 
     def victim(self, now: float, exclude: frozenset | set = frozenset()) -> Key | None:
         """bidaw-size's victim, but a promoted session still inside its return window goes only
