@@ -131,6 +131,8 @@ def test_engine_figures_on_a_tiny_model_give_every_key_consistently():
         assert parts["python_overhead"] >= 0  # no op counted twice
     ab = out["decode_small_step_threads"]
     assert set(ab) == {"1", "2"}
+    # measured where the rule binds: a format of the layers' forward, never the native one
+    assert out["decode_small_step_threads_weights"] in {"dense", "bf16", "int8", "int4"}
     assert all(v["one_thread"] > 0 and v["all_threads"] > 0 for v in ab.values())
     assert not [k for k in out if k.endswith("_error")]
 

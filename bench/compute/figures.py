@@ -69,6 +69,8 @@ def engine_figures(model, sessions=(1, 4, 16), prefill_tokens: int = 1000,
     best_dense = max(dense, key=lambda name: decode[name][one])
     fastest = max(decode, key=lambda name: decode[name][one])
     fast = models[fastest]
+    ruled = models[max((name for name, m in models.items() if m.native is None),
+                       key=lambda name: decode[name][one])]
     per_token = {name: bytes_per_token(m) for name, m in models.items()}
     roofline = {name: roofline_fraction(per_token[name], decode[name][one], read_gbps)
                 for name in models}
@@ -82,13 +84,17 @@ def engine_figures(model, sessions=(1, 4, 16), prefill_tokens: int = 1000,
         "decode_bytes_per_token": per_token[fastest],
         "decode_bytes_per_token_by_weights": {f: per_token[v] for f, v in formats.items()},
         "decode_roofline_fraction": roofline[fastest],
-        # a batch-1 step runs on one thread (step_threads.py): one core's bandwidth bounds it
+        # against one core's bandwidth: a batch-1 step of the layers' torch ops runs on one
+        # thread (step_threads.py); a native one (q4) on all, so both bound it
         "decode_roofline_fraction_one_thread": roofline_fraction(
             per_token[fastest], decode[fastest][one], one_core),
         "decode_roofline_fraction_by_weights": {f: roofline[v] for f, v in formats.items()},
         "decode_step_breakdown_ms": {str(n): decode_step_breakdown(fast, n)
                                      for n in sorted({min(sessions), most})},
-        "decode_small_step_threads": small_step_threads_ab(fast, sorted({min(sessions), most}))})
+        # the rule binds the layers' forward only (a native one runs on all threads): its
+        # fastest format at batch 1
+        "decode_small_step_threads_weights": ruled.weights,
+        "decode_small_step_threads": small_step_threads_ab(ruled, sorted({min(sessions), most}))})
     return out
 
 
