@@ -9,9 +9,9 @@ def register(sub, groups) -> None:
     p = groups["bench"].add_parser(
         "compute", help="compute-side figures (CPU or GPU)",
         description="Engine figures of SmolLM2-135M (dense float32 and bfloat16, bf16, int8, "
-        "int4 and q4 weights) against the memory roofline and llama.cpp's (measured with --llama-bench, "
-        "else quoted), KV restore vs recompute and TTFT, in a few minutes. The scheduler's "
-        "queueing gain is `bidaw bench live`'s.")
+        "int4 and q4 weights) against the memory roofline and llama.cpp's (measured with "
+        "--llama-bench, else quoted), KV restore vs recompute and TTFT, in a few minutes. The "
+        "scheduler's queueing gain is `bidaw bench live`'s.")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--llama-bench", metavar="PATH", default=None,
                    help="a llama.cpp llama-bench binary: measure llama.cpp on the same GGUF and "

@@ -175,7 +175,8 @@ void attend(const float* q, const float* k, const float* v, int64_t len, int64_t
 
 // attend() for a head size D known at compile time (64, 128: most models), the same arithmetic
 // in the same order, so the same bits; q and the output stay in registers, where attend() takes
-// each key's output through memory (a store-to-load wait per key, ~2.5x slower at batch 16).
+// each key's output through memory (a store-to-load wait per key). Measured: a 16-row decode
+// step at 1,000 keys ~10% faster in all.
 template <int D>
 void attend_d(const float* q, const float* k, const float* v, int64_t len, int64_t stride,
               float* out, std::vector<float>& score) {
