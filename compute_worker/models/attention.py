@@ -119,6 +119,20 @@ class _Fused:
         return self._by_group[group]
 
 
+def new_token_ids(batch: list[tuple[torch.Tensor, KVCache]]) -> list[torch.Tensor]:
+    """Each sequence's new token ids, 1-D long; refuses an empty batch, a KVCache twice in it
+    (the layers' forward and the native one alike)."""
+    if not batch:
+        raise ValueError("empty batch")
+    if len({id(c) for _, c in batch}) != len(batch):
+        raise ValueError("each sequence needs a KVCache of its own: the same KVCache appears "
+                         "twice in one batch")
+    ids = [torch.as_tensor(t, dtype=torch.long).reshape(-1) for t, _ in batch]
+    if any(t.numel() == 0 for t in ids):
+        raise ValueError("a sequence in the batch has no new tokens")
+    return ids
+
+
 class Packed:
     """Token ids, absolute positions and attention bookkeeping for one batched forward.
     `block`: attend prefill chunks in aligned blocks of this many positions (0: whole chunks)."""
@@ -126,17 +140,10 @@ class Packed:
     def __init__(self, batch: list[tuple[torch.Tensor, KVCache]], device: torch.device,
                  block: int = 0) -> None:
         self.block = block
-        if not batch:
-            raise ValueError("empty batch")
-        if len({id(c) for _, c in batch}) != len(batch):
-            raise ValueError("the same KVCache appears twice in one batch")
         ids, pos, starts, self.seqs = [], [], [], []
         n, self.max_position = 0, 0
-        for tokens, cache in batch:
-            tokens = torch.as_tensor(tokens, dtype=torch.long).reshape(-1)
+        for tokens, (_, cache) in zip(new_token_ids(batch), batch):
             T, P = tokens.numel(), cache.length
-            if T == 0:
-                raise ValueError("a sequence in the batch has no new tokens")
             cache.reserve(T)  # grow once up front instead of inside the layer loop
             ids.append(tokens)
             pos.append(torch.arange(P, P + T))

@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from compute_worker.models.attention import Packed, packed_attention  # noqa: F401 (the layers')
+from compute_worker.models.attention import (  # noqa: F401 (Packed, packed_attention: the layers')
+    Packed, new_token_ids, packed_attention)
 from compute_worker.models.config import ModelConfig
 from compute_worker.models.kv_blocks import kv_block
 from compute_worker.models.kv_cache import KVCache
@@ -148,13 +149,9 @@ class CausalLM(nn.Module):
 
     def _native_forward(self, batch: list[tuple[torch.Tensor, KVCache]], want_hidden6: bool,
                         logits_last_only: bool | None, head_threads: int) -> list[ForwardOut]:
+        ids = new_token_ids(batch)
         caches = [cache for _, cache in batch]
-        if not batch or len({id(c) for c in caches}) != len(caches):
-            raise ValueError("a batch needs sequences, each with a KVCache of its own")
-        ids = [torch.as_tensor(t, dtype=torch.long).reshape(-1) for t, _ in batch]
         counts = [len(t) for t in ids]
-        if min(counts) == 0:
-            raise ValueError("a sequence in the batch has no new tokens")
         positions = torch.cat([torch.arange(c.length, c.length + n) for c, n in zip(caches, counts)])
         ids = torch.cat(ids)
         cos, signed_sin = self._rope(positions)

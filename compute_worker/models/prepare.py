@@ -22,12 +22,11 @@ HEAD_FORMAT = {"int8": "int8", "int4": "int8", "q4": "q8"}
 def resolve_weights(choice: str, device: torch.device | str,
                     cpu_capability: str | None = None) -> tuple[str, str]:
     """(format, why) for a `weights` choice on `device`. auto: the format that decodes fastest
-    at batch 1 (`bidaw bench compute`, side by side on a 2-core AMD EPYC with AVX2, a small step
-    on one thread as the engine runs it: README's compute table): q4 on a CPU with AVX2 or
-    AVX-512 where our kernels build (compute_worker/native), else int4 (torch's kernel); dense
-    elsewhere, as on CUDA the dense bfloat16 matmuls are the fast path (the int kernels are CPU
-    ones) and on other CPUs they are unmeasured. It does not weigh prefill, where dense float32
-    and bfloat16 are faster here: a worker that mostly recomputes long prompts can stay dense."""
+    at batch 1 (`bidaw bench compute`, side by side on a 2-core AMD EPYC with AVX2: README's
+    compute table): q4 on a CPU with AVX2 or AVX-512 where our kernels build
+    (compute_worker/native), else int4 (torch's kernel); dense elsewhere, as on CUDA the dense
+    bfloat16 matmuls are the fast path (the int kernels are CPU ones) and on other CPUs they are
+    unmeasured. q4 also prefills about as fast as dense float32 there; int4 does not."""
     device = torch.device(device)
     if choice not in CHOICES:
         raise ValueError(f"weights must be one of {', '.join(CHOICES)}, not {choice!r}")
