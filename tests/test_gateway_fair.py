@@ -110,7 +110,11 @@ def test_waiting_turns_are_served_in_arrival_order_with_even_waits(slow_gateway)
     # 8 waiting; measured so far: the 4 sequential warm-up turns, ~2.5 turns/s, so ~4 s
     # (a slow machine measures less); never the old constant 1
     assert 2 <= int(headers["Retry-After"]) <= 8, headers["Retry-After"]
-    assert fake.order == [f"turn{i}" for i in range(n)]  # first come, first served
+    # first come, first served: the gateway grants slots in arrival order, but two turns let
+    # through at once race to the scheduler, so a turn may pass at most SLOTS - 1 others
+    # (LIFO or random grants move turns by up to n - 1)
+    assert sorted(fake.order) == sorted(f"turn{i}" for i in range(n))
+    assert all(abs(fake.order.index(f"turn{i}") - i) < SLOTS for i in range(n)), fake.order
     assert all(results[f"turn{i}"][0] == 200 for i in range(n)), results
     waits = sorted(results[f"turn{i}"][1] for i in range(n))
     median = waits[len(waits) // 2]
