@@ -52,7 +52,9 @@ class CausalLM(nn.Module):
         dtype = dtype or torch.float32
         with torch.device("meta"):  # no init cost; loaders fill every tensor
             self._build(dtype)
-        self.to_empty(device=device or "cpu")
+        # to_empty's empty_like on meta tensors runs torch's Python reference: ~1 s a model
+        device = torch.device(device or "cpu")
+        self._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=device))
         # quant.py's quantized copy of the output projection (None: the dense output_weight())
         self.head: nn.Module | None = None
         self.weights = "dense"  # the format prepare.py put the weights in
