@@ -33,7 +33,9 @@ class FormatQuality:
     first_differences: list[int] = field(default_factory=list)  # answer token, the others
 
     def to_json(self) -> dict:
-        return asdict(self)
+        differs = self.first_differences
+        return {**asdict(self),
+                "median_first_difference": statistics.median(differs) if differs else None}
 
 
 @torch.inference_mode()
@@ -89,7 +91,3 @@ def compare(model, tokenizer, reference: list[Sample], dense_logprobs: list[torc
     report.top1_agreement = round(agree / report.positions, 4)
     report.mean_kl = round(kl / report.positions, 5)
     return report
-
-
-def median_first_difference(report: FormatQuality) -> float | None:
-    return statistics.median(report.first_differences) if report.first_differences else None

@@ -43,7 +43,7 @@ def run(args) -> int:
     formats = _formats(args)
     import torch
 
-    from bench.weights_quality import compare, generated_logits, median_first_difference, samples
+    from bench.weights_quality import compare, generated_logits, samples
     from compute_worker.loaders.registry import load_model
     from compute_worker.models.prepare import prepare_model
 
@@ -62,8 +62,7 @@ def run(args) -> int:
                 print(f"{fmt}: skipped ({exc})")
             continue
         report = compare(model, tokenizer, reference, logprobs, args.max_tokens)
-        result["formats"][fmt] = {**report.to_json(),
-                                  "median_first_difference": median_first_difference(report)}
+        result["formats"][fmt] = report.to_json()
         if not args.json:
             print(f"{fmt}: top-1 agrees at {100 * report.top1_agreement:.1f} % of "
                   f"{report.positions} positions, mean KL {report.mean_kl:.4f}; "
