@@ -22,6 +22,15 @@ log = logging.getLogger("bidaw.compute_worker")
 RAY_TEMP_PREFIX = "ray-bidaw-"
 _RAY_TEMP_RE = re.compile(rf"^{RAY_TEMP_PREFIX}(\d+)-")
 _ray_temp_dir: str | None = None
+# What the engine actor reads from its environment: tracing, gRPC keepalives, logs, the native
+# kernels' build folder. Ray starts the actor in its raylet's environment, which on a cluster
+# the worker joins is not the worker's: these are handed over explicitly.
+ACTOR_ENV_PREFIXES = ("OTEL_", "BIDAW_GRPC_", "BIDAW_LOG_", "BIDAW_NATIVE_")
+
+
+def actor_env(environ=os.environ) -> dict[str, str]:
+    """The variables of `environ` the engine actor must see as the worker does."""
+    return {k: v for k, v in environ.items() if k.startswith(ACTOR_ENV_PREFIXES)}
 
 
 def init_ray(config: WorkerConfig) -> None:
@@ -68,7 +77,8 @@ def start(config: WorkerConfig):
     init_ray(config)
     # Threaded actor: each running turn's generator waits in its own thread while the engine's
     # step loop batches them all.
-    actor = EngineActor.options(num_cpus=1, max_concurrency=config.max_batch + 4).remote(
+    actor = EngineActor.options(num_cpus=1, max_concurrency=config.max_batch + 4,
+                                runtime_env={"env_vars": actor_env()}).remote(
         EngineConfig.from_worker(config))
     ray.get(actor.info.remote())  # fail fast if the model does not load
     service = ComputeWorkerService(actor, config.worker_id)

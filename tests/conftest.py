@@ -11,14 +11,30 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("BIDAW_WORKER_DTYPE", "float32")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def shared_ray():
+    """The Ray every compute worker a test starts joins (tests/shared_ray.py), unless its
+    deployment asks for its own (`extra_env=OWN_RAY`)."""
+    from tests.shared_ray import ADDRESS_ENV, SharedRay
+
+    ray = SharedRay().wait_ready()
+    os.environ[ADDRESS_ENV] = ray.address
+    yield ray
+    os.environ.pop(ADDRESS_ENV, None)
+    ray.stop()
+
+
 @pytest.fixture(scope="session")
 def deployment(tmp_path_factory):
     """The embedded deployment (store, worker, scheduler, gateway processes) with a DRAM tier
     of 4 MiB: a SmolLM2 conversation past ~91 tokens (46 KB of KV per token) lives on SSD."""
     from services.launch.launcher import LocalDeployment
 
+    from tests.shared_ray import OWN_RAY
+
+    # Its worker has a Ray of its own: tests kill its actor and weigh its process tree.
     dep = LocalDeployment(data_dir=str(tmp_path_factory.mktemp("deployment")),
-                          dram_bytes="4MiB", default_max_tokens=32,
+                          dram_bytes="4MiB", default_max_tokens=32, extra_env=OWN_RAY,
                           supervise=False)  # a crash fails the tests instead of being healed
     with dep:
         yield dep

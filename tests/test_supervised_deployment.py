@@ -17,6 +17,7 @@ from services.client.chat_client import ChatClient, Conversation
 from services.runtime.grpc_util import wait_healthy
 from services.launch.launcher import LocalDeployment
 from services.launch.supervisor import RestartPolicy
+from tests.shared_ray import OWN_RAY
 
 QUESTION = ("Please describe, in a few sentences, what the weather is usually like in Paris in "
             "spring and in autumn, for a visitor who has never been there.")
@@ -29,7 +30,8 @@ def dep(tmp_path_factory):
                         default_max_tokens=16, on_restart=lines.append,
                         # a 3-s first delay keeps a killed service down long enough for
                         # /health (cached 1 s) to be seen saying so: a warm restart takes < 1 s
-                        restart_policy=RestartPolicy(first_delay_s=3.0, healthy_s=5.0))
+                        restart_policy=RestartPolicy(first_delay_s=3.0, healthy_s=5.0),
+                        extra_env=OWN_RAY)  # the worker's own Ray must die with it
     d.lines = lines
     with d:
         yield d

@@ -15,6 +15,7 @@ import pytest
 
 from bench.chaos.procs import descendants, find_descendant
 from services.launch.launcher import free_port
+from tests.shared_ray import OWN_RAY
 
 
 def _lines(proc) -> queue.Queue:
@@ -47,7 +48,7 @@ def test_up_restarts_a_killed_service_and_sigterm_stops_everything(tmp_path):
         [sys.executable, "-m", "services.cli.main", "up", "--data-dir", str(tmp_path), "--port",
          ports[0], "--store-port", ports[1], "--scheduler-port", ports[2], "--worker-port",
          ports[3], "--dram-bytes", "64MiB"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+        text=True, env={**os.environ, "RAY_AUTH_MODE": "disabled", **OWN_RAY})  # as a user runs it
     seen: list[str] = []
     try:
         q = _lines(up)

@@ -32,3 +32,18 @@ def test_building_a_model_does_not_import_torch_dynamo(arch):
         f"build_model(ModelConfig(arch={arch!r}, vocab_size=64, hidden_size=16, num_layers=1, "
         "num_heads=2, num_kv_heads=2, head_dim=8, intermediate_size=32, max_position=64))")
     assert "torch" in loaded and "torch._dynamo" not in loaded
+
+
+def test_the_actor_is_handed_the_environment_it_reads_and_nothing_else():
+    """On a Ray cluster the worker joins, the actor starts in the raylet's environment: tracing,
+    keepalives, logs and the native kernels' folder must come from the worker's.
+    (tests/test_tracing.py checks a whole trace through a worker that joined the suite's Ray.)"""
+    from compute_worker.main import actor_env
+
+    worker = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317",
+              "BIDAW_GRPC_KEEPALIVE_S": "1", "BIDAW_LOG_FORMAT": "text",
+              "BIDAW_NATIVE_DIR": "/tmp/n", "BIDAW_WORKER_RAY_ADDRESS": "127.0.0.1:6379",
+              "BIDAW_WORKER_CLUSTER_TOKEN_FILE": "/run/token", "HOME": "/root"}
+    assert actor_env(worker) == {k: worker[k] for k in (
+        "OTEL_EXPORTER_OTLP_ENDPOINT", "BIDAW_GRPC_KEEPALIVE_S", "BIDAW_LOG_FORMAT",
+        "BIDAW_NATIVE_DIR")}

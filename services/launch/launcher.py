@@ -204,24 +204,23 @@ class LocalDeployment:
         return self
 
     def _launch_all(self, timeout: float) -> None:
-        """A worker loads its model for most of a start, so the workers start with the store
-        and the scheduler once the store serves (its Awareness stream dials the store at once).
-        The gateway starts when the scheduler has heard from every worker (it asks them every
-        2 s): its /health is then true at once, and a turn sent then finds a worker."""
+        """A worker loads its model for most of a start, so the workers start with the store,
+        and the scheduler and the gateway once the store serves (the scheduler's Awareness
+        stream dials the store at once). The start ends when the scheduler has heard from every
+        worker (it asks them every 2 s) and the gateway's /health is true: a turn sent then
+        finds a worker."""
         of = lambda kind: [s for s in self.services.values() if s.kind == kind]  # noqa: E731
         for svc in (*of("store"), *of("worker")):
             svc.launch()
         for svc in of("store"):
             svc.wait_ready(timeout, self.tls)
-        for svc in of("scheduler"):
+        for svc in (*of("scheduler"), *of("gateway")):
             svc.launch()
-            svc.wait_ready(timeout, self.tls)
-        for svc in of("worker"):
+        for svc in (*of("scheduler"), *of("worker")):
             svc.wait_ready(timeout, self.tls)
         if of("scheduler"):
             self.wait_workers_seen(timeout)
         for svc in of("gateway"):
-            svc.launch()
             svc.wait_ready(timeout, self.tls)
 
     def wait_workers_seen(self, timeout: float = 60.0) -> None:
