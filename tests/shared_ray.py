@@ -29,10 +29,9 @@ class SharedRay:
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.temp_dir = tempfile.mkdtemp(prefix="ray-tests-", dir="/tmp")  # short socket paths
-        ray = pathlib.Path(sys.executable).with_name("ray")
         self.log = open(pathlib.Path(self.temp_dir) / "head.log", "wb")
         self.proc = subprocess.Popen(
-            [str(ray), "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
+            [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
              "--port", str(self.port), "--num-cpus", str(num_cpus),
              "--object-store-memory", str(object_store_bytes), "--include-dashboard", "false",
              "--disable-usage-stats", "--temp-dir", self.temp_dir],
