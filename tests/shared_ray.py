@@ -31,9 +31,10 @@ class SharedRay:
         self.temp_dir = tempfile.mkdtemp(prefix="ray-tests-", dir="/tmp")  # short socket paths
         self.log = open(pathlib.Path(self.temp_dir) / "head.log", "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", "--node-ip-address", "127.0.0.1",
-             "--port", str(self.port), "--num-cpus", str(num_cpus),
-             "--object-store-memory", str(object_store_bytes), "--include-dashboard", "false",
+            [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
+             "--node-ip-address", "127.0.0.1", "--port", str(self.port),
+             "--num-cpus", str(num_cpus), "--object-store-memory", str(object_store_bytes),
+             "--include-dashboard", "false",
              "--disable-usage-stats", "--temp-dir", self.temp_dir],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, "RAY_AUTH_MODE": "disabled"})
