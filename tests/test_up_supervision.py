@@ -6,6 +6,7 @@ import os
 import pathlib
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -83,3 +84,47 @@ def test_a_started_deployment_is_entered_without_a_second_start(tmp_path):
     assert dep.__enter__() is dep and list(dep.services) == ["store"]
     with pytest.raises(RuntimeError, match="already started"):
         dep.start()
+
+
+LAUNCHER = """
+import sys, time
+from tests.cluster import ServiceProcess
+store = ServiceProcess("store", sys.argv[1], "--data-dir", sys.argv[1] + "/kv",
+                       "--dram-bytes", "8MiB", "--ssd-bytes", "64MiB").wait()
+print(store.proc.pid, store.port, flush=True)
+time.sleep(600)
+"""
+
+
+def test_services_stop_when_their_launcher_is_killed(tmp_path):
+    """kill -9 of `bidaw up` (or of any launcher) used to leave its services running,
+    unsupervised, on their ports; the next `bidaw up` on those ports then met them there."""
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(tmp_path)],
+                                stdout=subprocess.PIPE, text=True,
+                                cwd=pathlib.Path(__file__).parent.parent)
+    try:
+        store_pid, port = map(int, launcher.stdout.readline().split())
+        assert _running(store_pid)
+        launcher.kill()
+        launcher.wait()
+        deadline = time.monotonic() + 30
+        while _running(store_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _running(store_pid), "the store outlived its launcher"
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+
+
+def test_up_on_ports_in_use_says_so_and_starts_nothing(tmp_path):
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        up = subprocess.run(
+            [sys.executable, "-m", "services.cli.main", "up", "--data-dir", str(tmp_path),
+             "--scheduler-port", str(port)], capture_output=True, text=True, timeout=60,
+            env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    assert up.returncode == 1
+    assert f"bidaw up: port {port} (scheduler) on 127.0.0.1 in use" in up.stderr, up.stderr
+    assert "Traceback" not in up.stderr and not (tmp_path / "logs").exists()

@@ -67,6 +67,10 @@ def run(args) -> int:
                           tls_dir=args.tls_dir, quiet=not args.verbose,
                           on_restart=lambda line: print(f"[supervisor] {line}", flush=True))
     print("starting KV store, compute worker, scheduler, gateway ...", flush=True)
+    try:
+        dep.start()
+    except RuntimeError as exc:  # a port in use, a service that did not become healthy
+        raise SystemExit(f"bidaw up: {exc}")
     with dep:
         print(f"OpenAI API {dep.gateway_url}   (OpenAI(base_url=..., api_key=...); "
               f"bidaw chat --target {dep.gateway_url})")

@@ -19,8 +19,8 @@ from compute_worker.config import WorkerConfig
 from kv_store.config import StoreConfig
 from scheduler.config import SchedulerConfig
 from services.gateway.config import GatewayConfig, model_flags
-from services.launch.service_process import (ServiceProcess, free_port, private_dir,
-                                             private_file, wait_http)
+from services.launch.service_process import (ServiceProcess, free_port, port_in_use,
+                                             private_dir, private_file, wait_http)
 from services.launch.supervisor import RestartPolicy, Supervisor
 from services.runtime.cluster_auth import (cluster_token as process_token, configure_token,
                                            ensure_token, write_token_file)
@@ -187,6 +187,12 @@ class LocalDeployment:
     def start(self, timeout: float = 180.0) -> "LocalDeployment":
         if self.services:  # a second copy of each service would crash-loop on its ports
             raise RuntimeError("this deployment is already started")
+        taken = [f"{port} ({name})" for name, _, port, _ in self._settings()
+                 if port_in_use(self.host, port)]
+        if taken:  # a gRPC server would start there anyway and share the port with the other
+            raise RuntimeError(f"{'ports' if len(taken) > 1 else 'port'} {', '.join(taken)} "
+                               f"on {self.host} in use: another deployment, or a service left "
+                               "running?")
         self._write_token()
         try:
             for name, kind, port, values in self._settings():

@@ -14,6 +14,7 @@ import urllib.request
 from dataclasses import dataclass, field
 
 from services.runtime.grpc_util import wait_healthy
+from services.runtime.process import LAUNCHER_ENV
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -30,6 +31,18 @@ def free_port(host: str = "127.0.0.1") -> int:
                 continue
             return port
     raise OSError("no free port in 20000-32000")
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Whether something listens on `port` (gRPC servers bind with SO_REUSEPORT, so a second
+    one on the same port would start and share it: the launcher checks first)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a closed one's TIME_WAITs
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
 
 
 def private_dir(path: pathlib.Path) -> pathlib.Path:
@@ -91,7 +104,8 @@ class ServiceProcess:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "services.cli.main", "serve", self.kind, *self.args],
                 stdout=out, stderr=subprocess.STDOUT if out else None,
-                env={**os.environ, "RAY_AUTH_MODE": "disabled", **self.env},
+                env={**os.environ, "RAY_AUTH_MODE": "disabled", **self.env,
+                     LAUNCHER_ENV: str(os.getpid())},  # it stops if this process dies
                 start_new_session=True)
         finally:
             if out is not None:
