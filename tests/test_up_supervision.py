@@ -49,7 +49,7 @@ def test_up_restarts_a_killed_service_and_sigterm_stops_everything(tmp_path):
         [sys.executable, "-m", "services.cli.main", "up", "--data-dir", str(tmp_path), "--port",
          ports[0], "--store-port", ports[1], "--scheduler-port", ports[2], "--worker-port",
          ports[3], "--dram-bytes", "64MiB"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, env={**os.environ, "RAY_AUTH_MODE": "disabled", **OWN_RAY})  # as a user runs it
+        text=True, env={**os.environ, "RAY_AUTH_MODE": "disabled", **OWN_RAY})  # as users run it
     seen: list[str] = []
     try:
         q = _lines(up)
@@ -91,7 +91,7 @@ import sys, time
 from tests.cluster import ServiceProcess
 store = ServiceProcess("store", sys.argv[1], "--data-dir", sys.argv[1] + "/kv",
                        "--dram-bytes", "8MiB", "--ssd-bytes", "64MiB").wait()
-print(store.proc.pid, store.port, flush=True)
+print(store.proc.pid, flush=True)
 time.sleep(600)
 """
 
@@ -102,8 +102,8 @@ def test_services_stop_when_their_launcher_is_killed(tmp_path):
     launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(tmp_path)],
                                 stdout=subprocess.PIPE, text=True,
                                 cwd=pathlib.Path(__file__).parent.parent)
+    store_pid = int(launcher.stdout.readline())
     try:
-        store_pid, port = map(int, launcher.stdout.readline().split())
         assert _running(store_pid)
         launcher.kill()
         launcher.wait()
@@ -112,8 +112,9 @@ def test_services_stop_when_their_launcher_is_killed(tmp_path):
             time.sleep(0.1)
         assert not _running(store_pid), "the store outlived its launcher"
     finally:
-        if launcher.poll() is None:
-            launcher.kill()
+        launcher.kill()
+        if _running(store_pid):  # failed: leave no store behind on its port
+            os.kill(store_pid, signal.SIGKILL)
 
 
 def test_up_on_ports_in_use_says_so_and_starts_nothing(tmp_path):

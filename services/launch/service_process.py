@@ -24,11 +24,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
     for _ in range(200):
         port = random.randrange(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
+        if not port_in_use(host, port):
             return port
     raise OSError("no free port in 20000-32000")
 
