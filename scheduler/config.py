@@ -50,5 +50,8 @@ class SchedulerConfig(SecurityConfig):
     conversation_ttl_s: float = field(default=3600.0, metadata={
         "help": "a recognised conversation idle this long is forgotten (its next turn starts "
                 "a new session)"})
+    state_dir: str = field(default="", metadata={
+        "help": "directory for the conversation index's journal, so that a restarted scheduler "
+                "still recognises conversations sent without a session id (empty: memory only)"})
     metrics_listen: str = field(default="", metadata={
         "help": "host:port for Prometheus /metrics (empty: off)"})

@@ -16,6 +16,7 @@ length-prefixed: no two different histories serialise to the same bytes.
 from __future__ import annotations
 
 import hashlib
+import sys
 from array import array
 from typing import Iterable, Sequence
 
@@ -69,7 +70,10 @@ def _text_bytes(units: str) -> bytes:
 
 
 def _ids_bytes(units: Sequence[int]) -> bytes:
-    return array("i", units).tobytes()  # native order: the index lives in one process
+    ids = array("i", units)
+    if sys.byteorder == "big":  # little-endian everywhere: the keys outlive the process (journal)
+        ids.byteswap()
+    return ids.tobytes()
 
 
 class ChunkedHistory:

@@ -13,6 +13,8 @@ prefix from the matched one (its parent).
 
 Bounded: at most `max_keys` prefix keys, least recently used idle sessions forgotten first;
 a session idle for `ttl_s` is forgotten; so is one the caller reports gone (no KV left).
+`record` returns what it linked (a `Recorded`), and `restore` links it again: the journal
+(conversation_journal.py) keeps the index across a restart with them.
 """
 from __future__ import annotations
 
@@ -40,6 +42,17 @@ class Match:
     recognised: str  # CONTENT, BRANCH or NEW
     session: str  # the session the turn runs in
     parent: str = ""  # BRANCH: the session whose KV holds the common prefix
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A recorded session, as `restore` links it again."""
+    session: str
+    path: tuple[bytes, ...]  # its prefix keys after k_0; the last is its head
+    boundary: bytes = b""  # a chunked history: its last chunk boundary's key
+    length: int = -1  # a chunked history's length in units (-1: messages)
+    parent: str = ""  # a branch: the session it shares path[:shared] with
+    shared: int = 0
 
 
 class ConversationIndex:
@@ -88,28 +101,38 @@ class ConversationIndex:
                     return self._start(BRANCH, new_session(), parent, now, depth)
             return self._start(NEW, new_session(), "", now)
 
-    def record(self, session: str, keys: list[bytes], now: float, length: int = -1) -> None:
+    def record(self, session: str, keys: list[bytes], now: float,
+               length: int = -1) -> Recorded:
         """A turn of `session` finished: `keys` are the prefix keys of its messages and answer
         (k_0 first); the last is its new head. A chunked history: its boundary keys, then its
-        head; `length`, its units."""
+        head; `length`, its units. Returns what was linked, for the journal."""
         with self._lock:
             entry = self._sessions.get(session)
             if entry is None:  # forgotten while its turn ran: it is known again
                 entry = self._sessions[session] = _Session()
-            self._unlink(session, entry)
-            entry.path = list(keys[1:])
-            entry.in_flight = False
-            entry.length = length
-            self._touch(session, now)
-            for key in entry.path:
-                self._keys[key] = session
-            if entry.path:
-                self._heads.setdefault(entry.path[-1], {})[session] = None
-            if length >= 0:
-                entry.boundary = keys[-2]
-                lengths = self._lengths.setdefault(entry.boundary, {})
-                lengths[length] = lengths.get(length, 0) + 1
-            self._bound(now)
+            boundary = keys[-2] if length >= 0 else b""
+            self._link(session, entry, keys[1:], boundary, length, now)
+            return Recorded(session, tuple(entry.path), entry.boundary, entry.length,
+                            entry.parent, entry.shared)
+
+    def restore(self, recorded: Recorded, touched: float) -> None:
+        """Link `recorded` again as last used at `touched` (a journal's replay, oldest first;
+        a session already known is replaced)."""
+        with self._lock:
+            entry = self._sessions.get(recorded.session)
+            if entry is None:
+                entry = self._sessions[recorded.session] = _Session()
+            self._unlink(recorded.session, entry)
+            entry.parent, entry.shared = recorded.parent, recorded.shared
+            self._link(recorded.session, entry, recorded.path, recorded.boundary,
+                       recorded.length, touched)
+
+    def recorded(self) -> list[tuple[Recorded, float]]:
+        """Every session with a recorded turn and when it was last used, least recently used
+        first (what a journal's snapshot holds)."""
+        with self._lock:
+            return [(Recorded(session, tuple(e.path), e.boundary, e.length, e.parent, e.shared),
+                     e.touched) for session, e in self._sessions.items() if e.path]
 
     def abandon(self, session: str) -> None:
         """Its turn failed: nothing is recorded; a session with no recorded turn is dropped."""
@@ -127,6 +150,23 @@ class ConversationIndex:
             self._forget(session)
 
     # -- under the lock ---------------------------------------------------------------------
+
+    def _link(self, session: str, entry: _Session, path, boundary: bytes, length: int,
+              now: float) -> None:
+        self._unlink(session, entry)
+        entry.path = list(path)
+        entry.in_flight = False
+        entry.length = length
+        self._touch(session, now)
+        for key in entry.path:
+            self._keys[key] = session
+        if entry.path:
+            self._heads.setdefault(entry.path[-1], {})[session] = None
+        if length >= 0:
+            entry.boundary = boundary
+            lengths = self._lengths.setdefault(boundary, {})
+            lengths[length] = lengths.get(length, 0) + 1
+        self._bound(now)
 
     def _continued(self, key: bytes, now: float, alive: Callable[[str], bool],
                    head: Callable[[int], bytes | None] | None) -> str:

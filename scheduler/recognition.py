@@ -4,8 +4,8 @@ The scheduler's side of the conversation index (conversations.py): a turn whose 
 empty is matched by the keys of its history (conversation_keys.py: its messages, its raw text
 prompt or its token ids); the first event of its answer says which session it ran in and how it
 was found; when it finishes, its history and the answer exactly as relayed to the client (text;
-for token ids, the generated ids) are recorded, so the client's next turn, which resends them
-with more appended, is recognised.
+for token ids, the generated ids) are recorded (and journaled, conversation_journal.py), so the
+client's next turn, which resends them with more appended, is recognised.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Callable, Iterator
 from services.runtime import metrics
 from services.runtime.gen import common_pb2
 
+from scheduler.conversation_journal import ConversationJournal
 from scheduler.conversation_keys import ChunkedHistory, MessageHistory
 from scheduler.conversations import NEW, ConversationIndex
 
@@ -32,10 +33,12 @@ class RecognisedTurn:
     def __init__(self, request: common_pb2.TurnRequest, recognised: str,
                  index: ConversationIndex | None = None,
                  history: MessageHistory | ChunkedHistory | None = None,
-                 record: bool = True, clock: Callable[[], float] = time.monotonic):
+                 record: bool = True, clock: Callable[[], float] = time.monotonic,
+                 journal: ConversationJournal | None = None):
         self.request = request
         self.recognised = recognised
         self._index = index
+        self._journal = journal
         self._history = history  # None: the index does not track this turn
         self._record = record and history is not None
         self._clock = clock
@@ -56,7 +59,10 @@ class RecognisedTurn:
                 ids.extend(event.token_ids)
                 if event.HasField("summary") and self._record:
                     keys, length = self._history.after("".join(text), ids)
-                    self._index.record(self.session_id, keys, self._clock(), length)
+                    now = self._clock()
+                    recorded = self._index.record(self.session_id, keys, now, length)
+                    if self._journal is not None:
+                        self._journal.append(recorded, self._index, now)
                     recorded = True
                 yield event
         finally:
@@ -66,12 +72,15 @@ class RecognisedTurn:
 
 class Recognition:
     def __init__(self, index: ConversationIndex | None, alive: Callable[[str], bool],
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 journal: ConversationJournal | None = None):
         """`index` None: recognition off (every unnamed turn is a new session).
-        `alive(session)`: False when the store is known to hold no KV for it."""
+        `alive(session)`: False when the store is known to hold no KV for it. `journal`: the
+        index kept on disk across restarts (loaded by the caller)."""
         self.index = index
         self.alive = alive
         self.clock = clock
+        self.journal = journal
 
     def resolve(self, request: common_pb2.TurnRequest) -> RecognisedTurn:
         if request.session_id and not request.parent_session_id:
@@ -92,7 +101,7 @@ class Recognition:
         # so there is no head to record (the session still counts as in use until it ends).
         plain = not (request.continue_final_message or request.no_generation_prompt)
         return self._count(RecognisedTurn(turn, match.recognised, self.index,
-                                          history, plain, self.clock))
+                                          history, plain, self.clock, self.journal))
 
     @staticmethod
     def _history(request: common_pb2.TurnRequest) -> MessageHistory | ChunkedHistory | None:

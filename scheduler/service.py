@@ -14,6 +14,7 @@ import grpc
 from services.runtime.gen import scheduler_pb2, scheduler_pb2_grpc
 
 from scheduler.config import SchedulerConfig
+from scheduler.conversation_journal import ConversationJournal
 from scheduler.conversations import ConversationIndex
 from scheduler.dispatcher import Dispatcher
 from scheduler.members import Members, Refused
@@ -39,9 +40,14 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self.stores = self.dispatcher.stores
         self.members = Members(config, pool, self.stores, on_worker_joined=self.dispatcher.wake)
         self.relay = Relay(config.scheduler_id, self.dispatcher)
+        index = (ConversationIndex(config.conversation_keys, config.conversation_ttl_s)
+                 if config.conversation_keys > 0 else None)
+        self.journal = None  # the index on disk, so a restart keeps it
+        if index is not None and config.state_dir:
+            self.journal = ConversationJournal(config.state_dir)
+            self.journal.load(index, time.monotonic())
         self.recognition = Recognition(  # turns without a session id: found by their history
-            ConversationIndex(config.conversation_keys, config.conversation_ttl_s)
-            if config.conversation_keys > 0 else None,
+            index, journal=self.journal,
             alive=lambda s: not self.stores.all_connected() or self.stores.location(s) is not None)
         self._session_locks = SessionLocks()  # entries live only while a turn needs one
 
@@ -53,6 +59,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     def stop(self) -> None:
         self.dispatcher.stop()
         self.stores.stop()
+        if self.journal is not None:
+            self.journal.close()
 
     def SubmitTurn(self, request, context):
         problem = turn_problem(request, self.config.max_tokens_limit)

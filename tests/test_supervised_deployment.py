@@ -1,6 +1,7 @@
 """`bidaw up`'s deployment heals itself: each of its four processes killed with -9 comes back by
-itself on its port, turns succeed again, the gateway's /health says degraded meanwhile, and a
-killed store's DRAM arena in /dev/shm is reclaimed while reuse of SSD KV returns."""
+itself on its port, turns succeed again, the gateway's /health says degraded meanwhile, a
+killed store's DRAM arena in /dev/shm is reclaimed while reuse of SSD KV returns, and a killed
+scheduler still recognises a conversation sent without a session id."""
 from __future__ import annotations
 
 import json
@@ -129,14 +130,32 @@ def test_killed_worker_comes_back_and_health_says_degraded_meanwhile(dep):
            "a turn after the worker restart")
 
 
-def test_killed_scheduler_comes_back_and_health_says_unreachable_meanwhile(dep):
+def _ask(dep, messages: list[dict]) -> tuple[dict, str]:
+    """A chat turn as third-party clients send it: no session id. (reply, session used)"""
+    body = json.dumps({"model": dep.model, "max_tokens": 8, "temperature": 0,
+                       "messages": messages}).encode()
+    request = urllib.request.Request(f"{dep.gateway_url}/chat/completions", body,
+                                     {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as reply:
+        return json.loads(reply.read()), reply.headers["x-bidaw-session"]
+
+
+def test_killed_scheduler_comes_back_knowing_its_conversations(dep):
+    messages = [{"role": "user", "content": QUESTION}]
+    first, session = _ask(dep, messages)
+    messages += [first["choices"][0]["message"], {"role": "user", "content": "And in winter?"}]
+    time.sleep(2.0)  # the turn's KV reaches the store (acknowledged writes may trail the answer)
     old = _kill9(dep, "scheduler")
     status, body = _until(lambda: (lambda s, b: (s, b) if s == 503 else None)(*_health(dep)),
                           30.0, "/health 503 while the scheduler is down", every=0.05)
     assert "scheduler is unreachable" in body["error"]["message"], body
     _came_back(dep, "scheduler", old)
-    _until(lambda: _chat(dep, "after-scheduler")["usage"]["completion_tokens"] >= 1, 120.0,
-           "a turn after the scheduler restart")
+    # the conversation index was journaled: the next turn, sent without a session id as
+    # before, continues the same session and reuses its stored KV (not a recompute)
+    second, again = _until(lambda: _ask(dep, messages), 120.0, "a turn after the restart")
+    assert again == session
+    cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached >= first["usage"]["prompt_tokens"], (cached, first["usage"])
 
 
 def test_killed_gateway_comes_back_on_its_port(dep):

@@ -34,7 +34,8 @@ CONFIGS = {"store": StoreConfig, "worker": WorkerConfig, "scheduler": SchedulerC
 
 @dataclass
 class LocalDeployment:
-    data_dir: str  # logs/, run/ (the cluster token), kv/ (the SSD tier) unless store_data_dir
+    data_dir: str  # logs/, run/ (the cluster token), kv/ (the SSD tier) unless store_data_dir,
+    # scheduler/ (the conversation index's journal)
     host: str = "127.0.0.1"
     store_port: int = 0  # 0: pick a free port
     scheduler_port: int = 0
@@ -160,7 +161,8 @@ class LocalDeployment:
         if self.dtype:
             worker["dtype"] = self.dtype
         scheduler = {"store": self.scheduler_store or self.store_target,
-                     "workers": self.worker_targets, "policy": self.policy}
+                     "workers": self.worker_targets, "policy": self.policy,
+                     "state_dir": str(pathlib.Path(self.data_dir) / "scheduler")}
         return [("store", "store", self.store_port, store),
                 *((n, "worker", p, worker) for n, p in zip(self.worker_names(),
                                                            self.worker_ports)),
