@@ -59,10 +59,9 @@ class RecognisedTurn:
                 ids.extend(event.token_ids)
                 if event.HasField("summary") and self._record:
                     keys, length = self._history.after("".join(text), ids)
-                    now = self._clock()
-                    recorded = self._index.record(self.session_id, keys, now, length)
+                    recorded = self._index.record(self.session_id, keys, self._clock(), length)
                     if self._journal is not None:
-                        self._journal.append(recorded, self._index, now)
+                        self._journal.append(recorded, self._index)
                     recorded = True
                 yield event
         finally:

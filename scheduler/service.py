@@ -45,7 +45,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self.journal = None  # the index on disk, so a restart keeps it
         if index is not None and config.state_dir:
             self.journal = ConversationJournal(config.state_dir)
-            self.journal.load(index, time.monotonic())
+            self.journal.load(index)
         self.recognition = Recognition(  # turns without a session id: found by their history
             index, journal=self.journal,
             alive=lambda s: not self.stores.all_connected() or self.stores.location(s) is not None)

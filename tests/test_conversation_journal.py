@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import time
 
 from scheduler.conversation_journal import FILE, ConversationJournal
 from scheduler.conversations import ConversationIndex
@@ -28,8 +29,8 @@ class Wall:
 def started(directory, wall, ttl_s=3600.0, **journal_args):
     """A scheduler's recognition as it starts: its index loaded from `directory`."""
     index = ConversationIndex(ttl_s=ttl_s)
-    journal = ConversationJournal(str(directory), wall=wall, **journal_args)
-    restored = journal.load(index, wall())
+    journal = ConversationJournal(str(directory), clock=wall, wall=wall, **journal_args)
+    restored = journal.load(index)
     return Recognition(index, alive=lambda s: True, clock=wall, journal=journal), restored
 
 
@@ -133,13 +134,15 @@ def test_the_file_is_compacted_to_the_live_index_and_stays_private(tmp_path):
         t = turn(rec, chat(*history), f"Answer {i}.")
         history += [f"Answer {i}.", f"Question {i}?"]
         wall.t += 1.0
+        while rec.journal.compacting:  # off the turn's path: let it finish before the next
+            time.sleep(0.005)
+    rec.journal.close()  # waits for a compaction under way
     path = tmp_path / FILE
     lines = path.read_bytes().splitlines()
     # without compaction 60 lines of up to 120 keys (~120 KB); compacted, a few recent ones
     assert len(lines) < 20 and path.stat().st_size < 3 * 4096 + 4096, len(lines)
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert not (tmp_path / "conversations.tmp").exists()
-    rec.journal.close()
     again, restored = started(tmp_path, wall, min_compact_bytes=4096)
     assert restored == 1
     assert again.resolve(chat(*history)).session_id == t.session_id
