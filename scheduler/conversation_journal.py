@@ -6,10 +6,10 @@ upgrade, a pod's container restart) every such conversation started a new sessio
 its whole history once, although the store still held its KV. The journal keeps it: one JSON line
 per recorded turn, appended and flushed (a killed process loses nothing it wrote; a machine crash
 may lose the last lines, which costs recognition, never correctness: the worker reuses KV only for
-the longest matching token prefix). At start the lines are replayed, oldest first, each at the age
-it had (wall clock), and those past the index's `ttl_s` are skipped. Once the file is `compact_ratio`
-times what the live index needs, a thread rewrites it from the index (a new file, then a rename;
-~3 s at the index's 1,000,000-key bound, so never on a turn's path).
+the longest matching token prefix). At start the lines are replayed, oldest first, each at the
+age it had (wall clock), and those past the index's `ttl_s` are skipped. Once the file is
+`compact_ratio` times what the live index needs, a thread rewrites it from the index (a new file,
+then a rename; ~3 s at the index's 1,000,000-key bound, so never on a turn's path).
 
 The lines hold session ids and hashes of what the conversations said, so the file is the
 service's only (mode 0600; a directory it makes is 0700).
@@ -47,6 +47,7 @@ class ConversationJournal:
         self._failing = False  # the last write failed (warned once)
         self._pending: list[bytes] | None = None  # lines appended while a compaction runs
         self._compaction: threading.Thread | None = None
+        self._closing = False
 
     def load(self, index: ConversationIndex) -> int:
         """Replay the file into `index` and open it for appending; returns the sessions
@@ -89,7 +90,7 @@ class ConversationJournal:
                 self._warn(exc)
                 return
             self._bytes += len(line)
-            if (self._compaction is None
+            if (self._compaction is None and not self._closing
                     and self._bytes > max(self.min_compact_bytes, self.compact_ratio * self._live)):
                 self._pending = []
                 self._compaction = threading.Thread(target=self._compact, args=(index,),
@@ -104,7 +105,9 @@ class ConversationJournal:
 
     def close(self) -> None:
         """Stop appending (a compaction under way finishes first)."""
-        compaction = self._compaction
+        with self._lock:
+            self._closing = True  # none starts from here on
+            compaction = self._compaction
         if compaction is not None:
             compaction.join()
         with self._lock:
