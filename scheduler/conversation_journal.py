@@ -97,12 +97,6 @@ class ConversationJournal:
                                                     name="conversation-journal", daemon=True)
                 self._compaction.start()
 
-    @property
-    def compacting(self) -> bool:
-        """A rewrite is under way."""
-        with self._lock:
-            return self._compaction is not None
-
     def close(self) -> None:
         """Stop appending (a compaction under way finishes first)."""
         with self._lock:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import stat
-import time
+import threading
 
 from scheduler.conversation_journal import FILE, ConversationJournal
 from scheduler.conversations import ConversationIndex
@@ -134,8 +134,9 @@ def test_the_file_is_compacted_to_the_live_index_and_stays_private(tmp_path):
         t = turn(rec, chat(*history), f"Answer {i}.")
         history += [f"Answer {i}.", f"Question {i}?"]
         wall.t += 1.0
-        while rec.journal.compacting:  # off the turn's path: let it finish before the next
-            time.sleep(0.005)
+        for thread in threading.enumerate():  # a rewrite runs off the turn's path: let it
+            if thread.name == "conversation-journal":  # finish before the next turn
+                thread.join()
     rec.journal.close()  # waits for a compaction under way
     path = tmp_path / FILE
     lines = path.read_bytes().splitlines()

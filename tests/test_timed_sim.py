@@ -173,3 +173,19 @@ def test_sweep_finds_more_sustainable_load_for_the_ideal(small_trace):
     res = sweep(small_trace, ["recompute", "ideal"], cost, target_s=3.0, metric="latency_mean",
                 bisect_steps=1, window=(0, 1800))
     assert res["ideal"]["users_per_min"] >= res["recompute"]["users_per_min"] > 0
+
+
+def test_sweep_with_plot_draws_each_systems_sustainable_load(tmp_path, small_trace, capsys):
+    from bench.traces.bidaw_format import write_bidaw
+    from services.cli.main import main
+
+    path = tmp_path / "trace.txt"
+    write_bidaw(small_trace, path)
+    assert main(["simulate", "--trace", str(path), "--format", "bidaw", "--systems",
+                 "recompute,ideal", "--window", "0:1800", "--sweep", "--latency-target", "3",
+                 "--sweep-metric", "latency_mean", "--plot", str(tmp_path / "plots"),
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    drawn = tmp_path / "plots" / "sustainable_load.png"
+    assert str(drawn) in out["plots"] and drawn.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert out["sweep"]["ideal"]["users_per_min"] >= out["sweep"]["recompute"]["users_per_min"]

@@ -78,9 +78,14 @@ def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float]
         result["sweep"] = sweep(turns, names, cost, args.latency_target, args.sweep_metric,
                                 start_scale=args.time_scale, **common)
     if args.plot:
-        from bench.sim.plots import plot_timed
+        from bench.sim.plots import plot_sustainable_load, plot_timed
 
         result["plots"] = plot_timed(logs, args.plot)
+        if args.sweep:
+            title = (f"{cost.name}, DRAM {cost.dram_bytes / 2**30:g} GiB, "
+                     f"{args.sweep_metric} <= {args.latency_target:g} s"
+                     f"{'' if end_oracle else ', no end oracle'}")
+            result["plots"].append(plot_sustainable_load(result["sweep"], args.plot, title))
     return result
 
 

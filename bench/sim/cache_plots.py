@@ -32,11 +32,13 @@ def plot_hit_rate_vs_dram(runs: list[dict[str, Any]], path: str) -> str:
     plt = _pyplot()
     caps = [r["dram_gib"] for r in runs]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    gbps = runs[0].get("ssd_gbps")  # with the disk's time a hit counts at the turn's arrival
+    where = f" at arrival (SSD {gbps:g} GB/s)" if gbps else ""
     for metric, ax in zip(("hit_rate", "byte_hit_rate"), axes):
         for name in runs[0]["policies"]:
             ax.plot(caps, [100 * r["policies"][name][metric] for r in runs], marker="o", label=name)
         ax.set_xlabel("DRAM capacity (GiB)")
-        ax.set_title(metric.replace("_", " "))
+        ax.set_title(metric.replace("_", " ") + where)
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel("%")
     axes[0].legend()

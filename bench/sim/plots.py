@@ -1,4 +1,5 @@
-"""PNG plots of a timed run: latency CDFs per system, and queueing time per system."""
+"""PNG plots of a timed run: latency CDFs per system, queueing time per system, and (with a
+sweep) each system's sustainable load."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -57,3 +58,32 @@ def plot_timed(logs: dict[str, TurnLog], out_dir: str) -> list[str]:
     fig.savefig(paths[-1], dpi=120)
     plt.close(fig)
     return paths
+
+
+def plot_sustainable_load(sweep: dict[str, dict], out_dir: str, title: str = "") -> str:
+    """New users/min each system sustains (`bench/sim/sweep.py`), one bar each; a bar that hit
+    the sweep's upper limit is marked "≥"."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(sweep)
+    load = [sweep[n]["users_per_min"] for n in names]
+    fig, ax = plt.subplots(figsize=(max(5, 1.3 * len(names)), 4))
+    bars = ax.bar(np.arange(len(names)), load)
+    for bar, name in zip(bars, names):
+        mark = "≥ " if sweep[name].get("capped") else ""
+        ax.annotate(f"{mark}{sweep[name]['users_per_min']:.1f}",
+                    (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(np.arange(len(names)), names, rotation=20, ha="right")
+    ax.set_ylabel("sustainable load (new users/min)")
+    ax.set_title(title or "sustainable load")
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    path = str(Path(out_dir) / "sustainable_load.png")
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
