@@ -27,7 +27,10 @@ def start(config: SchedulerConfig) -> tuple[Server, SchedulerService]:
 
 
 def serve(config: SchedulerConfig) -> None:
-    server, service = start(config)
+    try:
+        server, service = start(config)
+    except ValueError as exc:  # a flag that cannot work (--state-dir): one line
+        raise SystemExit(f"bidaw serve scheduler: {exc}") from None
     wait_for_signal()
     server.stop()
     service.stop()

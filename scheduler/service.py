@@ -45,7 +45,11 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         self.journal = None  # the index on disk, so a restart keeps it
         if index is not None and config.state_dir:
             self.journal = ConversationJournal(config.state_dir)
-            self.journal.load(index)
+            try:
+                self.journal.load(index)
+            except OSError as exc:  # not a directory, not writable: say which flag
+                raise ValueError(f"--state-dir {config.state_dir}: "
+                                 f"{exc.strerror or exc}") from None
         self.recognition = Recognition(  # turns without a session id: found by their history
             index, journal=self.journal,
             alive=lambda s: not self.stores.all_connected() or self.stores.location(s) is not None)

@@ -8,11 +8,14 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import subprocess
+import sys
 import threading
 
 from scheduler.conversation_journal import FILE, ConversationJournal
 from scheduler.conversations import ConversationIndex
 from scheduler.recognition import Recognition
+from services.runtime.cluster_auth import write_token_file
 from services.runtime.gen import common_pb2
 
 PROMPT = "".join(f"Line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(12))
@@ -167,3 +170,17 @@ def test_a_full_disk_costs_the_journal_not_the_turn(tmp_path, caplog):
     assert second.session_id == first.session_id  # served and recognised in memory
     warnings = [r for r in caplog.records if "conversation journal" in r.getMessage()]
     assert len(warnings) == 1 and "No space left" in warnings[0].getMessage()
+
+
+def test_a_state_dir_that_cannot_be_one_is_refused_by_name(tmp_path):
+    not_a_dir = tmp_path / "state"
+    not_a_dir.write_text("a file")
+    token = str(tmp_path / "token")
+    write_token_file(token)
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli.main", "serve", "scheduler", "--listen",
+         "127.0.0.1:0", "--state-dir", str(not_a_dir), "--cluster-token-file", token],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done
+    assert f"bidaw serve scheduler: --state-dir {not_a_dir}: File exists" in done.stderr
+    assert "Traceback" not in done.stderr and not_a_dir.read_text() == "a file"
