@@ -182,5 +182,6 @@ def test_a_state_dir_that_cannot_be_one_is_refused_by_name(tmp_path):
          "127.0.0.1:0", "--state-dir", str(not_a_dir), "--cluster-token-file", token],
         capture_output=True, text=True, timeout=120)
     assert done.returncode == 1, done
-    assert f"bidaw serve scheduler: --state-dir {not_a_dir}: File exists" in done.stderr
+    assert (f"bidaw serve scheduler: --state-dir {not_a_dir}: exists and is not a directory"
+            in done.stderr), done.stderr
     assert "Traceback" not in done.stderr and not_a_dir.read_text() == "a file"

@@ -129,3 +129,13 @@ def test_up_on_ports_in_use_says_so_and_starts_nothing(tmp_path):
     assert up.returncode == 1
     assert f"bidaw up: port {port} (scheduler) on 127.0.0.1 in use" in up.stderr, up.stderr
     assert "Traceback" not in up.stderr and not (tmp_path / "logs").exists()
+
+
+def test_up_on_a_data_dir_that_cannot_be_one_says_so(tmp_path):
+    (tmp_path / "data").write_text("a file")
+    up = subprocess.run(
+        [sys.executable, "-m", "services.cli.main", "up", "--data-dir", str(tmp_path / "data")],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    assert up.returncode == 1
+    assert up.stderr.strip() == \
+        f"bidaw up: --data-dir {tmp_path / 'data'}: exists and is not a directory", up.stderr

@@ -66,6 +66,7 @@ def _serve(name: str, config) -> None:
 
 def run(args) -> int:
     from services.runtime.cluster_auth import configure_token
+    from services.runtime.config_checks import check_config_paths
     from services.runtime.grpc_util import keepalive_s
     from services.runtime.malloc import tune as tune_malloc
     from services.runtime.membership_auth import require_token
@@ -77,6 +78,7 @@ def run(args) -> int:
     stop_with_launcher()
     try:
         config = service_config(args)
+        check_config_paths(config)
     except ValueError as exc:
         raise SystemExit(f"bidaw serve {args.service}: {exc}")
     try:  # before any server or channel exists; the gateway only dials (no cert needed)

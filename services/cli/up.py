@@ -56,8 +56,12 @@ def register(sub, groups) -> None:
 
 def run(args) -> int:
     from services.launch.launcher import LocalDeployment
+    from services.runtime.config_checks import dir_problem
     from services.runtime.process import wait_for_signal
 
+    problem = dir_problem(args.data_dir)
+    if problem:
+        raise SystemExit(f"bidaw up: --data-dir {args.data_dir}: {problem}")
     given = {name: getattr(args, name) for _, _, name in SERVICE_OPTIONS
              if getattr(args, name) is not None}
     dep = LocalDeployment(data_dir=args.data_dir, host=args.host, store_port=args.store_port,

@@ -1,0 +1,77 @@
+"""Flags naming a directory, a file or a listen address are checked before a service starts:
+real files and directories, every service's real config class."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from compute_worker.config import WorkerConfig
+from kv_store.config import StoreConfig
+from scheduler.config import SchedulerConfig
+from services.gateway.config import GatewayConfig
+from services.runtime.cluster_auth import write_token_file
+from services.runtime.config_checks import check_config_paths
+
+
+@pytest.fixture
+def paths(tmp_path):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dir").mkdir()
+    return tmp_path
+
+
+def refused(config) -> str:
+    with pytest.raises(ValueError) as err:
+        check_config_paths(config)
+    return str(err.value)
+
+
+def test_directories_must_be_or_become_writable_directories(paths):
+    check_config_paths(StoreConfig(data_dir=str(paths / "dir")))
+    check_config_paths(StoreConfig(data_dir=str(paths / "new" / "deeper")))  # can be made
+    check_config_paths(SchedulerConfig(state_dir=""))  # off
+    assert refused(StoreConfig(data_dir=str(paths / "file"))) == \
+        f"--data-dir {paths / 'file'}: exists and is not a directory"
+    assert refused(SchedulerConfig(state_dir=str(paths / "file" / "x"))) == \
+        f"--state-dir {paths / 'file' / 'x'}: cannot be made: {paths / 'file'} is not a directory"
+
+
+def test_files_must_be_readable_files(paths):
+    check_config_paths(GatewayConfig(api_keys_file=str(paths / "file")))
+    assert refused(GatewayConfig(api_keys_file=str(paths / "missing"))) == \
+        f"--api-keys-file {paths / 'missing'}: no such file"
+    assert refused(WorkerConfig(cluster_token_file=str(paths / "dir"))) == \
+        f"--cluster-token-file {paths / 'dir'}: not a file"
+
+
+@pytest.mark.parametrize("value, problem", [
+    ("127.0.0.1:99999", "not HOST:PORT with a port in 0-65535"),
+    ("127.0.0.1", "not HOST:PORT with a port in 0-65535"),
+    ("127.0.0.1:-1", "not HOST:PORT with a port in 0-65535"),
+    ("nohost.invalid:50052", "the host 'nohost.invalid' does not resolve"),
+    ("999.1.1.1:9100", "the host '999.1.1.1' does not resolve"),
+])
+def test_listen_addresses_must_be_host_port_that_resolve(value, problem):
+    assert refused(SchedulerConfig(listen=value)) == f"--listen {value}: {problem}"
+    assert refused(StoreConfig(metrics_listen=value)) == f"--metrics-listen {value}: {problem}"
+
+
+@pytest.mark.parametrize("value", ["0.0.0.0:50052", "127.0.0.1:0", "[::]:50052", ":8000",
+                                   "localhost:9100"])
+def test_usual_listen_addresses_pass(value):
+    check_config_paths(GatewayConfig(listen=value, metrics_listen=value))
+
+
+def test_serve_says_which_flag_in_one_line(tmp_path):
+    (tmp_path / "kv").write_text("not a directory")
+    token = str(tmp_path / "token")
+    write_token_file(token)
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli.main", "serve", "store", "--listen", "127.0.0.1:0",
+         "--data-dir", str(tmp_path / "kv"), "--cluster-token-file", token],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done
+    assert done.stderr.strip() == \
+        f"bidaw serve store: --data-dir {tmp_path / 'kv'}: exists and is not a directory"
