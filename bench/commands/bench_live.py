@@ -93,7 +93,7 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     try:
         plan = make_plan(load_turns(args.trace, args.format, args.seed), plan_config(args))
-    except (ValueError, OSError) as exc:
+    except ValueError as exc:  # a file that cannot be read: the command's handler names it
         print(f"bidaw: {exc}", file=sys.stderr)
         return 2
     per_token = args.bytes_per_token or SMOLLM2_KV_BYTES_PER_TOKEN // (

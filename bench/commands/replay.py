@@ -47,7 +47,7 @@ def _run(args: argparse.Namespace) -> int:
     configure_client(args, "replay")
     try:
         plan = make_plan(load_turns(args.trace, args.format, args.seed), plan_config(args))
-    except (ValueError, OSError) as exc:
+    except ValueError as exc:  # a file that cannot be read: the command's handler names it
         print(f"bidaw: {exc}", file=sys.stderr)
         return 2
     print(describe(plan), file=sys.stderr, flush=True)

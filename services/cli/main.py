@@ -74,6 +74,33 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except OSError as exc:
+        problem = _path_problem(args, exc, sys.argv[1:] if argv is None else argv)
+        if problem is None:
+            raise
+        raise SystemExit(f"bidaw {_command(args)}: {problem}") from None
+
+
+def _command(args: argparse.Namespace) -> str:
+    """`simulate`, `trace stats`, `bench live`: the words that chose the handler."""
+    return " ".join(filter(None, (args.command, getattr(args, f"{args.command}_command", None))))
+
+
+def _path_problem(args: argparse.Namespace, exc: OSError, argv: list[str]) -> str | None:
+    """One line for a file that could not be read or written (the flag that gave it named, when
+    one of the command's flags is that path or holds it), or for an error raised with a message
+    only; None for anything else (a bug keeps its traceback)."""
+    if exc.filename is None:
+        return str(exc) if exc.errno is None and exc.args else None
+    path = str(exc.filename)
+    reason = exc.strerror or str(exc)
+    for name, value in vars(args).items():
+        flag = "--" + name.replace("_", "-")
+        given = any(a == flag or a.startswith(flag + "=") for a in argv)
+        if given and isinstance(value, str) and value and (
+                path == value or path.startswith(value.rstrip("/") + "/")):
+            return f"{flag} {value}: {reason}" + (f" ({path})" if path != value else "")
+    return f"{path}: {reason}"
 
 
 if __name__ == "__main__":

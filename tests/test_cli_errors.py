@@ -1,0 +1,50 @@
+"""A file a command cannot read or write is one line naming the flag that gave it, exit 1;
+real missing files and directories, the real `bidaw` entry point."""
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+
+from services.cli.main import _path_problem, build_parser, main
+
+SAMPLE = str(Path(__file__).parent / "data" / "bidaw_sample.txt")  # a copy in the repo
+
+
+def refusal(argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as err:
+        main(argv)
+    assert isinstance(err.value.code, str), err.value.code  # a message: exit status 1
+    return err.value.code
+
+
+def test_a_missing_or_wrong_file_names_its_flag(tmp_path):
+    missing = tmp_path / "missing.txt"
+    assert refusal(["simulate", "--trace", str(missing), "--format", "bidaw"]) == \
+        f"bidaw simulate: --trace {missing}: No such file or directory"
+    assert refusal(["simulate", f"--trace={tmp_path}", "--format", "bidaw"]) == \
+        f"bidaw simulate: --trace {tmp_path}: Is a directory"
+    assert refusal(["bench", "live", "--trace", str(missing)]) == \
+        f"bidaw bench live: --trace {missing}: No such file or directory"
+
+
+def test_an_output_under_a_file_names_its_flag(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert refusal(["trace", "synth", "--out", str(blocker / "t.txt")]) == \
+        f"bidaw trace synth: --out {blocker / 't.txt'}: Not a directory"
+    assert blocker.read_text() == "x"
+
+
+def test_a_positional_path_and_a_message_only_error(tmp_path):
+    missing = tmp_path / "missing.txt"
+    assert refusal(["trace", "stats", str(missing)]) == \
+        f"bidaw trace stats: {missing}: No such file or directory"
+    assert refusal(["simulate", "--trace", SAMPLE, "--format", "bidaw", "--profile",
+                    "nosuch"]).startswith("bidaw simulate: no profile 'nosuch'; known: ")
+
+
+def test_other_os_errors_keep_their_traceback():
+    args = build_parser().parse_args(["simulate", "--trace", SAMPLE])
+    assert _path_problem(args, ConnectionRefusedError(errno.ECONNREFUSED, "refused"), []) is None
