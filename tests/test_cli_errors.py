@@ -48,3 +48,26 @@ def test_a_positional_path_and_a_message_only_error(tmp_path):
 def test_other_os_errors_keep_their_traceback():
     args = build_parser().parse_args(["simulate", "--trace", SAMPLE])
     assert _path_problem(args, ConnectionRefusedError(errno.ECONNREFUSED, "refused"), []) is None
+
+
+@pytest.mark.parametrize("flags, error", [
+    (["--dram-gib", "-5"], "argument --dram-gib: must be > 0, got -5"),
+    (["--dram-gib", "10,abc"], "argument --dram-gib: not a number: 'abc'"),
+    (["--sample-users", "2"], "argument --sample-users: must be in (0, 1], got 2"),
+    (["--kv-bytes-per-token", "0"], "argument --kv-bytes-per-token: must be a positive integer"),
+    (["--watermark-gib", "1e400"], "argument --watermark-gib: not a finite number: '1e400'"),
+    (["--time-scale", "-1"], "argument --time-scale: must be > 0, got -1"),
+    (["--ssd-gbps", "1,nan"], "argument --ssd-gbps: not a finite number: 'nan'"),
+])
+def test_simulate_refuses_nonsense_numbers_by_flag(flags, error, capsys):
+    with pytest.raises(SystemExit) as err:
+        main(["simulate", "--cache-only", "--trace", SAMPLE, "--format", "bidaw", *flags])
+    assert err.value.code == 2 and error in capsys.readouterr().err
+
+
+def test_simulate_refuses_a_policy_arg_the_policy_does_not_take_before_any_run():
+    assert refusal(["simulate", "--cache-only", "--trace", SAMPLE, "--policy-arg",
+                    "bidaw.nosuch=1"]).startswith("bidaw simulate: --policy-arg bidaw.nosuch=1: ")
+    assert refusal(["simulate", "--cache-only", "--trace", SAMPLE, "--dram-gib", "10,20",
+                    "--watermark-gib", "15"]) == \
+        "bidaw simulate: --watermark-gib 15 must be below --dram-gib (smallest 10)"

@@ -6,6 +6,7 @@ import json
 from typing import Any, Iterable
 
 from bench.commands import simulate_cache, simulate_timed
+from bench.commands.arg_types import share
 from bench.traces.turn import Turn
 from bench.traces.window import parse_window
 
@@ -18,7 +19,7 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     p.add_argument("--format", default="auto", help="trace format: auto, bidaw, mooncake, sharegpt")
     p.add_argument("--window", help="START:END seconds: count hits/latencies only for turns in "
                    "[START, END) (either side may be empty; earlier turns warm the caches)")
-    p.add_argument("--sample-users", type=float,
+    p.add_argument("--sample-users", type=share,
                    help="keep users whose rank in ascending id order has rank %% 10 < round(10*F)")
     p.add_argument("--no-end-oracle", action="store_true",
                    help="keep a finished session's KV until evicted (no knowledge of conversation "
@@ -37,8 +38,9 @@ def _run(args: argparse.Namespace) -> int:
     try:
         window = parse_window(args.window)
         policy_kwargs = parse_policy_args(args.policy_arg)
+        check_policy_args(policy_kwargs)
     except ValueError as exc:
-        raise SystemExit(str(exc)) from None
+        raise SystemExit(f"bidaw simulate: {exc}") from None
     turns = load_turns(args.trace, args.format)
     mode = simulate_cache if args.cache_only else simulate_timed
     result = mode.run(args, turns, window, policy_kwargs)
@@ -54,6 +56,18 @@ def load_turns(trace: str | None, fmt: str = "auto") -> list[Turn]:
     from bench.traces import load_trace, synthesize
 
     return load_trace(trace, fmt or "auto") if trace else synthesize()
+
+
+def check_policy_args(policy_kwargs: dict[str, dict[str, Any]]) -> None:
+    """ValueError naming the --policy-arg a policy does not take (or refuses), before any run."""
+    from kv_store.eviction.registry import make_policy
+
+    for name, kwargs in policy_kwargs.items():
+        try:
+            make_policy(name, **kwargs)
+        except (TypeError, ValueError) as exc:
+            given = " ".join(f"{name}.{k}={v}" for k, v in kwargs.items())
+            raise ValueError(f"--policy-arg {given}: {exc}") from None
 
 
 def parse_policy_args(items: Iterable[str]) -> dict[str, dict[str, Any]]:

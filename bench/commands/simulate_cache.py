@@ -6,6 +6,7 @@ import sys
 import time
 from typing import Any
 
+from bench.commands.arg_types import non_negative, non_negative_int, positive_int, positive_list
 from bench.sim.cache import GIB, prepare_accesses, replay
 from bench.sim.cache_bandwidth import replay_bandwidth
 from bench.traces.turn import Turn
@@ -17,12 +18,12 @@ CACHE_ONLY_POLICIES = "fifo,lru,queue-aware,bidaw,bidaw-size,belady"
 def add_arguments(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--cache-only", action="store_true", help="accesses in trace order, no timing")
     g.add_argument("--policies", default=CACHE_ONLY_POLICIES, help="comma-separated eviction policies")
-    g.add_argument("--dram-gib", default="200", help="DRAM capacity in GiB; a comma list sweeps it")
-    g.add_argument("--kv-bytes-per-token", type=int, default=819200, help="OPT-13B: 800 KiB")
-    g.add_argument("--max-kv-tokens", type=int, default=2048, help="KV size cap in tokens")
-    g.add_argument("--watermark-gib", type=float, default=2.0,
+    g.add_argument("--dram-gib", type=positive_list, default="200", help="DRAM capacity in GiB; a comma list sweeps it")
+    g.add_argument("--kv-bytes-per-token", type=positive_int, default=819200, help="OPT-13B: 800 KiB")
+    g.add_argument("--max-kv-tokens", type=positive_int, default=2048, help="KV size cap in tokens")
+    g.add_argument("--watermark-gib", type=non_negative, default=2.0,
                    help="after each access evict until this much DRAM is free")
-    g.add_argument("--lookahead", type=int, default=30,
+    g.add_argument("--lookahead", type=non_negative_int, default=30,
                    help="queued requests a policy may see (queue-aware never evicts them)")
     g.add_argument("--partial-users", choices=("auto", "drop", "keep"), default="auto",
                    help="users first seen mid-conversation: drop (the paper's scripts), keep (with "
@@ -30,7 +31,7 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
     g.add_argument("--kv-after-turn", action="store_true",
                    help="a turn's KV counts its own tokens, as the store holds it once saved (the "
                    "paper's scripts count previous rounds only, so a one-turn session holds nothing)")
-    g.add_argument("--ssd-gbps",
+    g.add_argument("--ssd-gbps", type=positive_list,
                    help="model SSD reads at this many GB/s (10^9 B/s; a comma list sweeps it), at "
                    "the trace's pace divided by --time-scale: a hit counts only if the KV is in "
                    "DRAM when the turn arrives; enables policy bidaw-prefetch")
@@ -39,11 +40,7 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
 def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float] | None,
         policy_kwargs: dict[str, dict]) -> dict:
     names = [n.strip() for n in args.policies.split(",") if n.strip()]
-    ssd_text = getattr(args, "ssd_gbps", None)
-    try:
-        ssds = [float(x) for x in ssd_text.split(",") if x.strip()] if ssd_text else []
-    except ValueError:
-        raise SystemExit(f"--ssd-gbps wants GB/s values, comma-separated; got {ssd_text!r}") from None
+    ssds = getattr(args, "ssd_gbps", None) or []
     ssd = ssds[0] if ssds else None
     known = POLICY_NAMES + (tuple(sorted(NEEDS_SSD_TIME)) if ssd is not None else ())
     unknown = [n for n in names if n not in known]
@@ -52,9 +49,10 @@ def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float]
                 if NEEDS_SSD_TIME & set(unknown) else "")
         raise SystemExit(f"unknown policies {unknown}; known: {', '.join(known)}{hint}")
     scale = getattr(args, "time_scale", 1.0)
-    if ssds and (min(ssds) <= 0 or scale <= 0):
-        raise SystemExit(f"--ssd-gbps and --time-scale must be > 0 (got {ssd_text}, {scale})")
-    capacities = [float(x) for x in str(args.dram_gib).split(",") if x.strip()]
+    capacities = args.dram_gib
+    if args.watermark_gib >= min(capacities):
+        raise SystemExit(f"bidaw simulate: --watermark-gib {args.watermark_gib:g} must be below "
+                         f"--dram-gib (smallest {min(capacities):g})")
     log = prepare_accesses(turns, args.kv_bytes_per_token, args.max_kv_tokens, args.sample_users,
                            args.partial_users, args.kv_after_turn)
     end_oracle = not args.no_end_oracle

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any, Iterable
 
+from bench.commands.arg_types import non_negative, positive
 from bench.sim.cost_profile import load_profile, profile_names
 from bench.sim.metrics import TurnLog
 from bench.sim.sweep import sweep
@@ -23,18 +24,18 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
                    "bidaw-restore, bidaw-restore-stall (load or recompute per turn), bidaw-prefetch, "
                    "ideal, ideal-kv; bidaw ablations by suffix -no-io, -no-answer, -no-tensor6, "
                    "-prefix-only, -no-piggyback")
-    g.add_argument("--time-scale", type=float, default=1.0,
+    g.add_argument("--time-scale", type=positive, default=1.0,
                    help="replay X times faster: first arrivals and think times divided by X")
     g.add_argument("--arrivals", choices=(CLOSED, OPEN), default=CLOSED,
                    help="closed: next turn = previous answer + the trace's gap; open: at its trace "
                    "time, never before the previous answer")
     g.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a profile field, e.g. --set host.dram_gib=120 (repeatable)")
-    g.add_argument("--tail", type=float, default=600.0,
+    g.add_argument("--tail", type=non_negative, default=600.0,
                    help="seconds of trace after the window replayed as background load")
     g.add_argument("--sweep", action="store_true",
                    help="find each system's sustainable load (users/min) at --latency-target")
-    g.add_argument("--latency-target", type=float, default=5.0, help="seconds (for --sweep)")
+    g.add_argument("--latency-target", type=positive, default=5.0, help="seconds (for --sweep)")
     g.add_argument("--sweep-metric", default="latency_p90",
                    help="metric held under the target (for --sweep)")
 

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from bench.commands.arg_types import fraction, unit_fraction
+
 
 def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     p = sub.add_parser("trace", help="statistics of a trace; synthetic trace generation")
@@ -31,39 +33,18 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     tr.add_argument("file", help="trace file")
     tr.add_argument("--format", default="auto", help="auto, bidaw, mooncake or sharegpt")
     tr.add_argument("--out", required=True, help="output file, the paper's format ('-' for stdout)")
-    tr.add_argument("--add-one-shot", type=_fraction, metavar="F",
+    tr.add_argument("--add-one-shot", type=fraction, metavar="F",
                     help="add single-turn sessions that never return until they are a fraction F "
                     "of all turns (0 <= F < 1); sizes from the trace's first turns")
     tr.add_argument("--shuffle-answers", action="store_true",
                     help="permute answer lengths across all turns: the answer/think-time signal "
                     "destroyed, arrivals and query lengths kept")
-    tr.add_argument("--machine-paced", type=_unit_fraction, metavar="F",
+    tr.add_argument("--machine-paced", type=unit_fraction, metavar="F",
                     help="a fraction F of users (0 <= F <= 1) send each next turn 1 s after the "
                     "previous one, whatever the answer")
     tr.add_argument("--seed", type=int, default=0)
     tr.add_argument("--json", action="store_true", help="print the trace's statistics as JSON")
     tr.set_defaults(func=_transform)
-
-
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-
-
-def _fraction(text: str) -> float:
-    value = _number(text)
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
-    return value
-
-
-def _unit_fraction(text: str) -> float:
-    value = _number(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
-    return value
 
 
 def _print_stats(stats: dict, as_json: bool) -> None:
