@@ -71,3 +71,19 @@ def test_simulate_refuses_a_policy_arg_the_policy_does_not_take_before_any_run()
     assert refusal(["simulate", "--cache-only", "--trace", SAMPLE, "--dram-gib", "10,20",
                     "--watermark-gib", "15"]) == \
         "bidaw simulate: --watermark-gib 15 must be below --dram-gib (smallest 10)"
+
+
+@pytest.mark.parametrize("argv, error", [
+    (["load", "--sessions", "0"], "argument --sessions: must be a positive integer, got 0"),
+    (["load", "--duration", "-5"], "argument --duration: must be > 0, got -5"),
+    (["up", "--port", "70000"], "argument --port: must be a port in 0-65535, got 70000"),
+    (["chat", "--temperature", "-1", "-m", "hi"], "argument --temperature: must be >= 0, got -1"),
+    (["bench", "policies", "--sessions", "-1"], "argument --sessions: must be a positive integer"),
+    (["bench", "live", "--repeat", "0"], "argument --repeat: must be a positive integer, got 0"),
+    (["trace", "synth", "--users", "0", "--out", "x"], "argument --users: must be a positive"),
+    (["chaos", "--fuzz-inputs", "-1"], "argument --fuzz-inputs: must be >= 0, got -1"),
+])
+def test_every_command_refuses_nonsense_counts_by_flag(argv, error, capsys):
+    with pytest.raises(SystemExit) as err:
+        main(argv)
+    assert err.value.code == 2 and error in capsys.readouterr().err

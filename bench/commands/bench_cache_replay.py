@@ -5,6 +5,7 @@ import argparse
 import json
 
 from bench.commands.bench_live import SMOLLM2_KV_BYTES_PER_TOKEN
+from services.runtime.arg_types import positive, positive_int
 
 POLICIES = ("fifo", "lru", "queue-aware", "bidaw", "bidaw-size")
 
@@ -20,9 +21,9 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     p.add_argument("--records", required=True, metavar="FILE.jsonl", help="per-turn records")
     p.add_argument("--dram-bytes", required=True,
                    help="the DRAM tier the live run had (e.g. 249MiB; `bench live` prints it)")
-    p.add_argument("--time-scale", type=float, default=1.0,
+    p.add_argument("--time-scale", type=positive, default=1.0,
                    help="the run's time scale (the store's --policy-time-scale)")
-    p.add_argument("--bytes-per-token", type=int, default=SMOLLM2_KV_BYTES_PER_TOKEN,
+    p.add_argument("--bytes-per-token", type=positive_int, default=SMOLLM2_KV_BYTES_PER_TOKEN,
                    help="stored KV bytes per token of the run's model")
     p.add_argument("--policies", default=",".join(POLICIES), help="comma list")
     p.add_argument("--json", action="store_true", help="print one JSON object")

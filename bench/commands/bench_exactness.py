@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import sys
 
+from services.runtime.arg_types import positive_int
+
 FORMATS = ("kv", "tensor6")
 
 
@@ -17,10 +19,10 @@ def register(sub, groups) -> None:
     p.add_argument("--dtype", default="float32", help="float32 or bfloat16")
     p.add_argument("--weights", default="dense", help="dense, bf16, int8, int4 or q4 (the linears' "
                    "format: bidaw serve worker --weights)")
-    p.add_argument("--conversations", type=int, default=100, help="conversations to run")
-    p.add_argument("--turns", type=int, default=3, help="turns per conversation")
+    p.add_argument("--conversations", type=positive_int, default=100, help="conversations to run")
+    p.add_argument("--turns", type=positive_int, default=3, help="turns per conversation")
     p.add_argument("--seed", type=int, default=0, help="picks the conversations")
-    p.add_argument("--max-tokens", type=int, default=24, help="answer length per turn")
+    p.add_argument("--max-tokens", type=positive_int, default=24, help="answer length per turn")
     p.add_argument("--kv-format", default="kv", help="kv or tensor6 (what the store holds)")
     p.add_argument("--ssd", action="store_true", help="a store with no DRAM tier: KV from SSD")
     p.add_argument("--model", default="smollm2-135m", help="a model spec (bidaw serve worker "

@@ -17,6 +17,8 @@ import statistics
 import sys
 import time
 
+from services.runtime.arg_types import positive_int
+
 PROMPT = "Write one short sentence about the sea."
 
 
@@ -26,12 +28,12 @@ def register(sub, groups) -> None:
         description=__doc__.split("\n\n")[1])
     p.add_argument("--backend", choices=["live", "echo"], default="live",
                    help="live: the embedded deployment with the real model; echo: no model")
-    p.add_argument("--turns", type=int, default=20, help="turns timed per path")
-    p.add_argument("--max-tokens", type=int, default=8, help="answer length (ignore_eos)")
+    p.add_argument("--turns", type=positive_int, default=20, help="turns timed per path")
+    p.add_argument("--max-tokens", type=positive_int, default=8, help="answer length (ignore_eos)")
     p.add_argument("--stream", action="store_true", help="time SSE streams instead of JSON")
     p.add_argument("--tracing", action="store_true",
                    help="tracing on vs off throughput ratio instead of the overhead")
-    p.add_argument("--concurrency", type=int, default=4, help="clients for --tracing")
+    p.add_argument("--concurrency", type=positive_int, default=4, help="clients for --tracing")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
 

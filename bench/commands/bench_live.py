@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from services.runtime.arg_types import non_negative, non_negative_int, positive, positive_int
+
 # Defaults sized for the 2-core CPU box with SmolLM2-135M (see docs/replay.md); on a GPU raise
 # --users / --max-rounds / --time-scale and pass --model and --bytes-per-token.
 DEFAULTS = dict(users=12, time_scale=0.02, max_rounds=5, max_context=2048)
@@ -31,33 +33,33 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"),
                    help="the workers' dtype (the README's figures: float32; bfloat16 halves "
                    "SmolLM2's KV bytes and the default --bytes-per-token with them)")
-    p.add_argument("--bytes-per-token", type=int, default=0,
+    p.add_argument("--bytes-per-token", type=non_negative_int, default=0,
                    help="the model's stored KV bytes per token, sizing the tiers (default: "
                    f"SmolLM2's, {SMOLLM2_KV_BYTES_PER_TOKEN} in float32)")
-    p.add_argument("--ws-ratio", type=float, default=3.91, help="working set / DRAM")
+    p.add_argument("--ws-ratio", type=positive, default=3.91, help="working set / DRAM")
     p.add_argument("--dram-bytes", default="", help="DRAM tier of the limited systems "
                    "(default: working set / --ws-ratio)")
-    p.add_argument("--min-dram-sessions", type=float, default=1.5,
+    p.add_argument("--min-dram-sessions", type=positive, default=1.5,
                    help="DRAM at least this many p90-sized session KVs (few users: else DRAM "
                    "could not hold one session and no policy would matter)")
-    p.add_argument("--turn-s-per-token", type=float, default=0.15,
+    p.add_argument("--turn-s-per-token", type=positive, default=0.15,
                    help="seconds a turn takes per answer token on this machine, to estimate how "
                    "long sessions stay open (the working set); ~0.15 on the 2-core CPU")
-    p.add_argument("--ssd-read-gbps-cap", type=float, default=None,
+    p.add_argument("--ssd-read-gbps-cap", type=non_negative, default=None,
                    help="SSD read cap in GB/s (default: from --load-s; 0: no cap)")
-    p.add_argument("--load-s", type=float, default=1.0,
+    p.add_argument("--load-s", type=positive, default=1.0,
                    help="seconds a median reuse load should take under the cap")
-    p.add_argument("--max-loads", type=int, default=2, help="SSD->DRAM loads at once")
-    p.add_argument("--max-batch", type=int, default=0,
+    p.add_argument("--max-loads", type=positive_int, default=2, help="SSD->DRAM loads at once")
+    p.add_argument("--max-batch", type=non_negative_int, default=0,
                    help="worker's batch cap (0: its default, 16); a smaller one makes a busy "
                    "machine queue turns at the scheduler, as a full GPU does")
-    p.add_argument("--min-step-ms", type=float, default=0.0,
+    p.add_argument("--min-step-ms", type=non_negative, default=0.0,
                    help="worker's step floor: every batch step takes at least this long, as a "
                    "GPU step does however few sequences it holds (0: off)")
-    p.add_argument("--repeat", type=int, default=1,
+    p.add_argument("--repeat", type=positive_int, default=1,
                    help="run every system this many times, in alternating order (A B C, C B A, "
                    "...); the report gives means, each run, and the spread")
-    p.add_argument("--deadline", type=float, default=150.0,
+    p.add_argument("--deadline", type=non_negative, default=150.0,
                    help="per system: send no turn after this many seconds (0: none)")
     p.add_argument("--data-dir", default="", help="where deployments keep files (default: tmp)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
@@ -88,9 +90,6 @@ def _run(args: argparse.Namespace) -> int:
     from services.runtime.config import parse_size
 
     names = _systems(args.systems)
-    if args.repeat < 1:
-        print("bidaw: --repeat must be at least 1", file=sys.stderr)
-        return 2
     try:
         plan = make_plan(load_turns(args.trace, args.format, args.seed), plan_config(args))
     except ValueError as exc:  # a file that cannot be read: the command's handler names it

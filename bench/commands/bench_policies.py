@@ -5,6 +5,8 @@ import argparse
 import json
 import sys
 
+from services.runtime.arg_types import positive_int
+
 POLICIES = ("fifo", "lru", "queue-aware", "bidaw", "bidaw-size", "belady")
 
 
@@ -14,9 +16,12 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
         description="Median scheduling decision (disk-HRRN pick + promote + dispatch + enqueue) at "
         "--queued requests, median eviction decision (victim + remove + admit) at --sessions "
         "sessions, and cache-only replay speed. Paper: 0.62 ms and 0.35 ms per decision.")
-    p.add_argument("--queued", type=int, default=10_000, help="requests in the scheduler's queues")
-    p.add_argument("--sessions", type=int, default=100_000, help="sessions in the eviction policy")
-    p.add_argument("--decisions", type=int, default=2_000, help="decisions timed per figure")
+    p.add_argument("--queued", type=positive_int, default=10_000,
+                   help="requests in the scheduler's queues")
+    p.add_argument("--sessions", type=positive_int, default=100_000,
+                   help="sessions in the eviction policy")
+    p.add_argument("--decisions", type=positive_int, default=2_000,
+                   help="decisions timed per figure")
     p.add_argument("--evict-policy", default="bidaw", help="policy timed for evict_decision_ms_p50")
     p.add_argument("--trace", help="trace for the cache-only speed (default: a synthetic one)")
     p.add_argument("--format", default="auto", help="trace format")

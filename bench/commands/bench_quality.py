@@ -4,6 +4,8 @@ from __future__ import annotations
 import copy
 import json
 
+from services.runtime.arg_types import positive_int
+
 DEFAULT_FORMATS = "bf16,int8,int4,q4"
 
 
@@ -16,9 +18,9 @@ def register(sub, groups) -> None:
         "equal dense's. A format that cannot run here is reported with the reason.")
     p.add_argument("--weights", default=DEFAULT_FORMATS, help="comma-separated formats to "
                    "compare with dense (bf16, int8, int4, q4)")
-    p.add_argument("--conversations", type=int, default=20, help="prompts to run")
+    p.add_argument("--conversations", type=positive_int, default=20, help="prompts to run")
     p.add_argument("--seed", type=int, default=0, help="picks the prompts")
-    p.add_argument("--max-tokens", type=int, default=48, help="answer length")
+    p.add_argument("--max-tokens", type=positive_int, default=48, help="answer length")
     p.add_argument("--model", default="smollm2-135m", help="a model spec (bidaw serve worker "
                    "--model)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -19,6 +19,8 @@ import sys
 import time
 from collections import Counter
 
+from services.runtime.arg_types import positive_int
+
 QUESTIONS = ["Name a country in Europe.", "What is its capital?", "Name a famous dish from it.",
              "How is that dish made?", "What drink goes with it?", "Thank you."]
 
@@ -27,11 +29,11 @@ def register(sub, groups) -> None:
     p = groups["bench"].add_parser(
         "sessions", help="KV reused with vs without session ids; recognition cost per turn",
         description=__doc__.split("\n\n")[1])
-    p.add_argument("--conversations", type=int, default=4, help="conversations per mode")
-    p.add_argument("--turns", type=int, default=4, help=f"turns per conversation (at most "
+    p.add_argument("--conversations", type=positive_int, default=4, help="conversations per mode")
+    p.add_argument("--turns", type=positive_int, default=4, help=f"turns per conversation (at most "
                    f"{len(QUESTIONS)})")
-    p.add_argument("--max-tokens", type=int, default=12, help="answer length cap (greedy)")
-    p.add_argument("--index-size", type=int, default=100_000,
+    p.add_argument("--max-tokens", type=positive_int, default=12, help="answer length cap (greedy)")
+    p.add_argument("--index-size", type=positive_int, default=100_000,
                    help="conversations stored in the index while its overhead is timed")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)

@@ -25,6 +25,8 @@ import sys
 import tempfile
 import time
 
+from services.runtime.arg_types import positive_int
+
 MIB = 1 << 20
 
 
@@ -35,10 +37,12 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     p.add_argument("--dir", default=None, help="directory on the disk to measure (default: "
                    "a temporary directory)")
     p.add_argument("--sizes-mb", default="64,256,512", help="session sizes for the SSD figure")
-    p.add_argument("--io-mb", type=int, default=8, help="bytes per read, raw and tier")
-    p.add_argument("--shm-mb", type=int, default=128, help="session size for the DRAM figures")
-    p.add_argument("--reps", type=int, default=5, help="repetitions of each measurement")
-    p.add_argument("--sessions", type=int, default=100_000, help="sessions for the eviction time")
+    p.add_argument("--io-mb", type=positive_int, default=8, help="bytes per read, raw and tier")
+    p.add_argument("--shm-mb", type=positive_int, default=128,
+                   help="session size for the DRAM figures")
+    p.add_argument("--reps", type=positive_int, default=5, help="repetitions of each measurement")
+    p.add_argument("--sessions", type=positive_int, default=100_000,
+                   help="sessions for the eviction time")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_run)
 

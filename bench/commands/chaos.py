@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from services.runtime.arg_types import non_negative_int, positive_int
+
 
 def register(sub, groups) -> None:
     from bench.chaos.faults import ORDER
@@ -16,19 +18,19 @@ def register(sub, groups) -> None:
                        "and HTTP endpoints of a live deployment.")
     p.add_argument("--faults", default=",".join(ORDER),
                    help=f"comma-separated faults (default: all: {','.join(ORDER)})")
-    p.add_argument("--turns", type=int, default=24, help="turns replayed per fault")
-    p.add_argument("--fuzz-examples", type=int, default=200,
+    p.add_argument("--turns", type=positive_int, default=24, help="turns replayed per fault")
+    p.add_argument("--fuzz-examples", type=non_negative_int, default=200,
                    help="hypothesis examples per fuzzed method (0: no fuzzing)")
     p.add_argument("--fuzz-only", action="store_true",
                    help="no faults and no hypothesis fuzzing: the fast fuzzer only (raw HTTP "
                    "requests by class: surrogates, depth, integers, header bytes, junk; and "
                    "boundary-valued messages to every gRPC method), its figures as JSON")
-    p.add_argument("--fuzz-inputs", type=int, default=100_000,
+    p.add_argument("--fuzz-inputs", type=non_negative_int, default=100_000,
                    help="with --fuzz-only: HTTP inputs, spread evenly over the classes")
-    p.add_argument("--fuzz-grpc", type=int, default=300,
+    p.add_argument("--fuzz-grpc", type=non_negative_int, default=300,
                    help="with --fuzz-only: inputs per gRPC method (a tenth of it, at least 5, "
                    "for RunTurn and SubmitTurn, which may run the model)")
-    p.add_argument("--fuzz-concurrency", type=int, default=32,
+    p.add_argument("--fuzz-concurrency", type=positive_int, default=32,
                    help="with --fuzz-only: HTTP requests in flight")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--details", action="store_true",

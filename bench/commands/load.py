@@ -7,6 +7,8 @@ import dataclasses
 import json
 import sys
 
+from services.runtime.arg_types import non_negative, positive, positive_int
+
 
 def register(sub, groups) -> None:
     p = sub.add_parser(
@@ -18,19 +20,19 @@ def register(sub, groups) -> None:
         "a new conversation every --turns-per-session turns. 429/503 with Retry-After count as "
         "shedding and the turn is retried; anything else is an error. RSS is flat when the end "
         "is at most 1.10 x the value after --warmup plus 32 MB (bench/load/verdict.py).")
-    p.add_argument("--sessions", type=int, default=200, help="concurrent chat sessions")
-    p.add_argument("--duration", type=float, default=600.0, help="seconds of sending turns")
-    p.add_argument("--warmup", type=float, default=120.0,
+    p.add_argument("--sessions", type=positive_int, default=200, help="concurrent chat sessions")
+    p.add_argument("--duration", type=positive, default=600.0, help="seconds of sending turns")
+    p.add_argument("--warmup", type=non_negative, default=120.0,
                    help="seconds at the start excluded from the RSS flatness check")
-    p.add_argument("--max-tokens", type=int, default=16, help="tokens of every answer")
+    p.add_argument("--max-tokens", type=positive_int, default=16, help="tokens of every answer")
     p.add_argument("--think-s", default="1:5",
                    help="think time between a session's turns, uniform in LO:HI seconds")
-    p.add_argument("--turns-per-session", type=int, default=8,
+    p.add_argument("--turns-per-session", type=positive_int, default=8,
                    help="turns of one conversation before the session starts a new one")
     p.add_argument("--seed", type=int, default=0, help="seeds messages and think times")
-    p.add_argument("--turn-timeout", type=float, default=300.0,
+    p.add_argument("--turn-timeout", type=positive, default=300.0,
                    help="seconds after which a turn counts as failed")
-    p.add_argument("--interval", type=float, default=5.0, help="seconds between samples")
+    p.add_argument("--interval", type=positive, default=5.0, help="seconds between samples")
     p.add_argument("--target", default="",
                    help="an existing gateway's base URL (http://HOST:PORT/v1) instead of "
                    "starting a deployment")
@@ -39,14 +41,14 @@ def register(sub, groups) -> None:
     p.add_argument("--cluster-token-file", default="",
                    help="with --scheduler: the deployment's cluster token file (`bidaw up` "
                    "prints its path), sent on the sampling calls")
-    p.add_argument("--queue-bound", type=int, default=None,
+    p.add_argument("--queue-bound", type=positive_int, default=None,
                    help="with --target: the scheduler's --max-queue, to judge the queues")
     p.add_argument("--pid", action="append", default=[], metavar="NAME=PID",
                    help="with --target: a service process to sample (its children too); repeat")
     p.add_argument("--api-key", default="", help="Bearer key for the gateway")
-    p.add_argument("--max-in-flight", type=int, default=48,
+    p.add_argument("--max-in-flight", type=positive_int, default=48,
                    help="own deployment: the gateway's --max-in-flight")
-    p.add_argument("--max-queue", type=int, default=32,
+    p.add_argument("--max-queue", type=positive_int, default=32,
                    help="own deployment: the scheduler's --max-queue")
     p.add_argument("--dram-bytes", default="64MiB", help="own deployment: DRAM tier")
     p.add_argument("--ssd-bytes", default="2GiB", help="own deployment: SSD tier")

@@ -6,6 +6,8 @@ import json
 import sys
 import time
 
+from services.runtime.arg_types import non_negative
+
 
 def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     from bench.replay.args import add_plan_args
@@ -21,7 +23,7 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
                    "session's KV is when its turn is sent (needed for a true DRAM hit rate)")
     p.add_argument("--session-prefix", default=None,
                    help="prefix of session ids (default: unique per run)")
-    p.add_argument("--deadline", type=float, default=0.0,
+    p.add_argument("--deadline", type=non_negative, default=0.0,
                    help="send no turn after this many seconds (0: none)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="DIR", help="write PNG figures here")

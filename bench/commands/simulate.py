@@ -6,9 +6,9 @@ import json
 from typing import Any, Iterable
 
 from bench.commands import simulate_cache, simulate_timed
-from bench.commands.arg_types import share
 from bench.traces.turn import Turn
 from bench.traces.window import parse_window
+from services.runtime.arg_types import share
 
 
 def register(sub: argparse._SubParsersAction, groups: dict) -> None:

@@ -6,11 +6,11 @@ import sys
 import time
 from typing import Any
 
-from bench.commands.arg_types import non_negative, non_negative_int, positive_int, positive_list
 from bench.sim.cache import GIB, prepare_accesses, replay
 from bench.sim.cache_bandwidth import replay_bandwidth
 from bench.traces.turn import Turn
 from kv_store.eviction.registry import NEEDS_SSD_TIME, POLICY_NAMES, make_policy
+from services.runtime.arg_types import non_negative, non_negative_int, positive_int, positive_list
 
 CACHE_ONLY_POLICIES = "fifo,lru,queue-aware,bidaw,bidaw-size,belady"
 

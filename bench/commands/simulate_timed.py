@@ -6,7 +6,6 @@ import argparse
 import sys
 from typing import Any, Iterable
 
-from bench.commands.arg_types import non_negative, positive
 from bench.sim.cost_profile import load_profile, profile_names
 from bench.sim.metrics import TurnLog
 from bench.sim.sweep import sweep
@@ -14,6 +13,7 @@ from bench.sim.systems import DEFAULT_SYSTEMS
 from bench.sim.timed import DEFAULT_PROFILE, simulate
 from bench.sim.workload import CLOSED, OPEN, build_workload
 from bench.traces.turn import Turn
+from services.runtime.arg_types import non_negative, positive
 
 
 def add_arguments(g: argparse._ArgumentGroup) -> None:

@@ -6,7 +6,8 @@ import argparse
 import json
 import sys
 
-from bench.commands.arg_types import fraction, unit_fraction
+from services.runtime.arg_types import fraction, positive, positive_int, unit_fraction
+
 
 
 def register(sub: argparse._SubParsersAction, groups: dict) -> None:
@@ -21,9 +22,10 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
 
     sy = tsub.add_parser("synth", help="write a seeded synthetic trace (the paper's format)")
     sy.add_argument("--out", required=True, help="output file ('-' for stdout)")
-    sy.add_argument("--users", type=int, default=4486, help="sessions (default: part 1's 4486)")
-    sy.add_argument("--users-per-min", type=float, default=14.1, help="new sessions a minute")
-    sy.add_argument("--rounds-mean", type=float, default=23.0, help="mean turns per session")
+    sy.add_argument("--users", type=positive_int, default=4486,
+                    help="sessions (default: part 1's 4486)")
+    sy.add_argument("--users-per-min", type=positive, default=14.1, help="new sessions a minute")
+    sy.add_argument("--rounds-mean", type=positive, default=23.0, help="mean turns per session")
     sy.add_argument("--seed", type=int, default=0)
     sy.add_argument("--json", action="store_true", help="print the trace's statistics as JSON")
     sy.set_defaults(func=_synth)

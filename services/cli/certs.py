@@ -12,6 +12,8 @@ import os
 import pathlib
 import sys
 
+from services.runtime.arg_types import positive_int
+
 
 def register(sub, groups) -> None:
     p = sub.add_parser("certs", help="write a development CA and a certificate for TLS/mTLS",
@@ -19,7 +21,7 @@ def register(sub, groups) -> None:
     p.add_argument("--out", required=True, help="directory to write ca.crt, tls.crt, tls.key")
     p.add_argument("--hosts", default="", help="extra names and addresses the certificate is "
                    "valid for, comma separated (localhost, 127.0.0.1 and ::1 always are)")
-    p.add_argument("--days", type=int, default=365, help="validity (default: 365)")
+    p.add_argument("--days", type=positive_int, default=365, help="validity (default: 365)")
     p.add_argument("--force", action="store_true", help="overwrite existing files")
     p.set_defaults(func=run)
 

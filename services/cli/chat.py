@@ -7,6 +7,8 @@ import os
 import sys
 import uuid
 
+from services.runtime.arg_types import non_negative, positive_int
+
 
 def register(sub, groups) -> None:
     from services.client.chat_client import TARGET_HELP
@@ -22,8 +24,8 @@ def register(sub, groups) -> None:
     p.add_argument("--system", default=None, help="system prompt")
     p.add_argument("--message", "-m", action="append", default=[],
                    help="a user message; repeat for several turns (default: read stdin lines)")
-    p.add_argument("--max-tokens", type=int, default=256, help="answer length limit")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
+    p.add_argument("--max-tokens", type=positive_int, default=256, help="answer length limit")
+    p.add_argument("--temperature", type=non_negative, default=0.0, help="0 is greedy")
     p.add_argument("--json", action="store_true", help="one JSON object per turn")
     from services.runtime.tls import add_client_args
 

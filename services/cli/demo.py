@@ -2,6 +2,8 @@
 three-turn conversation, print each answer with the tier its KV came from, then stop."""
 from __future__ import annotations
 
+from services.runtime.arg_types import positive_int
+
 SCRIPT = [
     "What is the capital of France? Answer in one sentence.",
     "And what is a famous museum there?",
@@ -14,7 +16,7 @@ def register(sub, groups) -> None:
     p.add_argument("--data-dir", default="", help="where the SSD tier goes (default: temp dir)")
     p.add_argument("--dram-bytes", default="3MiB",
                    help="DRAM tier, small so that the third turn's KV comes from SSD")
-    p.add_argument("--max-tokens", type=int, default=48, help="answer length limit")
+    p.add_argument("--max-tokens", type=positive_int, default=48, help="answer length limit")
     p.add_argument("--model", default="smollm2-135m", help="model to serve")
     p.set_defaults(func=run)
 

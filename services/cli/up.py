@@ -5,6 +5,7 @@ from compute_worker.config import WorkerConfig
 from kv_store.config import StoreConfig
 from scheduler.config import SchedulerConfig
 from services.gateway.config import GatewayConfig
+from services.runtime.arg_types import port
 from services.runtime.config import field_default, field_help
 
 # (flag, config type, field): settings of one service that `bidaw up` passes on when given
@@ -32,14 +33,16 @@ def register(sub, groups) -> None:
                        "and served on loopback only).")
     p.add_argument("--data-dir", default="./data", help="SSD tier and logs")
     p.add_argument("--host", default=_listen(GatewayConfig)[0], help="address to serve on")
-    p.add_argument("--port", type=int, default=_listen(GatewayConfig)[1],
+    p.add_argument("--port", type=port, default=_listen(GatewayConfig)[1],
                    help="OpenAI-compatible HTTP port: http://HOST:PORT/v1")
-    p.add_argument("--scheduler-port", type=int, default=_listen(SchedulerConfig)[1],
+    p.add_argument("--scheduler-port", type=port, default=_listen(SchedulerConfig)[1],
                    help="scheduler gRPC port")
-    p.add_argument("--store-port", type=int, default=_listen(StoreConfig)[1], help="KV store gRPC port")
-    p.add_argument("--worker-port", type=int, default=_listen(WorkerConfig)[1],
+    p.add_argument("--store-port", type=port, default=_listen(StoreConfig)[1],
+                   help="KV store gRPC port")
+    p.add_argument("--worker-port", type=port, default=_listen(WorkerConfig)[1],
                    help="compute worker gRPC port")
-    p.add_argument("--metrics-port-base", type=int, default=0, metavar="N", help="/metrics of the KV store, "
+    p.add_argument("--metrics-port-base", type=port, default=0, metavar="N",
+                   help="/metrics of the KV store, "
                    "worker and scheduler on ports N, N+1, N+2 (the gateway's is on --port; "
                    "default 0: free ports, printed at start)")
     # Given only when set: the services' own defaults (their config types) apply otherwise.

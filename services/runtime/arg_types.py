@@ -82,3 +82,11 @@ def share(text: str) -> float:
     if not 0.0 < value <= 1.0:
         raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
     return value
+
+
+def port(text: str) -> int:
+    """A TCP port, 0-65535 (0: any free one, or off where the flag says so)."""
+    value = integer(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a port in 0-65535, got {text}")
+    return value
