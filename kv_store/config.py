@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from services.runtime.config import check_bounds
 from services.runtime.security_config import SecurityConfig
 
 
@@ -46,3 +47,10 @@ class StoreConfig(SecurityConfig):
         "help": "address the scheduler and workers should dial (default: the listen address)"})
     metrics_listen: str = field(default="", metadata={
         "help": "host:port for Prometheus /metrics (empty: off)"})
+
+    def __post_init__(self):
+        check_bounds(self, at_least={"dram_bytes": 0, "ssd_bytes": 0, "promote_concurrency": 1,
+                                     "ssd_io_bytes": 1, "ssd_read_depth": 1,
+                                     "ssd_write_concurrency": 1, "ssd_read_gbps_cap": 0},
+                     above={"policy_time_scale": 0, "lease_seconds": 0,
+                            "promotion_hold_seconds": 0, "ssd_read_gbps": 0})

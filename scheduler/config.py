@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from services.runtime.config import check_bounds
 from services.runtime.security_config import SecurityConfig
 
 
@@ -55,3 +56,9 @@ class SchedulerConfig(SecurityConfig):
                 "still recognises conversations sent without a session id (empty: memory only)"})
     metrics_listen: str = field(default="", metadata={
         "help": "host:port for Prometheus /metrics (empty: off)"})
+
+    def __post_init__(self):
+        check_bounds(self, at_least={"prefetch_window": 1, "max_loads": 1, "max_queue": 1,
+                                     "max_tokens_limit": 1, "rpc_threads": 0,
+                                     "conversation_keys": 0, "restore_stall_weight": 0},
+                     above={"heartbeat_s": 0, "conversation_ttl_s": 0})

@@ -75,3 +75,27 @@ def test_serve_says_which_flag_in_one_line(tmp_path):
     assert done.returncode == 1, done
     assert done.stderr.strip() == \
         f"bidaw serve store: --data-dir {tmp_path / 'kv'}: exists and is not a directory"
+
+
+@pytest.mark.parametrize("make, error", [
+    (lambda: SchedulerConfig(max_queue=-1), "--max-queue must be >= 1, got -1"),
+    (lambda: SchedulerConfig(heartbeat_s=float("nan")), "--heartbeat-s must be > 0, got nan"),
+    (lambda: SchedulerConfig(conversation_ttl_s=-5.0), "--conversation-ttl-s must be > 0"),
+    (lambda: StoreConfig(lease_seconds=0.0), "--lease-seconds must be > 0, got 0.0"),
+    (lambda: StoreConfig(ssd_read_depth=0), "--ssd-read-depth must be >= 1, got 0"),
+])
+def test_scheduler_and_store_refuse_values_below_their_bounds(make, error):
+    with pytest.raises(ValueError) as err:
+        make()
+    assert str(err.value) == error or str(err.value).startswith(error)
+
+
+def test_serve_refuses_a_bound_by_flag_in_one_line(tmp_path):
+    token = str(tmp_path / "token")
+    write_token_file(token)
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli.main", "serve", "scheduler", "--listen",
+         "127.0.0.1:0", "--max-queue", "0", "--cluster-token-file", token],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip() == "bidaw serve scheduler: --max-queue must be >= 1, got 0"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import os
 import re
 import typing
@@ -39,10 +40,27 @@ def _convert(field: dataclasses.Field, hint: typing.Any, raw: typing.Any) -> typ
     if hint is int:
         return int(raw)
     if hint is float:
-        return float(raw)
+        value = float(raw)
+        if not math.isfinite(value):  # a duration or a rate of inf/nan runs on nonsense
+            raise ValueError(f"not a finite number: {raw!r}")
+        return value
     if typing.get_origin(hint) is list:
         return raw if isinstance(raw, list) else [s for s in str(raw).split(",") if s]
     return raw if raw is None else str(raw)
+
+
+def check_bounds(config, at_least: dict[str, float] | None = None,
+                 above: dict[str, float] | None = None) -> None:
+    """ValueError naming the first field of `config` below its bound (`at_least`: >=, `above`:
+    >; NaN fails both): for a config's __post_init__, so a bad flag is refused at start."""
+    for name, low in (at_least or {}).items():
+        value = getattr(config, name)
+        if not value >= low:
+            raise ValueError(f"{_flag(name)} must be >= {low:g}, got {value!r}")
+    for name, low in (above or {}).items():
+        value = getattr(config, name)
+        if not value > low:
+            raise ValueError(f"{_flag(name)} must be > {low:g}, got {value!r}")
 
 
 def field_default(cls: type, name: str) -> typing.Any:
