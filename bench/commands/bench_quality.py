@@ -35,9 +35,6 @@ def _formats(args) -> list[str]:
     if not formats or bad:
         raise SystemExit(f"bidaw bench quality: --weights takes formats among "
                          f"{', '.join(WEIGHT_FORMATS[1:])}, not {args.weights!r}")
-    for name in ("conversations", "max_tokens"):
-        if getattr(args, name) < 1:
-            raise SystemExit(f"bidaw bench quality: --{name.replace('_', '-')} must be >= 1")
     return formats
 
 
