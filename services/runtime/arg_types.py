@@ -17,17 +17,9 @@ def number(text: str) -> float:
     return value
 
 
-def positive(text: str) -> float:
-    value = number(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def non_negative(text: str) -> float:
-    value = number(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+def _at_least(value, text: str, low: float, strict: bool, wanted: str):
+    if value < low or (strict and value == low):
+        raise argparse.ArgumentTypeError(f"must be {wanted}, got {text}")
     return value
 
 
@@ -38,18 +30,20 @@ def integer(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
 
 
+def positive(text: str) -> float:
+    return _at_least(number(text), text, 0, True, "> 0")
+
+
+def non_negative(text: str) -> float:
+    return _at_least(number(text), text, 0, False, ">= 0")
+
+
 def positive_int(text: str) -> int:
-    value = integer(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
+    return _at_least(integer(text), text, 1, False, "a positive integer")
 
 
 def non_negative_int(text: str) -> int:
-    value = integer(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
-    return value
+    return _at_least(integer(text), text, 0, False, ">= 0")
 
 
 def positive_list(text: str) -> list[float]:
@@ -60,28 +54,24 @@ def positive_list(text: str) -> list[float]:
     return values
 
 
-def fraction(text: str) -> float:
-    """In [0, 1)."""
+def _within(text: str, ok, interval: str) -> float:
     value = number(text)
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"must be in {interval}, got {text}")
     return value
+
+
+def fraction(text: str) -> float:
+    return _within(text, lambda v: 0.0 <= v < 1.0, "[0, 1)")
 
 
 def unit_fraction(text: str) -> float:
-    """In [0, 1]."""
-    value = number(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
-    return value
+    return _within(text, lambda v: 0.0 <= v <= 1.0, "[0, 1]")
 
 
 def share(text: str) -> float:
-    """In (0, 1]: a share that keeps something."""
-    value = number(text)
-    if not 0.0 < value <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return value
+    """A share that keeps something."""
+    return _within(text, lambda v: 0.0 < v <= 1.0, "(0, 1]")
 
 
 def port(text: str) -> int:
