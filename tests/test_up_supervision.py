@@ -110,7 +110,8 @@ def test_services_stop_when_their_launcher_is_killed(tmp_path):
         deadline = time.monotonic() + 30
         while _running(store_pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not _running(store_pid), "the store outlived its launcher"
+        logs = "".join(f.read_text(errors="replace")[-2000:] for f in tmp_path.glob("store-*.log"))
+        assert not _running(store_pid), f"the store outlived its launcher; its log:\n{logs}"
     finally:
         launcher.kill()
         if _running(store_pid):  # failed: leave no store behind on its port
