@@ -11,6 +11,7 @@ import tempfile
 from services.runtime.gen import compute_worker_pb2_grpc, scheduler_pb2
 from services.runtime.grpc_util import Server
 from services.runtime.membership_auth import server_token
+from services.runtime.process import signal_handlers_kept
 from services.runtime.registrar import serve_registered
 
 from compute_worker.config import WorkerConfig
@@ -40,13 +41,15 @@ def init_ray(config: WorkerConfig) -> None:
         return
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # else Ray writes a token into $HOME
     if config.ray_address:
-        ray.init(address=config.ray_address, log_to_driver=True)
+        with signal_handlers_kept():
+            ray.init(address=config.ray_address, log_to_driver=True)
         return
     global _ray_temp_dir
     sweep_ray_temp_dirs()
     _ray_temp_dir = tempfile.mkdtemp(prefix=f"{RAY_TEMP_PREFIX}{os.getpid()}-", dir="/tmp")
-    ray.init(num_cpus=config.ray_num_cpus, object_store_memory=config.ray_object_store_bytes,
-             include_dashboard=False, _temp_dir=_ray_temp_dir, log_to_driver=True)
+    with signal_handlers_kept():
+        ray.init(num_cpus=config.ray_num_cpus, object_store_memory=config.ray_object_store_bytes,
+                 include_dashboard=False, _temp_dir=_ray_temp_dir, log_to_driver=True)
 
 
 def shutdown_ray() -> None:

@@ -71,10 +71,11 @@ def run(args) -> int:
     from services.runtime.malloc import tune as tune_malloc
     from services.runtime.membership_auth import require_token
     from services.runtime.metrics import start_metrics_server
-    from services.runtime.process import setup_logging, stop_with_launcher
+    from services.runtime.process import catch_stop_signals, setup_logging, stop_with_launcher
     from services.runtime.tls import TLSConfigError, TLSFiles, configure_tls
     from services.runtime.tracing import init_tracing
 
+    catch_stop_signals()  # first: a signal during the start stops the service once it serves
     stop_with_launcher()
     try:
         config = service_config(args)

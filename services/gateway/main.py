@@ -12,6 +12,7 @@ from services.gateway.app import Gateway
 from services.gateway.config import GatewayConfig
 from services.gateway.metrics_site import start_metrics_site
 from services.gateway.safe_protocol import RedactingAppRunner
+from services.runtime.process import stop_requested
 
 log = logging.getLogger("bidaw.gateway")
 
@@ -69,6 +70,8 @@ async def _run(config: GatewayConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    if stop_requested():  # a signal came while it started (services/runtime/process.py)
+        stop.set()
     await stop.wait()
     gateway.draining = True  # new turns get 503 while running ones finish
     await runner.shutdown()

@@ -1,6 +1,7 @@
 """Process-level helpers for a service: logging and running until SIGINT/SIGTERM."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -19,12 +20,36 @@ def setup_logging(service: str) -> None:
     setup(service)
 
 
-def wait_for_signal() -> None:
-    """Block until SIGINT or SIGTERM."""
-    done = threading.Event()
+# Set by the first SIGINT/SIGTERM once `catch_stop_signals` has run; read by `wait_for_signal`.
+_stop_requested = threading.Event()
+
+
+def catch_stop_signals() -> None:
+    """From here on SIGINT/SIGTERM only ask the service to stop: it does so once it is serving
+    (`wait_for_signal` returns at once if asked before). The default, an exception raised
+    wherever the signal lands (inside a log call holding its lock, a server half started), could
+    leave the process unable to exit: a store killed just after it started outlived its launcher.
+    A second signal interrupts whatever runs (a start that hangs still yields to a second
+    Ctrl-C). Called again after anything that installs its own handler (`ray.init`)."""
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: done.set())
-    while not done.wait(1.0):
+        signal.signal(sig, _on_stop_signal)
+
+
+def _on_stop_signal(*_signal) -> None:
+    if _stop_requested.is_set():
+        raise KeyboardInterrupt
+    _stop_requested.set()
+
+
+def stop_requested() -> bool:
+    return _stop_requested.is_set()
+
+
+def wait_for_signal() -> None:
+    """Block until SIGINT or SIGTERM (or return at once if one came since
+    `catch_stop_signals`)."""
+    catch_stop_signals()
+    while not _stop_requested.wait(1.0):
         pass
 
 
@@ -38,3 +63,19 @@ def stop_with_launcher() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != int(launcher):  # it died before the line above
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def signal_handlers_kept():
+    """Puts back the SIGINT/SIGTERM handlers a library replaced (`ray.init` installs one that
+    raises SystemExit wherever SIGTERM lands). Only the main thread has handlers to keep."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in kept.items():
+            if handler is not None:
+                signal.signal(sig, handler)
