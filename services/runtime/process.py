@@ -29,15 +29,16 @@ def catch_stop_signals() -> None:
     (`wait_for_signal` returns at once if asked before). The default, an exception raised
     wherever the signal lands (inside a log call holding its lock, a server half started), could
     leave the process unable to exit: a store killed just after it started outlived its launcher.
-    A second signal interrupts whatever runs (a start that hangs still yields to a second
-    Ctrl-C). Called again after anything that installs its own handler (`ray.init`)."""
+    Later signals change nothing: a stopping service often gets two (PR_SET_PDEATHSIG when the
+    thread that restarted it ends, then its launcher's SIGTERM), and the second must not cut its
+    clean stop short (Ray's temporary directory was left behind). A start that hangs is ended by
+    SIGKILL, as launchers do after their timeout. Handlers that a library installs in their
+    place are put back with `signal_handlers_kept` (`ray.init`)."""
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, _on_stop_signal)
 
 
 def _on_stop_signal(*_signal) -> None:
-    if _stop_requested.is_set():
-        raise KeyboardInterrupt
     _stop_requested.set()
 
 
