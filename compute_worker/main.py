@@ -16,6 +16,7 @@ from services.runtime.registrar import serve_registered
 
 from compute_worker.config import WorkerConfig
 from compute_worker.engine_config import EngineConfig
+from compute_worker.loaders.model_source import model_source
 
 log = logging.getLogger("bidaw.compute_worker")
 # The local Ray's temporary directory, named for the worker that owns it: removed on stop, and
@@ -99,6 +100,14 @@ def start(config: WorkerConfig):
 
 
 def serve(config: WorkerConfig) -> None:
-    server, _ = start(config)
-    serve_registered(config, scheduler_pb2.MEMBER_KIND_WORKER, server, grace=30.0)  # turns end
-    shutdown_ray()
+    if not config.ray_address:  # the actor runs here: a wrong --model is one line, not a traceback
+        try:
+            model_source(config.model)
+        except ValueError as exc:
+            raise SystemExit(f"bidaw serve worker: --model {exc}") from None
+    try:  # Ray stopped and its directory removed also when the start fails or is cut short
+        server, _ = start(config)  # (SIGTERM during ray.init meets Ray's handler: sys.exit)
+        serve_registered(config, scheduler_pb2.MEMBER_KIND_WORKER, server,
+                         grace=30.0)  # running turns finish
+    finally:
+        shutdown_ray()
