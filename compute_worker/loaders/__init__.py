@@ -1,5 +1,2 @@
-"""Checkpoint loaders (GGUF, Hugging Face directories) and the spec -> model registry."""
-from compute_worker.loaders.device import pick_device, pick_dtype
-from compute_worker.loaders.registry import load_model
-
-__all__ = ["load_model", "pick_device", "pick_dtype"]
+"""Checkpoint loaders (GGUF, Hugging Face directories) and the spec -> model registry
+(`registry.load_model`). Nothing is imported here: `model_source` must stay free of torch."""

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 import torch
 
-MAGIC = b"GGUF"
+from compute_worker.loaders.model_source import GGUF_MAGIC as MAGIC
+
 DEFAULT_ALIGNMENT = 32
 # metadata value types: id -> struct format (8 string, 9 array are read apart)
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
