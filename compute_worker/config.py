@@ -1,11 +1,18 @@
 """The compute worker's configuration (flags, env BIDAW_WORKER_*, or YAML)."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
+from services.runtime.config import check_bounds
 from services.runtime.security_config import SecurityConfig
 
 DTYPE_CHOICES = ("auto", "float32", "bfloat16")  # --dtype (loaders/dtype_choice.py)
+WEIGHT_FORMATS = ("dense", "bf16", "int8", "int4", "q4")  # --weights, or auto (models/quant.py)
+KV_FORMAT_CHOICES = ("auto", "kv", "tensor6")  # --kv-format (actor.py)
+_DEVICE = re.compile(r"(cpu|cuda(:\d+)?)?")
+# Ray refuses a smaller object store (ray.init's ValueError, after its start).
+RAY_MIN_OBJECT_STORE_BYTES = 75 << 20
 
 
 @dataclass
@@ -61,6 +68,16 @@ class WorkerConfig(SecurityConfig):
         if not 0 <= self.small_step_threads <= 1024:
             raise ValueError(f"--small-step-threads must be between 0 and 1024, "
                              f"not {self.small_step_threads}")
-        if self.dtype not in DTYPE_CHOICES:  # before Ray and the model start
-            raise ValueError(f"--dtype must be one of {', '.join(DTYPE_CHOICES)}, "
-                             f"not {self.dtype!r}")
+        # All before Ray and the model start: the engine actor would find them only after,
+        # in a traceback.
+        for flag, value, choices in (("--dtype", self.dtype, DTYPE_CHOICES),
+                                     ("--kv-format", self.kv_format, KV_FORMAT_CHOICES),
+                                     ("--weights", self.weights, ("auto", *WEIGHT_FORMATS))):
+            if value not in choices:
+                raise ValueError(f"{flag} must be one of {', '.join(choices)}, not {value!r}")
+        if not _DEVICE.fullmatch(self.device):
+            raise ValueError(f"--device must be cpu, cuda or cuda:N, not {self.device!r}")
+        # The engine actor takes one CPU of the local Ray (a Ray without one waits forever).
+        check_bounds(self, at_least={"default_max_tokens": 1, "max_batch": 1, "threads": 0,
+                                     "ray_num_cpus": 1, "min_step_ms": 0,
+                                     "ray_object_store_bytes": RAY_MIN_OBJECT_STORE_BYTES})

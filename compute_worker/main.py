@@ -11,7 +11,7 @@ import tempfile
 from services.runtime.gen import compute_worker_pb2_grpc, scheduler_pb2
 from services.runtime.grpc_util import Server
 from services.runtime.membership_auth import server_token
-from services.runtime.process import signal_handlers_kept
+from services.runtime.process import signal_handlers_kept, stop_requested
 from services.runtime.registrar import serve_registered
 
 from compute_worker.config import WorkerConfig
@@ -84,7 +84,7 @@ def start(config: WorkerConfig):
     actor = EngineActor.options(num_cpus=1, max_concurrency=config.max_batch + 4,
                                 runtime_env={"env_vars": actor_env()}).remote(
         EngineConfig.from_worker(config))
-    ray.get(actor.info.remote())  # fail fast if the model does not load
+    wait_for_engine(actor)
     service = ComputeWorkerService(actor, config.worker_id)
     server = Server(config.listen, [(compute_worker_pb2_grpc.add_ComputeWorkerServicer_to_server,
                                      service)], name="bidaw.v1.ComputeWorker",
@@ -97,6 +97,24 @@ def start(config: WorkerConfig):
              info["model"], info["dtype"], info["dtype_reason"], info["kv_format"],
              info["max_prompt_bytes"])
     return server, service
+
+
+def wait_for_engine(actor) -> None:
+    """Until the engine actor has loaded its model. Its death ends the start in one line (the
+    actor's own traceback is in its log), and so does a stop asked for meanwhile: Ray waits for
+    room for the actor without end (a cluster with no free CPU or GPU)."""
+    import ray
+
+    ready = actor.info.remote()
+    while not ray.wait([ready], timeout=1.0)[0]:
+        if stop_requested():  # a clean stop: status 0
+            log.info("stopped before the engine started")
+            raise SystemExit(0)
+    try:
+        ray.get(ready)
+    except ray.exceptions.RayActorError as exc:
+        cause = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise SystemExit(f"bidaw serve worker: the engine did not start: {cause}") from None
 
 
 def serve(config: WorkerConfig) -> None:

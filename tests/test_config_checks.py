@@ -83,8 +83,17 @@ def test_serve_says_which_flag_in_one_line(tmp_path):
     (lambda: SchedulerConfig(conversation_ttl_s=-5.0), "--conversation-ttl-s must be > 0"),
     (lambda: StoreConfig(lease_seconds=0.0), "--lease-seconds must be > 0, got 0.0"),
     (lambda: StoreConfig(ssd_read_depth=0), "--ssd-read-depth must be >= 1, got 0"),
+    # the worker's: found by the engine actor after Ray's start before (a traceback), or never
+    (lambda: WorkerConfig(max_batch=0), "--max-batch must be >= 1, got 0"),
+    (lambda: WorkerConfig(ray_num_cpus=0), "--ray-num-cpus must be >= 1, got 0"),  # hung
+    (lambda: WorkerConfig(ray_object_store_bytes=1),
+     "--ray-object-store-bytes must be >= 78643200, got 1"),
+    (lambda: WorkerConfig(kv_format="kv6"), "--kv-format must be one of auto, kv, tensor6"),
+    (lambda: WorkerConfig(weights="q5"), "--weights must be one of auto, dense, bf16, int8"),
+    (lambda: WorkerConfig(device="tpu"), "--device must be cpu, cuda or cuda:N, not 'tpu'"),
+    (lambda: WorkerConfig(device="cuda:x"), "--device must be cpu, cuda or cuda:N"),
 ])
-def test_scheduler_and_store_refuse_values_below_their_bounds(make, error):
+def test_configs_refuse_values_below_their_bounds_or_outside_their_choices(make, error):
     with pytest.raises(ValueError) as err:
         make()
     assert str(err.value) == error or str(err.value).startswith(error)
@@ -99,3 +108,9 @@ def test_serve_refuses_a_bound_by_flag_in_one_line(tmp_path):
         capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
     assert done.stderr.strip() == "bidaw serve scheduler: --max-queue must be >= 1, got 0"
+
+
+@pytest.mark.parametrize("ok", [dict(device=""), dict(device="cpu"), dict(device="cuda:1"),
+                                dict(kv_format="tensor6", weights="q4", max_batch=1)])
+def test_the_worker_takes_what_it_can_run(ok):
+    WorkerConfig(**ok)

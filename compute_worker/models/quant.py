@@ -26,9 +26,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from compute_worker.config import WEIGHT_FORMATS
 from compute_worker.models import native_linear
 
-WEIGHT_FORMATS = ("dense", "bf16", "int8", "int4", "q4")
 QUANTIZED = (*WEIGHT_FORMATS[1:], "q8")  # q8: q4's output projection (native_linear.py)
 NATIVE = ("q4", "q8")  # run by our kernels, not torch's
 INT4_GROUP = 32  # the source GGUF's Q4_1 block: its 4-bit levels map onto int4 exactly

@@ -56,11 +56,15 @@ def check_bounds(config, at_least: dict[str, float] | None = None,
     for name, low in (at_least or {}).items():
         value = getattr(config, name)
         if not value >= low:
-            raise ValueError(f"{_flag(name)} must be >= {low:g}, got {value!r}")
+            raise ValueError(f"{_flag(name)} must be >= {_number(low)}, got {value!r}")
     for name, low in (above or {}).items():
         value = getattr(config, name)
         if not value > low:
-            raise ValueError(f"{_flag(name)} must be > {low:g}, got {value!r}")
+            raise ValueError(f"{_flag(name)} must be > {_number(low)}, got {value!r}")
+
+
+def _number(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"  # 78643200, not 7.86432e+07
 
 
 def field_default(cls: type, name: str) -> typing.Any:
