@@ -1,106 +1,49 @@
-"""How a worker's start ends when it cannot serve, as a user sees it: a wrong --model is refused
-before Ray starts, one line naming the flag (it was the engine actor's 59-line traceback after
-Ray's start); an engine that dies while it starts is one last line saying why; a worker whose
-actor waits for room on its Ray cluster stops on SIGTERM (it waited without end)."""
+"""What a worker's start imports: each of these imports cost seconds of every start, every heal
+and every test deployment, and nothing else would notice them come back."""
 from __future__ import annotations
 
-import os
-import pathlib
 import subprocess
-import shutil
-import signal
 import sys
-import tempfile
-import time
 
 import pytest
 
-from compute_worker.loaders.model_source import model_source
-from tests.shared_ray import OWN_RAY
+
+def modules_after(code: str) -> set[str]:
+    """The modules loaded by a fresh interpreter after running `code`."""
+    out = subprocess.run([sys.executable, "-c", f"{code}\nimport sys\nprint(*sys.modules)"],
+                         capture_output=True, text=True, check=True, timeout=120).stdout
+    return set(out.split())
 
 
-def test_model_source_names_what_a_spec_holds(tmp_path):
-    assert model_source("smollm2-135m") is None
-    gguf = tmp_path / "m.gguf"
-    gguf.write_bytes(b"GGUF" + bytes(20))
-    assert model_source(str(gguf)) == gguf
-    hf = tmp_path / "hf"
-    hf.mkdir()
-    (hf / "config.json").write_text("{}")
-    assert model_source(str(hf)) == hf
+def test_the_workers_main_process_does_not_import_torch():
+    """The gRPC shell and Ray driver; only its actor, another process, loads the model."""
+    loaded = modules_after("import compute_worker.main, compute_worker.actor, "
+                           "compute_worker.service")
+    assert "ray" in loaded and "torch" not in loaded
 
 
-@pytest.mark.parametrize("make, error", [
-    (lambda d: d / "missing.gguf", "no such file or directory"),
-    (lambda d: d, "a directory without config.json"),
-    (lambda d: (d / "junk.gguf").write_bytes(b"\x00" * 64) and d / "junk.gguf", "not a GGUF file"),
-    (lambda d: (d / "m.bin").write_bytes(b"GGUF" + bytes(20)) and d / "m.bin", "not a GGUF file"),
-])
-def test_a_spec_that_names_no_model_is_refused(tmp_path, make, error):
-    with pytest.raises(ValueError, match=error):
-        model_source(str(make(tmp_path)))
+@pytest.mark.parametrize("arch", ["llama", "opt"])
+def test_building_a_model_does_not_import_torch_dynamo(arch):
+    """The model is built on the meta device and filled by the loaders: an init there (an
+    Embedding's normal_) would import torch._dynamo, ~3 s."""
+    loaded = modules_after(
+        "from compute_worker.models import build_model\n"
+        "from compute_worker.models.config import ModelConfig\n"
+        f"build_model(ModelConfig(arch={arch!r}, vocab_size=64, hidden_size=16, num_layers=1, "
+        "num_heads=2, num_kv_heads=2, head_dim=8, intermediate_size=32, max_position=64))")
+    assert "torch" in loaded and "torch._dynamo" not in loaded
 
 
-ROOT = pathlib.Path(__file__).parent.parent
-ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", **OWN_RAY}
-WORKER = [sys.executable, "-m", "services.cli.main", "serve", "worker", "--listen", "127.0.0.1:0",
-          "--insecure-no-auth", "true"]
+def test_the_actor_is_handed_the_environment_it_reads_and_nothing_else():
+    """On a Ray cluster the worker joins, the actor starts in the raylet's environment: tracing,
+    keepalives, logs and the native kernels' folder must come from the worker's.
+    (tests/test_tracing.py checks a whole trace through a worker that joined the suite's Ray.)"""
+    from compute_worker.main import actor_env
 
-
-def test_serve_worker_refuses_a_wrong_model_in_one_line_before_ray(tmp_path):
-    junk = tmp_path / "junk.gguf"
-    junk.write_bytes(os.urandom(5000))
-    out = subprocess.run([*WORKER, "--model", str(junk)], capture_output=True, text=True,
-                         timeout=120, cwd=ROOT, env=ENV)
-    assert out.returncode == 1
-    assert out.stderr.strip().splitlines()[-1] == (
-        f"bidaw serve worker: --model {junk}: not a GGUF file (expected a .gguf file starting "
-        "with b'GGUF')")
-    assert "Traceback" not in out.stderr and "Started a local Ray" not in out.stderr
-
-
-def test_an_engine_that_dies_while_it_starts_is_one_last_line():
-    # no such device here, with or without CUDA: the actor fails while it loads the model
-    out = subprocess.run([*WORKER, "--device", "cuda:99"], capture_output=True, text=True,
-                         timeout=180, cwd=ROOT, env=ENV)
-    assert out.returncode == 1
-    last = out.stderr.strip().splitlines()[-1]
-    assert last.startswith("bidaw serve worker: the engine did not start: "), out.stderr[-3000:]
-    assert "CUDA" in last or "cuda" in last or "device" in last, last
-
-
-CPULESS_RAY = """
-import ray, sys, time
-ray.init(num_cpus=0, include_dashboard=False, object_store_memory=80 << 20,
-         _temp_dir=sys.argv[1])
-print(ray.get_runtime_context().gcs_address, flush=True)
-time.sleep(600)
-"""
-
-
-def test_a_worker_waiting_for_room_on_its_ray_stops_on_sigterm(tmp_path):
-    ray_dir = tempfile.mkdtemp(prefix="rz-", dir="/tmp")  # short: Ray's socket paths
-    head = subprocess.Popen([sys.executable, "-c", CPULESS_RAY, ray_dir], cwd=ROOT, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    worker = None
-    try:
-        address = head.stdout.readline().strip()
-        assert address, "the CPU-less Ray did not start"
-        log = tmp_path / "worker.log"
-        worker = subprocess.Popen([*WORKER, "--ray-address", address], cwd=ROOT, env=ENV,
-                                  stdout=subprocess.DEVNULL, stderr=log.open("w"))
-        deadline = time.monotonic() + 60  # until it has joined and asked for its actor
-        while "Connected to Ray cluster" not in log.read_text() and time.monotonic() < deadline:
-            assert worker.poll() is None, log.read_text()
-            time.sleep(0.2)
-        time.sleep(3)
-        assert worker.poll() is None  # the actor needs a CPU the cluster does not have
-        worker.send_signal(signal.SIGTERM)
-        assert worker.wait(timeout=30) == 0, log.read_text()[-3000:]
-        assert "stopped before the engine started" in log.read_text()
-    finally:
-        for proc in (worker, head):
-            if proc is not None and proc.poll() is None:
-                proc.terminate()  # the head's Ray stops with its driver (ray.init: SIGTERM)
-                proc.wait(timeout=60)
-        shutil.rmtree(ray_dir, ignore_errors=True)
+    worker = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4317",
+              "BIDAW_GRPC_KEEPALIVE_S": "1", "BIDAW_LOG_FORMAT": "text",
+              "BIDAW_NATIVE_DIR": "/tmp/n", "BIDAW_WORKER_RAY_ADDRESS": "127.0.0.1:6379",
+              "BIDAW_WORKER_CLUSTER_TOKEN_FILE": "/run/token", "HOME": "/root"}
+    assert actor_env(worker) == {k: worker[k] for k in (
+        "OTEL_EXPORTER_OTLP_ENDPOINT", "BIDAW_GRPC_KEEPALIVE_S", "BIDAW_LOG_FORMAT",
+        "BIDAW_NATIVE_DIR")}
