@@ -5,6 +5,9 @@ the tier sizing, the systems and the report."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import uuid
 
 import numpy as np
@@ -129,6 +132,35 @@ def test_replay_command_writes_json_records_and_plots(deployment, tmp_path, caps
     for name in ("latency_cdf", "ttft_over_time", "hit_rate_over_time", "queue_lengths"):
         png = tmp_path / "plots" / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_replay_against_nothing_says_so_before_it_starts(tmp_path):
+    """It used to run its whole plan of failed turns against nothing and exit 0."""
+    from services.cli.main import main
+    from services.launch.launcher import free_port
+
+    trace = tmp_path / "trace.txt"
+    write_bidaw(LIVE_TRACE, trace)
+    port = free_port()
+    with pytest.raises(SystemExit) as err:
+        main(["replay", "--target", f"127.0.0.1:{port}", "--trace", str(trace)])
+    assert str(err.value.code).startswith(f"bidaw replay: --target 127.0.0.1:{port}: UNAVAILABLE")
+    assert str(err.value.code).endswith("(is the deployment running?)")
+
+
+def test_replay_without_the_cluster_token_says_so_before_it_starts(deployment, tmp_path):
+    """Every turn used to fail UNAUTHENTICATED, reported as errors in a table, exit 0."""
+    trace = tmp_path / "trace.txt"
+    write_bidaw(LIVE_TRACE, trace)
+    env = {k: v for k, v in os.environ.items() if "TOKEN" not in k}
+    done = subprocess.run([sys.executable, "-m", "services.cli.main", "replay", "--target",
+                           deployment.scheduler_target, "--trace", str(trace)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (
+        f"bidaw replay: --target {deployment.scheduler_target}: UNAUTHENTICATED: internal gRPC "
+        "needs the cluster token (gRPC metadata x-bidaw-cluster-token) (give "
+        "--cluster-token-file FILE: `bidaw up` prints its path)")
 
 
 # -- pure: planner, sizing, systems, report --------------------------------------------------

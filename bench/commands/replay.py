@@ -47,6 +47,7 @@ def _run(args: argparse.Namespace) -> int:
     from services.runtime.tls import configure_client
 
     configure_client(args, "replay")
+    _check_targets(args)
     try:
         plan = make_plan(load_turns(args.trace, args.format, args.seed), plan_config(args))
     except ValueError as exc:  # a file that cannot be read: the command's handler names it
@@ -71,3 +72,18 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(render({"replay": summary}))
     return 0
+
+
+def _check_targets(args: argparse.Namespace) -> None:
+    """Each address answers an authenticated read-only call, or the command stops in one line."""
+    from services.runtime.gen import kv_store_pb2, kv_store_pb2_grpc, scheduler_pb2, \
+        scheduler_pb2_grpc
+    from services.runtime.grpc_util import why_unanswered
+
+    probes = (("--target", args.target, lambda ch, t: scheduler_pb2_grpc.SchedulerStub(ch).Stats(
+                  scheduler_pb2.SchedulerStatsRequest(), timeout=t)),
+              ("--store", args.store, lambda ch, t: kv_store_pb2_grpc.KVStoreStub(ch).Stats(
+                  kv_store_pb2.StoreStatsRequest(), timeout=t)))
+    for flag, target, probe in probes:
+        if target and (why := why_unanswered(target, probe)):
+            raise SystemExit(f"bidaw replay: {flag} {target}: {why}")

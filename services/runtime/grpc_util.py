@@ -167,6 +167,24 @@ def aio_channel(target: str, tls=PROCESS, options: list | None = None,
                                    interceptors=interceptors)
 
 
+def why_unanswered(target: str, probe, timeout: float = 5.0, tls=PROCESS) -> str | None:
+    """None if `probe(channel, timeout)`, one read-only call with the process's cluster token,
+    succeeds against `target`; else why not, in words: for a client command to say before it
+    starts (a replay against nothing, or without the token, ran its whole plan of failed turns
+    and exited 0)."""
+    with channel(target, tls) as ch:
+        try:
+            probe(ch, timeout)
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                return f"nothing answered in {timeout:g} s"
+            hint = {grpc.StatusCode.UNAVAILABLE: " (is the deployment running?)",
+                    grpc.StatusCode.UNAUTHENTICATED: " (give --cluster-token-file FILE: "
+                                                     "`bidaw up` prints its path)"}
+            return f"{exc.code().name}: {exc.details()}{hint.get(exc.code(), '')}"
+    return None
+
+
 def wait_healthy(target: str, timeout: float = 60.0, service: str = "",
                  alive=lambda: True, tls=PROCESS) -> None:
     """Block until `target` reports SERVING; TimeoutError after `timeout` or once `alive()`
