@@ -8,7 +8,8 @@ from services.runtime.config import check_bounds
 from services.runtime.security_config import SecurityConfig
 
 DTYPE_CHOICES = ("auto", "float32", "bfloat16")  # --dtype (loaders/dtype_choice.py)
-WEIGHT_FORMATS = ("dense", "bf16", "int8", "int4", "q4")  # --weights, or auto (models/quant.py)
+WEIGHT_FORMATS = ("dense", "bf16", "int8", "int4", "q4")  # models/quant.py
+WEIGHT_CHOICES = ("auto", *WEIGHT_FORMATS)  # --weights (models/prepare.py)
 KV_FORMAT_CHOICES = ("auto", "kv", "tensor6")  # --kv-format (actor.py)
 _DEVICE = re.compile(r"(cpu|cuda(:\d+)?)?")
 # Ray refuses a smaller object store (ray.init's ValueError, after its start).
@@ -72,7 +73,7 @@ class WorkerConfig(SecurityConfig):
         # in a traceback.
         for flag, value, choices in (("--dtype", self.dtype, DTYPE_CHOICES),
                                      ("--kv-format", self.kv_format, KV_FORMAT_CHOICES),
-                                     ("--weights", self.weights, ("auto", *WEIGHT_FORMATS))):
+                                     ("--weights", self.weights, WEIGHT_CHOICES)):
             if value not in choices:
                 raise ValueError(f"{flag} must be one of {', '.join(choices)}, not {value!r}")
         if not _DEVICE.fullmatch(self.device):

@@ -42,12 +42,5 @@ class EngineConfig:
                    threads=config.threads, small_step_threads=config.small_step_threads,
                    device=config.device, tls=tls_files(),
                    cluster_token=config_token(config) or cluster_token(),
-                   weights=_checked_weights(config.weights))
+                   weights=config.weights)  # checked by WorkerConfig
 
-
-def _checked_weights(choice: str) -> str:
-    from compute_worker.models.prepare import CHOICES
-
-    if choice not in CHOICES:
-        raise ValueError(f"--weights must be one of {', '.join(CHOICES)}, not {choice!r}")
-    return choice

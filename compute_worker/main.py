@@ -112,8 +112,8 @@ def wait_for_engine(actor) -> None:
             raise SystemExit(0)
     try:
         ray.get(ready)
-    except ray.exceptions.RayActorError as exc:
-        cause = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+    except ray.exceptions.RayActorError as exc:  # its last line is the actor's exception
+        cause = (str(exc).strip().splitlines() or [type(exc).__name__])[-1]
         raise SystemExit(f"bidaw serve worker: the engine did not start: {cause}") from None
 
 

@@ -1,7 +1,6 @@
 """Resolve a model spec ("smollm2-135m", a .gguf file, or an HF directory) to (model, tokenizer)."""
 from __future__ import annotations
 
-
 import torch
 
 from compute_worker.loaders.device import pick_device, pick_dtype
@@ -10,9 +9,6 @@ from compute_worker.loaders.hf_loader import load_hf_dir
 from compute_worker.loaders.model_source import DEFAULT_SPEC, model_source
 from compute_worker.models import CausalLM
 from compute_worker.tokenizer import ChatTokenizer
-
-__all__ = ["DEFAULT_SPEC", "load_model", "model_source"]
-
 
 def load_model(spec: str = DEFAULT_SPEC, device: torch.device | str | None = None,
                dtype: torch.dtype | None = None) -> tuple[CausalLM, ChatTokenizer | None]:

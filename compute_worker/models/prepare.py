@@ -6,12 +6,12 @@ import torch
 from torch import nn
 
 from compute_worker import native
+from compute_worker.config import WEIGHT_CHOICES
 from compute_worker.models.base import CausalLM
 from compute_worker.models.fuse import fuse_projections
 from compute_worker.models.native_forward import NativeForward
-from compute_worker.models.quant import WEIGHT_FORMATS, quantize_linear
+from compute_worker.models.quant import quantize_linear
 
-CHOICES = ("auto", *WEIGHT_FORMATS)
 # The output projection in int4 moves SmolLM2's logits far more than its layers do (its GGUF keeps
 # the embedding table finer than Q4_1: int4 is 9% off it, int8 1%), as llama.cpp's quantizers
 # keep the output tensor finer too. bf16 keeps it dense: logits rounded to bf16 (a step of 0.125
@@ -28,8 +28,8 @@ def resolve_weights(choice: str, device: torch.device | str,
     bfloat16 matmuls are the fast path (the int kernels are CPU ones) and on other CPUs they are
     unmeasured. q4 also prefills about as fast as dense float32 there; int4 does not."""
     device = torch.device(device)
-    if choice not in CHOICES:
-        raise ValueError(f"weights must be one of {', '.join(CHOICES)}, not {choice!r}")
+    if choice not in WEIGHT_CHOICES:
+        raise ValueError(f"weights must be one of {', '.join(WEIGHT_CHOICES)}, not {choice!r}")
     if choice != "auto":
         if choice not in ("dense", "bf16") and device.type != "cpu":
             raise ValueError(f"weights {choice} runs on CPU only (torch's weight-only kernels "
