@@ -4,15 +4,9 @@ used to outlive its launcher now and then. Run in a child process, so pytest kee
 handlers."""
 from __future__ import annotations
 
-import os
 import pathlib
-import signal
 import subprocess
 import sys
-import time
-
-from compute_worker.main import RAY_TEMP_PREFIX
-from tests.shared_ray import OWN_RAY
 
 CHILD = """
 import os, signal, sys, time
@@ -54,24 +48,3 @@ def test_a_signal_while_starting_is_kept_until_the_service_waits_for_it():
 def test_a_library_that_replaces_the_handlers_does_not_keep_them():
     assert _run(KEPT) == ["True"]
 
-
-def test_a_worker_stopped_while_its_ray_starts_leaves_no_ray_directory(tmp_path):
-    """SIGTERM during `ray.init` meets Ray's own handler (sys.exit there): the worker's Ray
-    temporary directory used to be left behind (swept only by the next worker's start)."""
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "services.cli.main", "serve", "worker", "--listen", "127.0.0.1:0",
-         "--insecure-no-auth", "true"], cwd=pathlib.Path(__file__).parent.parent,
-        env={**os.environ, "RAY_AUTH_MODE": "disabled", **OWN_RAY},
-        stdout=subprocess.DEVNULL, stderr=(tmp_path / "worker.log").open("w"))
-    try:
-        deadline = time.monotonic() + 60
-        while not (dirs := list(pathlib.Path("/tmp").glob(f"{RAY_TEMP_PREFIX}{worker.pid}-*"))):
-            assert worker.poll() is None and time.monotonic() < deadline, "no Ray started"
-            time.sleep(0.02)
-        worker.send_signal(signal.SIGTERM)  # Ray is starting (the directory is made just before)
-        worker.wait(timeout=60)
-        assert not any(d.exists() for d in dirs), (tmp_path / "worker.log").read_text()[-2000:]
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
