@@ -14,6 +14,7 @@ from services.runtime import metrics
 from services.runtime.gen import common_pb2, compute_worker_pb2, compute_worker_pb2_grpc
 from services.runtime.rpc_errors import BadRequest
 from services.runtime.limits import MAX_SESSION_ID_BYTES
+from services.runtime.turn_bounds import turn_bounds_problem
 
 from compute_worker.prompt import TurnError
 from compute_worker.prompt_bound import check_turn_size
@@ -39,6 +40,9 @@ def check_request(request: compute_worker_pb2.WorkerTurnRequest) -> None:
         raise BadRequest(f"turn.temperature {turn.temperature} is outside [0, 2]")
     if any(not math.isfinite(v) for v in turn.logit_bias.values()):
         raise BadRequest("turn.logit_bias values must be finite numbers")
+    bounds = turn_bounds_problem(turn)
+    if bounds is not None:
+        raise BadRequest(f"turn.{bounds}")
 
 
 class ComputeWorkerService(compute_worker_pb2_grpc.ComputeWorkerServicer):

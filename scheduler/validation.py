@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from services.runtime.gen import common_pb2, scheduler_pb2
 from services.runtime.limits import MAX_SESSION_ID_BYTES
+from services.runtime.turn_bounds import turn_bounds_problem
 
 from scheduler.member_address import address_problem
 
@@ -23,6 +24,9 @@ def turn_problem(turn: common_pb2.TurnRequest, max_tokens_limit: int) -> str | N
             return f"message role {m.role!r} is not one of {', '.join(ROLES)}"
     if turn.messages and not any(m.content for m in turn.messages):
         return "the prompt is empty: every message has empty content"
+    bounds = turn_bounds_problem(turn)
+    if bounds is not None:
+        return bounds
     if turn.max_tokens > max_tokens_limit:
         return f"max_tokens {turn.max_tokens} exceeds the limit {max_tokens_limit}"
     if not 0.0 <= turn.temperature <= 2.0:

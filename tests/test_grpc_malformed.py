@@ -189,7 +189,7 @@ OUT_OF_RANGE_SCHEDULER = [
     ("SubmitTurn", US, turn(session=HUGE_ID), {INVALID}),
     *[("SubmitTurn", US, turn(f32(5, x)), {INVALID}) for x in (NAN, -1.0, INF)],  # temperature
     ("SubmitTurn", US, turn(uint(4, (1 << 40) + 99999)), {INVALID}),  # max_tokens, low bits
-    ("SubmitTurn", US, turn(uint(4, 1 << 40)), {UNAVAILABLE}),  # low 32 bits: 0, the default
+    ("SubmitTurn", US, turn(uint(4, 1 << 40)), {INVALID}),  # 64-bit on the wire: not cut to 0
     ("SubmitTurn", US, turn(b"".join(blob(2, blob(1, b"user") + blob(2, b"x"))
                                      for _ in range(1 << 18))), {UNAVAILABLE}),  # 256 Ki msgs
     ("SubmitTurn", US, blob(1, b"t") + blob(3, b"\x01" * (5 << 20)),
@@ -199,6 +199,33 @@ OUT_OF_RANGE_SCHEDULER = [
     ("Register", UU, uint(1, 1) + blob(2, HUGE_ID), CLEAR),
     ("Deregister", UU, uint(1, 2) + blob(2, b"not an address"), CLEAR),
 ]
+
+
+# Integers past 32 bits, where a 32-bit field would have kept only the low bits (0 here, a valid
+# token id, the default max_tokens, top_k off) and run the turn; and a tenant or stop list the
+# gateway could never send. Each is refused naming its field.
+PAST_32_BITS = [
+    ("prompt_token_ids", blob(1, b"t") + uint(3, 5) + uint(3, 1 << 40)),
+    ("prompt_token_ids", blob(1, b"t") + uint(3, -1)),
+    ("max_tokens", turn(uint(4, 1 << 40))),
+    ("top_k", turn(uint(18, 1 << 40))),
+    ("logit_bias", turn(blob(15, uint(1, 1 << 40) + f32(2, 1.0)))),
+    ("tenant", turn(blob(8, b"a/b"))),
+    ("tenant", turn(blob(8, b"t" * 65))),
+    ("stop", turn(*[blob(7, b"x")] * 17)),
+]
+
+
+@pytest.mark.parametrize("field,payload", PAST_32_BITS,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(PAST_32_BITS)])
+def test_scheduler_refuses_integers_past_32_bits_naming_the_field(servers, caplog, field,
+                                                                  payload):
+    _, target, _ = servers
+    with caplog.at_level(logging.INFO):
+        code, detail = status_of(target, SCHED + "SubmitTurn", US, payload)
+    assert code == INVALID, (code, detail)
+    assert detail.startswith(field), detail
+    no_tracebacks(caplog)
 
 
 @pytest.mark.parametrize("method,kind,payload,allowed", OUT_OF_RANGE_SCHEDULER,
@@ -228,6 +255,8 @@ def test_worker_and_live_turns_refuse_malformed_requests(deployment):
         (WORKER + "RunTurn", US, worker_turn(ids_only), {INVALID}),
         (WORKER + "RunTurn", US, worker_turn(blob(1, b"neg") + uint(3, -3) + uint(4, 2)),
          {INVALID}),
+        (WORKER + "RunTurn", US, worker_turn(blob(1, b"big") + uint(3, 1 << 40) + uint(4, 2)),
+         {INVALID}),  # as int32 it was token 0, and the turn ran
         (WORKER + "RunTurn", US, worker_turn(turn(session=HUGE_ID)), {INVALID}),
         (WORKER + "RunTurn", US, worker_turn(turn(uint(4, 2)), f64(3, NAN)), {INVALID}),
         (WORKER + "RunTurn", US, worker_turn(turn(uint(4, 2)), f64(4, -INF)), {INVALID}),

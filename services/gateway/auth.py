@@ -9,8 +9,8 @@ import hmac
 import re
 
 from services.gateway.config import GatewayConfig
+from services.runtime.turn_bounds import TENANT_RE
 
-TENANT_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 OPEN_TENANT = "default"  # the one tenant of a gateway without keys
 
 

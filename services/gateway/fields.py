@@ -3,9 +3,8 @@ sent it, and every integer is bounded before it reaches a fixed-width proto fiel
 from __future__ import annotations
 
 from services.gateway.errors import bad_request
+from services.runtime.turn_bounds import INT32_MAX, UINT32_MAX  # noqa: F401 (re-exported)
 
-INT32_MAX = (1 << 31) - 1
-UINT32_MAX = (1 << 32) - 1
 UINT64_MAX = (1 << 64) - 1
 
 _NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string",

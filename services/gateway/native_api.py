@@ -20,7 +20,8 @@ from services.runtime import metrics
 from services.gateway.errors import ApiError, bad_request, from_grpc
 from services.gateway.fields import INT32_MAX, UINT32_MAX, integer, typed
 from services.gateway.prompt_size import check_prompt_size
-from services.gateway.protocol import MAX_STOPS, Parsed, check_model
+from services.gateway.protocol import Parsed, check_model
+from services.runtime.turn_bounds import MAX_STOPS
 from services.gateway.responses import extension
 from services.gateway.sampling_params import parse_sampling
 from services.gateway.turns import TurnServer

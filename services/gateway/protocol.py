@@ -12,9 +12,9 @@ from services.gateway.config import GatewayConfig
 from services.gateway.errors import ApiError, bad_request
 from services.gateway.fields import INT32_MAX, UINT32_MAX, integer, typed
 from services.gateway.sampling_params import Sampling, parse_sampling
+from services.runtime.turn_bounds import MAX_STOPS
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
-MAX_STOPS = 16
 
 
 @dataclass

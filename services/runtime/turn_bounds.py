@@ -1,0 +1,38 @@
+"""The ranges of a TurnRequest's integers, tenant and stops, checked by every service that takes
+one (the scheduler, and the worker, which can be called directly).
+
+The integer fields are 64-bit on the wire (protos/bidaw/v1/common.proto), so a value past 32
+bits arrives whole and is refused here by name; as int32/uint32 the parser would have cut it to
+its low bits and run the turn with another number.
+"""
+from __future__ import annotations
+
+import re
+
+from services.runtime.gen import common_pb2
+
+INT32_MAX = 2**31 - 1
+UINT32_MAX = 2**32 - 1
+MAX_STOPS = 16  # OpenAI's API takes up to 4; the gateway up to this many
+MAX_TENANT = 64
+TENANT_RE = re.compile(r"[A-Za-z0-9_.-]{1,%d}" % MAX_TENANT)
+
+
+def turn_bounds_problem(turn: common_pb2.TurnRequest) -> str | None:
+    """The first field of `turn` outside its range, said by name; None if all are in range."""
+    if turn.tenant and not TENANT_RE.fullmatch(turn.tenant):
+        return f"tenant must match {TENANT_RE.pattern}"
+    ids = turn.prompt_token_ids
+    if ids and not (min(ids) >= 0 and max(ids) <= INT32_MAX):
+        bad = next(i for i in ids if not 0 <= i <= INT32_MAX)
+        return f"prompt_token_ids holds {bad}, outside [0, {INT32_MAX}]"
+    if turn.max_tokens > UINT32_MAX:
+        return f"max_tokens {turn.max_tokens} is above {UINT32_MAX}"
+    if turn.top_k > UINT32_MAX:
+        return f"top_k {turn.top_k} is above {UINT32_MAX}"
+    bad_keys = [k for k in turn.logit_bias if not 0 <= k <= INT32_MAX]
+    if bad_keys:
+        return f"logit_bias token id {bad_keys[0]} is outside [0, {INT32_MAX}]"
+    if len(turn.stop) > MAX_STOPS:
+        return f"stop holds {len(turn.stop)} strings; at most {MAX_STOPS}"
+    return None
