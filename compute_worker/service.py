@@ -13,7 +13,7 @@ import services.runtime.tracing as tracing
 from services.runtime import metrics
 from services.runtime.gen import common_pb2, compute_worker_pb2, compute_worker_pb2_grpc
 from services.runtime.rpc_errors import BadRequest
-from services.runtime.limits import MAX_SESSION_ID_BYTES
+from services.runtime.limits import MAX_SESSION_ID_BYTES, UINT32_MAX
 from services.runtime.turn_bounds import turn_bounds_problem
 
 from compute_worker.prompt import TurnError
@@ -43,6 +43,9 @@ def check_request(request: compute_worker_pb2.WorkerTurnRequest) -> None:
     bounds = turn_bounds_problem(turn)
     if bounds is not None:
         raise BadRequest(f"turn.{bounds}")
+    for name in ("kv_prefix_tokens", "kv_suffix_from"):
+        if getattr(request, name) > UINT32_MAX:
+            raise BadRequest(f"{name} {getattr(request, name)} is above {UINT32_MAX}")
 
 
 class ComputeWorkerService(compute_worker_pb2_grpc.ComputeWorkerServicer):

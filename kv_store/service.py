@@ -13,6 +13,7 @@ import services.runtime.tracing as tracing
 from services.runtime import metrics
 from services.runtime.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc
 from services.runtime.grpc_util import CHUNK_BYTES
+from services.runtime.limits import INT32_MAX, UINT32_MAX
 from services.runtime.rpc_errors import BadRequest
 
 from kv_store.tiers.buffers import Payload, ReadHandle
@@ -153,6 +154,12 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
         if header.num_tokens != len(header.token_ids):
             raise invalid(f"header.num_tokens={header.num_tokens} but "
                           f"{len(header.token_ids)} token ids")
+        ids = header.token_ids
+        if ids and not (min(ids) >= 0 and max(ids) <= INT32_MAX):
+            bad = next(i for i in ids if not 0 <= i <= INT32_MAX)
+            raise invalid(f"header.token_ids holds {bad}, outside [0, {INT32_MAX}]")
+        if header.start_token > UINT32_MAX:
+            raise invalid(f"header.start_token {header.start_token} is above {UINT32_MAX}")
         total = header.num_tokens * header.bytes_per_token
         if total > MAX_WRITE_BYTES:
             raise invalid(f"write of {total} bytes exceeds the {MAX_WRITE_BYTES} byte limit")
@@ -238,6 +245,9 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
         elif kind == "arrival" and event.arrival.session_id:
             self.store.on_arrival(event.arrival.session_id)
         elif kind == "turn_complete" and event.turn_complete.session_id:
+            if event.turn_complete.answer_tokens > UINT32_MAX:
+                raise BadRequest(f"turn_complete.answer_tokens "
+                                 f"{event.turn_complete.answer_tokens} is above {UINT32_MAX}")
             self.store.on_turn_complete(event.turn_complete.session_id,
                                         event.turn_complete.answer_tokens)
         elif kind == "session_end" and event.session_end.session_id:

@@ -130,8 +130,8 @@ OUT_OF_RANGE_STORE = [
     *[("OpenShmRead", UU, blob(1, b"sess") + f64(3, x)) for x in (NAN, -5.0, INF)],
     *[("PrepareShmWrite", UU, blob(1, b"sess") + uint(2, 4) + uint(3, 64) + f64(4, x))
       for x in (NAN, -5.0, INF)],
-    # past 2^32 in a uint32 (the parser keeps the low 32 bits), and a huge uint64
-    ("ReadKV", US, blob(1, b"sess") + uint(2, (1 << 40) + 3)),  # reads 3 tokens: fine
+    # past 2^32, and a huge uint64
+    ("ReadKV", US, blob(1, b"sess") + uint(2, (1 << 40) + 3)),  # at most 2^40 + 3: all of it
     ("PrepareShmWrite", UU, blob(1, b"sess") + uint(2, 1 << 33) + uint(3, (1 << 64) - 1)),
     ("PrepareShmWrite", UU, blob(1, b"sess") + uint(3, 1 << 63)),
     # huge repeated field: 1M token ids that do not match num_tokens
@@ -167,6 +167,36 @@ def test_store_refuses_out_of_range_values_clearly_and_changes_nothing(servers, 
     assert_clear(code, detail, CLEAR | {OK} if method == "ReadKV" else CLEAR)
     no_tracebacks(caplog)
     assert store_state(core) == before
+
+
+PAST_32_BITS_STORE = [  # as int32/uint32 these kept their low bits: token 0, start 0, answer 0
+    ("WriteKV", SU, [header(session_id="w40", num_tokens=2, token_ids=[1, 1 << 40],
+                            bytes_per_token=4, format=1, model="m"), data(b"k" * 8, 0)],
+     "header.token_ids"),
+    ("WriteKV", SU, [header(session_id="w40", num_tokens=1, token_ids=[-7], bytes_per_token=4,
+                            format=1, model="m"), data(b"k" * 4, 0)], "header.token_ids"),
+    ("WriteKV", SU, [header(session_id="w40", start_token=1 << 40, num_tokens=1, token_ids=[1],
+                            bytes_per_token=4, format=1, model="m"), data(b"k" * 4, 0)],
+     "header.start_token"),
+    ("Awareness", SS, [blob(3, blob(1, b"sess") + uint(2, 1 << 40))],
+     "turn_complete.answer_tokens"),
+]
+
+
+@pytest.mark.parametrize("method,kind,payload,field", PAST_32_BITS_STORE,
+                         ids=[f"{c[0]}-{i}" for i, c in enumerate(PAST_32_BITS_STORE)])
+def test_store_refuses_integers_past_32_bits_naming_the_field(servers, caplog, method, kind,
+                                                              payload, field):
+    target, _, core = servers
+    before = store_state(core)
+    with caplog.at_level(logging.INFO):
+        code, detail = status_of(target, STORE + method, kind, payload)
+    assert code == INVALID, (code, detail)
+    assert detail.startswith(field), detail
+    no_tracebacks(caplog)
+    assert store_state(core) == before
+    code, _ = status_of(target, STORE + "ReadKV", US, blob(1, b"w40"))
+    assert code == grpc.StatusCode.NOT_FOUND  # nothing of it was kept
 
 
 @pytest.mark.parametrize("chunks", _lying_writes(), ids=range(len(_lying_writes())))

@@ -3,7 +3,7 @@ sent it, and every integer is bounded before it reaches a fixed-width proto fiel
 from __future__ import annotations
 
 from services.gateway.errors import bad_request
-from services.runtime.turn_bounds import INT32_MAX, UINT32_MAX  # noqa: F401 (re-exported)
+from services.runtime.limits import INT32_MAX, UINT32_MAX  # noqa: F401 (re-exported)
 
 UINT64_MAX = (1 << 64) - 1
 

@@ -4,3 +4,8 @@ from __future__ import annotations
 # A session id, in UTF-8 bytes. The gateway's --max-session-id may be lower, never higher: the
 # services behind it refuse longer ones.
 MAX_SESSION_ID_BYTES = 256
+
+# Integers a caller sends are 64-bit on the wire (protos/bidaw/v1); these are the ranges the
+# services accept: token ids are int32 in every tier's records, counts of tokens uint32.
+INT32_MAX = 2**31 - 1
+UINT32_MAX = 2**32 - 1

@@ -10,9 +10,8 @@ from __future__ import annotations
 import re
 
 from services.runtime.gen import common_pb2
+from services.runtime.limits import INT32_MAX, UINT32_MAX
 
-INT32_MAX = 2**31 - 1
-UINT32_MAX = 2**32 - 1
 MAX_STOPS = 16  # OpenAI's API takes up to 4; the gateway up to this many
 MAX_TENANT = 64
 TENANT_RE = re.compile(r"[A-Za-z0-9_.-]{1,%d}" % MAX_TENANT)
