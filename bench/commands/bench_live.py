@@ -86,13 +86,16 @@ def _run(args: argparse.Namespace) -> int:
     from bench.replay.report import combine_repeats, ratios
     from bench.replay.sizing import tier_sizes, working_set
     from bench.replay.source import load_turns
+    from bench.traces.turn import TraceError
     from bench.replay.table import render, render_ratios
     from services.runtime.config import parse_size
 
     names = _systems(args.systems)
     try:
         plan = make_plan(load_turns(args.trace, args.format, args.seed), plan_config(args))
-    except ValueError as exc:  # a file that cannot be read: the command's handler names it
+    except TraceError:
+        raise  # the CLI says where and why in one line, naming --trace
+    except ValueError as exc:
         print(f"bidaw: {exc}", file=sys.stderr)
         return 2
     per_token = args.bytes_per_token or SMOLLM2_KV_BYTES_PER_TOKEN // (

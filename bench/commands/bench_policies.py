@@ -5,6 +5,7 @@ import argparse
 import json
 import sys
 
+from bench.traces.loaders import FORMATS
 from services.runtime.arg_types import positive_int
 
 POLICIES = ("fifo", "lru", "queue-aware", "bidaw", "bidaw-size", "belady")
@@ -24,7 +25,7 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
                    help="decisions timed per figure")
     p.add_argument("--evict-policy", default="bidaw", help="policy timed for evict_decision_ms_p50")
     p.add_argument("--trace", help="trace for the cache-only speed (default: a synthetic one)")
-    p.add_argument("--format", default="auto", help="trace format")
+    p.add_argument("--format", default="auto", choices=FORMATS, help="trace format")
     p.add_argument("--policies", default=",".join(POLICIES),
                    help="policies replayed for cache_only_turns_per_s (aggregate over all)")
     p.add_argument("--json", action="store_true", help="print one JSON object")

@@ -44,15 +44,18 @@ def _run(args: argparse.Namespace) -> int:
     from bench.replay.report import summarize
     from bench.replay.source import load_turns
     from bench.replay.table import render
+    from bench.traces.turn import TraceError
     from services.runtime.tls import configure_client
 
     configure_client(args, "replay")
-    _check_targets(args)
-    try:
+    try:  # the trace first: a file's fault needs no deployment to be found
         plan = make_plan(load_turns(args.trace, args.format, args.seed), plan_config(args))
-    except ValueError as exc:  # a file that cannot be read: the command's handler names it
+    except TraceError:
+        raise  # the CLI says where and why in one line, naming --trace
+    except ValueError as exc:
         print(f"bidaw: {exc}", file=sys.stderr)
         return 2
+    _check_targets(args)
     print(describe(plan), file=sys.stderr, flush=True)
     prefix = args.session_prefix if args.session_prefix is not None else f"r{int(time.time())}-"
     bar = tqdm(total=plan.turns, unit="turn", file=sys.stderr, dynamic_ncols=True)

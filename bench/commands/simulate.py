@@ -6,6 +6,7 @@ import json
 from typing import Any, Iterable
 
 from bench.commands import simulate_cache, simulate_timed
+from bench.traces.loaders import FORMATS
 from bench.traces.turn import Turn
 from bench.traces.window import parse_window
 from services.runtime.arg_types import share
@@ -16,7 +17,7 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
                        description="Cache-only replay (--cache-only, the paper's analysis-script "
                        "methodology) or the timed discrete-event simulation.")
     p.add_argument("--trace", help="trace file (default: a synthetic trace)")
-    p.add_argument("--format", default="auto", help="trace format: auto, bidaw, mooncake, sharegpt")
+    p.add_argument("--format", default="auto", choices=FORMATS, help="trace format")
     p.add_argument("--window", help="START:END seconds: count hits/latencies only for turns in "
                    "[START, END) (either side may be empty; earlier turns warm the caches)")
     p.add_argument("--sample-users", type=share,

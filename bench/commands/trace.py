@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from bench.traces.loaders import FORMATS
 from services.runtime.arg_types import fraction, positive, positive_int, unit_fraction
 
 
@@ -16,7 +17,7 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
 
     st = tsub.add_parser("stats", help="users, turns, rounds, lengths, gaps, answer/gap correlation")
     st.add_argument("file", help="trace file")
-    st.add_argument("--format", default="auto", help="auto, bidaw, mooncake or sharegpt")
+    st.add_argument("--format", default="auto", choices=FORMATS, help="trace format")
     st.add_argument("--json", action="store_true", help="print one JSON object")
     st.set_defaults(func=_stats)
 
@@ -33,7 +34,7 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     tr = tsub.add_parser("transform", help="derive a trace: mix in one-shot sessions, shuffle "
                          "answer lengths, make users machine-paced (seeded; applied in that order)")
     tr.add_argument("file", help="trace file")
-    tr.add_argument("--format", default="auto", help="auto, bidaw, mooncake or sharegpt")
+    tr.add_argument("--format", default="auto", choices=FORMATS, help="trace format")
     tr.add_argument("--out", required=True, help="output file, the paper's format ('-' for stdout)")
     tr.add_argument("--add-one-shot", type=fraction, metavar="F",
                     help="add single-turn sessions that never return until they are a fraction F "

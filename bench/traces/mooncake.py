@@ -16,22 +16,59 @@ a rolling hash of the prefix (O(1) a block), so loading is O(total blocks).
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
-from bench.traces.turn import Turn
+from bench.traces.turn import TraceError, Turn, checked_turn, text_lines
 
 BLOCK_TOKENS = 512
 
 
 def _read(path: str | Path) -> list[dict]:
     records = []
-    with open(path, "r", encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                records.append(json.loads(line))
-    records.sort(key=lambda r: r.get("timestamp", 0))  # stable: file order on equal times
+    for n, line in text_lines(path):
+        line = line.strip()
+        if line:
+            records.append(_record(path, n, line))
+    records.sort(key=lambda r: r["timestamp"])  # stable: file order on equal times
     return records
+
+
+def _record(path, n: int, line: str) -> dict:
+    """One request, its fields checked: a line that is not one is refused where it is."""
+    try:
+        rec = json.loads(line)
+    except RecursionError:
+        raise TraceError(path, n, "JSON nested too deep") from None
+    except ValueError as exc:
+        raise TraceError(path, n, f"not JSON: {exc}") from None
+    if not isinstance(rec, dict):
+        raise TraceError(path, n, "not a JSON object")
+    try:
+        ts = _number(rec, "timestamp", float)
+        inp, out = _number(rec, "input_length", int), _number(rec, "output_length", int)
+        checked_turn(0, ts, inp, out, 0)
+        blocks = rec.get("hash_ids") or []
+        if not isinstance(blocks, list) or not all(_hashable(b) for b in blocks):
+            raise ValueError("'hash_ids' must be an array of block ids")
+    except ValueError as exc:
+        raise TraceError(path, n, str(exc)) from None
+    return {"timestamp": ts, "input_length": inp, "output_length": out, "hash_ids": blocks}
+
+
+def _number(rec: dict, name: str, kind: type):
+    value = rec.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"'{name}' must be a number, not {type(value).__name__}")
+    if kind is int and not (isinstance(value, int) or float(value).is_integer()):
+        raise ValueError(f"'{name}' must be a whole number, not {value}")
+    if not math.isfinite(value):
+        raise ValueError(f"'{name}' is not a finite number")
+    return kind(value)
+
+
+def _hashable(block) -> bool:
+    return isinstance(block, (int, str)) and not isinstance(block, bool)
 
 
 def shared_prefix(blocks: list[list]) -> int:
@@ -58,7 +95,7 @@ def _prefix_keys(blocks: list) -> list[int]:
 
 def load_mooncake(path: str | Path) -> list[Turn]:
     records = _read(path)
-    blocks = [list(r.get("hash_ids") or []) for r in records]
+    blocks = [list(r["hash_ids"]) for r in records]
     shared = shared_prefix(blocks)
     latest: dict[int, int] = {}  # key of a full-block chain -> latest request index with it
     session_of: list[int] = []
@@ -72,7 +109,7 @@ def load_mooncake(path: str | Path) -> list[Turn]:
             if j is not None and blocks[j][:k] == mine[:k]:  # guard against a hash collision
                 parent = j
                 break
-        inp, out = int(rec.get("input_length", 0)), int(rec.get("output_length", 0))
+        inp, out = rec["input_length"], rec["output_length"]
         if parent is None:
             session, query = len(rounds), inp
             rounds.append(0)
@@ -80,10 +117,9 @@ def load_mooncake(path: str | Path) -> list[Turn]:
             session = session_of[parent]
             prev = records[parent]
             # The new query is what the context gained beyond the earlier request and its answer.
-            query = max(inp - int(prev.get("input_length", 0)) - int(prev.get("output_length", 0)), 0)
+            query = max(inp - prev["input_length"] - prev["output_length"], 0)
         session_of.append(session)
-        turns.append(Turn(session, float(rec.get("timestamp", 0)) / 1000.0, query, out,
-                          rounds[session]))
+        turns.append(Turn(session, rec["timestamp"] / 1000.0, query, out, rounds[session]))
         rounds[session] += 1
         full = min(inp // BLOCK_TOKENS, len(mine))
         if full:

@@ -12,7 +12,7 @@ import random
 from pathlib import Path
 
 from bench.traces.synthetic import SynthConfig, think_time
-from bench.traces.turn import Turn
+from bench.traces.turn import TraceError, Turn
 
 CHARS_PER_TOKEN = 4.0
 
@@ -22,20 +22,17 @@ def _tokens(text: str) -> int:
 
 
 def load_sharegpt(path: str | Path, users_per_min: float | None = None, seed: int = 0) -> list[Turn]:
-    with open(path, "r", encoding="utf-8") as f:
-        data = json.load(f)
+    data = _conversations(path)
     cfg = SynthConfig(seed=seed)
     rate = (users_per_min or cfg.users_per_min) / 60.0
     rng = random.Random(seed)
     turns: list[Turn] = []
     start = 0.0
     for session, conv in enumerate(data):
-        msgs = conv.get("conversations") or conv.get("messages") or []
+        msgs = _messages(path, session, conv)
         start += rng.expovariate(rate)
         now, rnd, query = start, 0, None
-        for msg in msgs:
-            role = msg.get("from") or msg.get("role")
-            text = msg.get("value") or msg.get("content") or ""
+        for role, text in msgs:
             if role in ("human", "user"):
                 query = _tokens(text)
             elif role in ("gpt", "assistant", "chatgpt", "bard") and query is not None:
@@ -46,3 +43,36 @@ def load_sharegpt(path: str | Path, users_per_min: float | None = None, seed: in
                 query = None
     turns.sort(key=lambda t: t.time)
     return turns
+
+
+def _conversations(path) -> list:
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise TraceError(path, None, f"not UTF-8 text (byte {exc.start + 1})") from None
+    except RecursionError:
+        raise TraceError(path, None, "JSON nested too deep") from None
+    except ValueError as exc:
+        raise TraceError(path, None, f"not JSON: {exc}") from None
+    if not isinstance(data, list):
+        raise TraceError(path, None, "not a JSON array of conversations")
+    return data
+
+
+def _messages(path, i: int, conv) -> list[tuple[str, str]]:
+    """(role, text) of conversation `i`; TraceError naming it if it is not one."""
+    msgs = None
+    if isinstance(conv, dict):
+        msgs = conv.get("conversations") or conv.get("messages") or []
+    if not isinstance(msgs, list) or not all(isinstance(m, dict) for m in msgs):
+        raise TraceError(path, None, f"conversation {i} is not an object with a "
+                         "'conversations' (or 'messages') array of objects")
+    out = []
+    for m in msgs:
+        role, text = m.get("from") or m.get("role"), m.get("value") or m.get("content") or ""
+        if not isinstance(text, str):
+            raise TraceError(path, None, f"conversation {i}: a message's text is not a string")
+        out.append((role, text))
+    return out

@@ -13,6 +13,7 @@ import sys
 from bench.commands import (bench_cache_replay, bench_compute, bench_exactness, bench_gateway,
                             bench_gpu, bench_live, bench_policies, bench_quality, bench_sessions,
                             bench_store, chaos, load, replay, simulate, trace)
+from bench.traces.turn import TraceError
 from services.cli import certs, chat, demo, serve, token, up
 
 # in the order `bidaw --help` lists them
@@ -74,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except TraceError as exc:
+        raise SystemExit(f"bidaw {_command(args)}: {_flag_of(args, exc.path, argv)}"
+                         f"{exc.path}: {exc}") from None
     except OSError as exc:
         problem = _path_problem(args, exc, sys.argv[1:] if argv is None else argv)
         if problem is None:
@@ -84,6 +88,16 @@ def main(argv: list[str] | None = None) -> int:
 def _command(args: argparse.Namespace) -> str:
     """`simulate`, `trace stats`, `bench live`: the words that chose the handler."""
     return " ".join(filter(None, (args.command, getattr(args, f"{args.command}_command", None))))
+
+
+def _flag_of(args: argparse.Namespace, path: str, argv: list[str] | None) -> str:
+    """`--trace ` when that flag gave `path`, '' for a positional argument or none."""
+    argv = sys.argv[1:] if argv is None else argv
+    for name, value in vars(args).items():
+        flag = "--" + name.replace("_", "-")
+        if value == path and any(a == flag or a.startswith(flag + "=") for a in argv):
+            return flag + " "
+    return ""
 
 
 def _path_problem(args: argparse.Namespace, exc: OSError, argv: list[str]) -> str | None:
