@@ -32,20 +32,41 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
 def _convert(field: dataclasses.Field, hint: typing.Any, raw: typing.Any) -> typing.Any:
+    """`raw` (a flag's or env var's text, or a YAML value) as the field's type; ValueError for
+    anything else (never TypeError: a YAML list where a number goes is a user's mistake)."""
     if field.name.endswith("_bytes"):
+        if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+            raise ValueError(f"not a size: {raw!r}")
         return parse_size(raw)
     if hint is bool:
-        return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes", "on")
+        if isinstance(raw, bool):
+            return raw
+        word = str(raw).strip().lower() if isinstance(raw, (str, int)) else None
+        if word in _TRUE or word in _FALSE:
+            return word in _TRUE
+        raise ValueError(f"not a boolean: {raw!r} (true/false, yes/no, on/off, 1/0)")
     if hint is int:
+        if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+            raise ValueError(f"not an integer: {raw!r}")
         return int(raw)
     if hint is float:
+        if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+            raise ValueError(f"not a number: {raw!r}")
         value = float(raw)
         if not math.isfinite(value):  # a duration or a rate of inf/nan runs on nonsense
             raise ValueError(f"not a finite number: {raw!r}")
         return value
     if typing.get_origin(hint) is list:
-        return raw if isinstance(raw, list) else [s for s in str(raw).split(",") if s]
+        items = raw if isinstance(raw, list) else [s for s in str(raw).split(",") if s]
+        if not all(isinstance(i, (str, int, float)) and not isinstance(i, bool) for i in items):
+            raise ValueError(f"not a list of values: {raw!r}")
+        return [str(i) for i in items]
+    if raw is not None and not isinstance(raw, (str, int, float)):
+        raise ValueError(f"not a string: {raw!r}")
     return raw if raw is None else str(raw)
 
 
@@ -110,26 +131,27 @@ def add_config_args(parser: argparse.ArgumentParser, cls: type) -> None:
 
 def load_config(cls: type, args: argparse.Namespace | None = None, env_prefix: str = "",
                 **overrides: typing.Any):
-    """Build `cls` from its defaults, the YAML file in args.config, env vars, flags, overrides."""
+    """Build `cls` from its defaults, the YAML file in args.config, env vars, flags, overrides.
+    ValueError naming where a bad value came from (the flag, the env var or the file's key)."""
     hints = typing.get_type_hints(cls)
     values: dict[str, typing.Any] = {}
+    source: dict[str, str] = {}
     path = getattr(args, "config", None) if args is not None else None
     if path:
-        import yaml
-
-        with open(path) as fh:
-            data = yaml.safe_load(fh) or {}
+        data = read_yaml_mapping(path)
         unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"{path}: unknown keys {sorted(unknown)}")
         values.update(data)
+        source.update({k: f"{path}: {k}" for k in data})
     for field in dataclasses.fields(cls):
-        env = os.environ.get(f"{env_prefix}{field.name.upper()}") if env_prefix else None
+        name = f"{env_prefix}{field.name.upper()}"
+        env = os.environ.get(name) if env_prefix else None
         if env is not None:
-            values[field.name] = env
+            values[field.name], source[field.name] = env, name
         flag = getattr(args, f"cfg_{field.name}", None) if args is not None else None
         if flag is not None:
-            values[field.name] = flag
+            values[field.name], source[field.name] = flag, _flag(field.name)
     values.update(overrides)
     converted = {}
     for field in dataclasses.fields(cls):
@@ -137,5 +159,32 @@ def load_config(cls: type, args: argparse.Namespace | None = None, env_prefix: s
             try:
                 converted[field.name] = _convert(field, hints[field.name], values[field.name])
             except ValueError as exc:
-                raise ValueError(f"{_flag(field.name)}: {exc}") from None
+                where = source.get(field.name, _flag(field.name))
+                raise ValueError(f"{where}: {exc}") from None
     return cls(**converted)
+
+
+def read_yaml_mapping(path: str) -> dict[str, typing.Any]:
+    """The `--config` file: a YAML mapping of field names to values; ValueError saying why not
+    (its line for a YAML error). Safe loading only: no tags that build Python objects."""
+    import yaml
+
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    try:
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start + 1})") from None
+    except RecursionError:
+        raise ValueError(f"{path}: YAML nested too deep") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ValueError(f"{path}: not YAML{where}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise ValueError(f"{path}: must be a mapping of setting names to values "
+                         f"(like `listen: 0.0.0.0:50052`)")
+    return data
