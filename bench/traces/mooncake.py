@@ -60,11 +60,14 @@ def _number(rec: dict, name: str, kind: type):
     value = rec.get(name, 0)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"'{name}' must be a number, not {type(value).__name__}")
-    if kind is int and not (isinstance(value, int) or float(value).is_integer()):
-        raise ValueError(f"'{name}' must be a whole number, not {value}")
-    if not math.isfinite(value):
+    if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"'{name}' is not a finite number")
-    return kind(value)
+    if kind is int and isinstance(value, float) and not value.is_integer():
+        raise ValueError(f"'{name}' must be a whole number, not {value}")
+    try:
+        return kind(value)
+    except OverflowError:  # an integer past any float: checked_turn names it as out of range
+        raise ValueError(f"'{name}' {value} is out of range") from None
 
 
 def _hashable(block) -> bool:
