@@ -95,3 +95,19 @@ def test_a_gateway_url_where_nothing_listens_is_reported_plainly():
     done = chat("--target", f"http://127.0.0.1:{free_port()}", "-m", "hi")
     assert done.returncode == 1 and "Connection refused" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_input_that_is_not_utf8_is_refused_after_the_turns_before_it(stack):
+    # stdin and argv keep undecodable bytes as lone surrogates, which gRPC cannot encode: it
+    # was a UnicodeEncodeError traceback
+    server, fake, _ = stack
+    before = len(fake.requests)
+    done = subprocess.run([sys.executable, "-m", "services.cli.main", "chat", "--json",
+                           "--target", f"127.0.0.1:{server.port}", "--session", "s-bytes"],
+                          input=b"first\nsecond \xff\xfe\nthird\n", capture_output=True,
+                          timeout=120, env={**os.environ, "LANG": "C.UTF-8"})
+    assert done.returncode == 2
+    assert done.stderr.decode().strip() == ("bidaw chat: input line 2 is not UTF-8 text "
+                                            "(character 8); nothing of it was sent")
+    assert [t["answer"] for t in turns(done.stdout.decode())] == ["echo: first"]
+    assert [r.messages[-1].content for r in fake.requests[before:]] == ["first"]

@@ -60,12 +60,18 @@ def run(args) -> int:
     lines = args.message or sys.stdin
     if interactive:
         print(f"session {conv.session_id}; empty line or Ctrl-D to quit", file=sys.stderr)
-    for line in lines:
+    for n, line in enumerate(lines, 1):
         text = line.strip()
         if not text:
             if interactive:
                 break
             continue
+        problem = _not_text(text)
+        if problem:  # bytes the terminal or pipe could not decode: said, and nothing sent
+            where = f"message {n}" if args.message else f"input line {n}"
+            print(f"bidaw chat: {where} is not UTF-8 text ({problem}); nothing of it was sent",
+                  file=sys.stderr)
+            return 2
         stream = None if args.json else (lambda t: print(t, end="", flush=True))
         try:
             result = conv.say(text, max_tokens=args.max_tokens, temperature=args.temperature,
@@ -91,3 +97,13 @@ def run(args) -> int:
             print(f"\n  [KV from {result.tier}, {s.cached_tokens}/{s.prompt_tokens} prompt "
                   f"tokens reused, TTFT {s.ttft_s * 1000:.0f} ms]", flush=True)
     return 0
+
+
+def _not_text(text: str) -> str:
+    """Why `text` cannot be sent (stdin and argv keep undecodable bytes as lone surrogates),
+    or ''."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"character {exc.start + 1}"
+    return ""
