@@ -35,6 +35,39 @@ def test_bad_key_entries_are_refused_without_echoing_the_key():
         Tenants(parse_keys("a:k1,b:k1", "x"))
 
 
+@pytest.mark.parametrize("content, error", [
+    (b"acme:sk-\xff\xfe\n", "not UTF-8 text (byte 9)"),  # was a UnicodeDecodeError traceback
+    (b"acme:sk-\x01\x02\n", "acme's key must be 1 to 4096 printable ASCII characters"),
+    (b"acme:" + b"k" * 5000 + b"\n", "acme's key must be 1 to 4096"),  # no header can carry it
+    (b"acme:sk-1\nglobex:sk-1\n", "the same API key is given to two entries"),
+])
+def test_a_keys_file_no_client_could_use_stops_the_gateway_in_one_line(tmp_path, content,
+                                                                       error):
+    keys = tmp_path / "keys"
+    keys.write_bytes(content)
+    with pytest.raises(ValueError) as err:
+        Tenants.from_config(GatewayConfig(api_keys_file=str(keys)))
+    assert error in str(err.value) and "sk-" not in str(err.value), str(err.value)
+
+
+def test_serve_gateway_says_a_bad_keys_file_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from services.runtime.cluster_auth import write_token_file
+
+    write_token_file(str(tmp_path / "token"))
+    (tmp_path / "keys").write_bytes(b"acme:sk-\xff\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "services.cli.main", "serve", "gateway", "--listen",
+         "127.0.0.1:0", "--scheduler", "127.0.0.1:1", "--api-keys-file", str(tmp_path / "keys"),
+         "--cluster-token-file", str(tmp_path / "token")],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (f"bidaw serve gateway: --api-keys-file {tmp_path / 'keys'}: "
+                                   "not UTF-8 text (byte 9)")
+
+
 def test_open_gateway_has_one_tenant_and_sessions_are_namespaced():
     tenants = Tenants([])
     assert tenants.open and tenants.resolve(None) == OPEN_TENANT

@@ -12,6 +12,8 @@ from services.gateway.config import GatewayConfig
 from services.runtime.turn_bounds import TENANT_RE
 
 OPEN_TENANT = "default"  # the one tenant of a gateway without keys
+MAX_KEY = 4096  # an HTTP header line longer than aiohttp's 8 KiB limit could never carry it
+KEY_RE = re.compile(r"[\x21-\x7e]{1,%d}" % MAX_KEY)
 
 
 def parse_keys(text: str, source: str) -> list[tuple[str, str]]:
@@ -27,6 +29,9 @@ def parse_keys(text: str, source: str) -> list[tuple[str, str]]:
             raise ValueError(f"{source}: an entry is not `tenant:key`")  # never echo the key
         if not TENANT_RE.fullmatch(tenant):
             raise ValueError(f"{source}: tenant {tenant!r} must match {TENANT_RE.pattern}")
+        if not KEY_RE.fullmatch(key):  # one no client could send (never echoed)
+            raise ValueError(f"{source}: tenant {tenant}'s key must be 1 to {MAX_KEY} printable "
+                             "ASCII characters without spaces (a bearer token)")
         pairs.append((tenant, key))
     return pairs
 
@@ -37,14 +42,21 @@ class Tenants:
     def __init__(self, pairs: list[tuple[str, str]]):
         self._keys = [(key.encode(), tenant) for tenant, key in pairs]
         if len({k for k, _ in self._keys}) != len(self._keys):
-            raise ValueError("the same API key is given to two entries")
+            raise ValueError("--api-keys / --api-keys-file: the same API key is given to two "
+                             "entries")
 
     @classmethod
     def from_config(cls, config: GatewayConfig) -> "Tenants":
         pairs = parse_keys(config.api_keys, "--api-keys")
         if config.api_keys_file:
-            with open(config.api_keys_file) as fh:
-                pairs += parse_keys(fh.read(), config.api_keys_file)
+            with open(config.api_keys_file, "rb") as fh:
+                raw = fh.read()
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"--api-keys-file {config.api_keys_file}: not UTF-8 text "
+                                 f"(byte {exc.start + 1})") from None
+            pairs += parse_keys(text, f"--api-keys-file {config.api_keys_file}")
         return cls(pairs)
 
     @property

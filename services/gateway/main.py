@@ -64,7 +64,10 @@ async def start(config: GatewayConfig, gateway: Gateway | None = None) -> tuple[
 
 
 async def _run(config: GatewayConfig) -> None:
-    gateway = Gateway(config)
+    try:
+        gateway = Gateway(config)
+    except ValueError as exc:  # its API keys: one line naming the flag, never a key
+        raise SystemExit(f"bidaw serve gateway: {exc}") from None
     runner, _ = await start(config, gateway)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
