@@ -61,10 +61,12 @@ def load_turns(trace: str | None, fmt: str = "auto") -> list[Turn]:
 
 def check_policy_args(policy_kwargs: dict[str, dict[str, Any]]) -> None:
     """ValueError naming the --policy-arg a policy does not take (or refuses), before any run."""
-    from kv_store.eviction.registry import make_policy
+    from kv_store.eviction.policy_args import checked_args
+    from kv_store.eviction.registry import make_policy, policy_class
 
     for name, kwargs in policy_kwargs.items():
         try:
+            kwargs.update(checked_args(policy_class(name), kwargs))
             make_policy(name, **kwargs)
         except (TypeError, ValueError) as exc:
             given = " ".join(f"{name}.{k}={v}" for k, v in kwargs.items())
@@ -81,5 +83,10 @@ def parse_policy_args(items: Iterable[str]) -> dict[str, dict[str, Any]]:
         policy, dot, key = name_key.rpartition(".")
         if not sep or not dot:
             raise ValueError(f"--policy-arg wants POLICY.KEY=VALUE, got {item!r}")
-        out.setdefault(policy, {})[key.replace("-", "_")] = yaml.safe_load(value)
+        try:
+            parsed = yaml.safe_load(value)
+        except (yaml.YAMLError, RecursionError):
+            raise ValueError(f"--policy-arg {name_key}: the value is not a YAML scalar or "
+                             "list") from None
+        out.setdefault(policy, {})[key.replace("-", "_")] = parsed
     return out

@@ -66,6 +66,12 @@ class BidawSizePolicy(AnswerRankedPolicy):
                  per_user_signal: bool = True, answer_signal: bool = True,
                  idle_signal: bool = True, loaded_size_exponent: float | None = 0.7,
                  demand_tau_s: float = 300.0) -> None:
+        if not (size_exponent >= 0 and 0 <= pace_decay < 1 and classes_per_octave >= 1
+                and stale_factor > 0 and (stale_quantile is None or 0 < stale_quantile < 1)
+                and (loaded_size_exponent is None or loaded_size_exponent >= 0)):
+            raise ValueError("bidaw-size needs size_exponent >= 0, 0 <= pace_decay < 1, "
+                             "classes_per_octave >= 1, stale_factor > 0, stale_quantile in (0, 1) "
+                             "or null and loaded_size_exponent >= 0 or null")
         self.size_exponent = size_exponent
         # β with an idle disk, and towards which it moves as demand reads fill it (None: fixed)
         self.idle_size_exponent = size_exponent

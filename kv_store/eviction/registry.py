@@ -32,15 +32,19 @@ POLICY_NAMES: tuple[str, ...] = tuple(n for n in _CLASSES if n not in NEEDS_SSD_
 NEEDS_FUTURE: frozenset[str] = frozenset({"belady"})
 
 
+def policy_class(name: str) -> type[EvictionPolicy]:
+    """The class behind a policy name; ValueError naming the known ones."""
+    try:
+        return _CLASSES[name]
+    except KeyError:
+        raise ValueError(f"unknown eviction policy {name!r}; known: {', '.join(_CLASSES)}") from None
+
+
 def make_policy(name: str, capacity: int | None = None, watermark: int | None = None,
                 time_scale: float = 1.0, **args: Any) -> EvictionPolicy:
     """A fresh policy for a tier of `capacity` bytes keeping `watermark` free (None: the
     policy's defaults), its clock divided by `time_scale`. Unknown `args` raise TypeError."""
-    try:
-        cls = _CLASSES[name]
-    except KeyError:
-        raise ValueError(f"unknown eviction policy {name!r}; known: {', '.join(_CLASSES)}") from None
-    policy = cls(**args)
+    policy = policy_class(name)(**args)
     if capacity is not None:
         policy.set_capacity(capacity, watermark)
     return policy if time_scale == 1.0 else TimeScaled(policy, time_scale)
