@@ -135,7 +135,7 @@ def test_profiles_and_overrides():
     assert cost.decode_step_time(8, 10_000) < cost.decode_step_time(8, 20_000)
     nvme = load_profile("opt13b-a800-nvme", {"host.dram_gib": 120})
     assert nvme.ssd_bytes_per_s > cost.ssd_bytes_per_s and nvme.dram_bytes == 120 << 30
-    with pytest.raises(KeyError):
+    with pytest.raises(ValueError, match="no field"):
         load_profile("opt13b-a800", {"host.nope": 1})
 
 
@@ -189,3 +189,30 @@ def test_sweep_with_plot_draws_each_systems_sustainable_load(tmp_path, small_tra
     drawn = tmp_path / "plots" / "sustainable_load.png"
     assert str(drawn) in out["plots"] and drawn.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert out["sweep"]["ideal"]["users_per_min"] >= out["sweep"]["recompute"]["users_per_min"]
+
+
+@pytest.mark.parametrize("item, words", [
+    ("host.dram_gib=x", "host.dram_gib: want a finite number >= 0, got 'x'"),
+    ("host.dram_gib=[1]", "host.dram_gib: want a finite number >= 0, got [1]"),
+    ("host.dram_gib=-5", "got -5"),  # ran, on a negative DRAM
+    ("host.dram_gib=.inf", "got inf"),
+    ("gpu.max_batch=1.5", "gpu.max_batch: want a whole number"),
+    ("host=1", "'host' is a section; set one of its fields: host.pcie_gbps"),
+    ("host.nope=1", "profile has no field 'host.nope'"),  # a KeyError traceback before
+    ("host.dram_gib=" + "[" * 50_000 + "]" * 50_000, "host.dram_gib: not a YAML value"),
+])
+def test_a_bad_set_is_one_line_naming_the_field(item, words):
+    from services.cli.main import main
+
+    with pytest.raises(SystemExit) as err:
+        main(["simulate", "--profile", "opt13b-a800", "--systems", "bidaw", "--set", item])
+    message = err.value.code
+    assert isinstance(message, str) and message.startswith("bidaw simulate: --set "), message
+    assert words in message, message
+
+
+def test_a_set_keeps_the_field_type():
+    cost = load_profile("opt13b-a800", {"host.dram_gib": "120", "gpu.max_batch": "64",
+                                        "host.watermark_gib": "0.5"})
+    assert cost.dram_bytes == 120 * (1 << 30) and cost.max_batch == 64
+    assert cost.watermark_bytes == 1 << 29  # the YAML writes 2; int() made 0.5 into 0

@@ -55,9 +55,9 @@ def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float]
     """A JSON-ready dict with "systems" (and "sweep", "plots")."""
     try:
         overrides = parse_overrides(args.set)
+        cost = load_profile(args.profile, overrides)
     except ValueError as exc:
-        raise SystemExit(str(exc)) from None
-    cost = load_profile(args.profile, overrides)
+        raise SystemExit(f"bidaw simulate: --set {exc}") from None
     names = [s.strip() for s in args.systems.split(",") if s.strip()]
     end_oracle = not args.no_end_oracle
     common = dict(window=window, sample_users=args.sample_users, arrival_mode=args.arrivals,

@@ -9,6 +9,7 @@ of the history), decode memory-bound (weights + the batch's KV read once per ste
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,15 +28,52 @@ def profile_names() -> list[str]:
 
 
 def _set_dotted(tree: dict, dotted: str, value: Any) -> None:
+    """Override one field; ValueError naming it for a field the profile lacks or a value not of
+    the field's type (a string, a list, a negative or infinite number where a size goes)."""
     *parents, leaf = dotted.split(".")
     node = tree
     for p in parents:
         if p not in node or not isinstance(node[p], dict):
-            raise KeyError(f"profile has no section {p!r} (in {dotted!r})")
+            raise ValueError(f"profile has no section {p!r} (in {dotted!r})")
         node = node[p]
     if leaf not in node:
-        raise KeyError(f"profile has no field {dotted!r}")
-    node[leaf] = type(node[leaf])(value) if node[leaf] is not None else value
+        raise ValueError(f"profile has no field {dotted!r}")
+    if isinstance(node[leaf], dict):
+        raise ValueError(f"{dotted!r} is a section; set one of its fields: "
+                         f"{', '.join(f'{dotted}.{k}' for k in node[leaf])}")
+    node[leaf] = _typed_like(node[leaf], value, dotted)
+
+
+def _typed_like(current: Any, value: Any, dotted: str) -> Any:
+    """`value` (a --set string, read as YAML) as the type of the profile's `current` value."""
+    if isinstance(value, str):
+        try:
+            value = yaml.safe_load(value)
+        except (yaml.YAMLError, RecursionError):
+            raise ValueError(f"{dotted}: not a YAML value") from None
+    if current is None:
+        return value
+    if isinstance(current, bool):
+        if not isinstance(value, bool):
+            raise ValueError(f"{dotted}: want true or false, got {value!r}")
+        return value
+    if isinstance(current, (int, float)):
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not number or not math.isfinite(value) or value < 0:
+            raise ValueError(f"{dotted}: want a finite number >= 0, got {value!r}")
+        if isinstance(current, float) or float(value).is_integer():
+            return type(current)(value)
+        if _is_count(dotted):  # int() would cut it (max_batch 1.5 -> 1)
+            raise ValueError(f"{dotted}: want a whole number, got {value!r}")
+        return float(value)  # a size or rate the YAML happens to write whole (watermark_gib: 2)
+    if not isinstance(value, type(current)):
+        raise ValueError(f"{dotted}: want {type(current).__name__}, got {value!r}")
+    return value
+
+
+def _is_count(dotted: str) -> bool:
+    leaf = dotted.rsplit(".", 1)[-1]
+    return leaf.startswith(("max_", "num_")) or leaf.endswith(("_size", "_dim", "_bytes"))
 
 
 def load_profile_dict(name_or_path: str, overrides: dict[str, Any] | None = None) -> dict:
