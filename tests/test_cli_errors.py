@@ -87,3 +87,27 @@ def test_every_command_refuses_nonsense_counts_by_flag(argv, error, capsys):
     with pytest.raises(SystemExit) as err:
         main(argv)
     assert err.value.code == 2 and error in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["chaos", "--faults", "nope,store-kill"], "bidaw chaos: --faults: unknown nope; known: "),
+    (["simulate", "--systems", "nope"], "bidaw simulate: --systems: unknown system 'nope'"),
+    (["load", "--target", "127.0.0.1:1"],
+     "bidaw load: --target '127.0.0.1:1': expected the gateway's URL"),
+    (["load", "--target", "http://127.0.0.1:1/v1"],  # it sent failed turns for 600 s
+     "bidaw load: --target http://127.0.0.1:1/v1: [Errno 111] Connection refused"),
+    (["load", "--think-s", "abc"], "bidaw load: --think-s 'abc': want LO:HI seconds"),
+])
+def test_a_bad_name_or_target_is_one_line(argv, message):
+    assert refusal(argv).startswith(message)  # each was a traceback (or a hang) before
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["trace", "synth", "--out", "-", "--rounds-mean", "1e308"],  # an OverflowError before
+     "argument --rounds-mean: must be in (0, 10000], got 1e308"),
+    (["bench", "store", "--sizes-mb", "x"], "argument --sizes-mb: not an integer: 'x'"),
+])
+def test_a_bad_number_is_a_usage_error_naming_the_flag(capsys, argv, message):
+    with pytest.raises(SystemExit) as err:
+        main(argv)
+    assert err.value.code == 2 and message in capsys.readouterr().err

@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 
-from services.runtime.arg_types import positive_int
+from services.runtime.arg_types import positive_int, positive_int_list
 
 MIB = 1 << 20
 
@@ -36,7 +36,8 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
         description=__doc__.split("\n\n")[0])
     p.add_argument("--dir", default=None, help="directory on the disk to measure (default: "
                    "a temporary directory)")
-    p.add_argument("--sizes-mb", default="64,256,512", help="session sizes for the SSD figure")
+    p.add_argument("--sizes-mb", type=positive_int_list, default=[64, 256, 512],
+                   help="session sizes for the SSD figure (comma list)")
     p.add_argument("--io-mb", type=positive_int, default=8, help="bytes per read, raw and tier")
     p.add_argument("--shm-mb", type=positive_int, default=128,
                    help="session size for the DRAM figures")
@@ -55,7 +56,7 @@ def _say(args, msg: str) -> None:
 def _run(args: argparse.Namespace) -> int:
     root = tempfile.mkdtemp(prefix="bidaw-bench-store-", dir=args.dir)
     try:
-        sizes = [int(s) for s in args.sizes_mb.split(",") if s.strip()]
+        sizes = args.sizes_mb
         _say(args, f"SSD tier vs raw O_DIRECT reads at {sizes} MB ...")
         ssd = ssd_read_vs_raw(os.path.join(root, "ssd"), sizes, args.io_mb, args.reps)
         _say(args, f"DRAM tier: shared memory and gRPC reads of {args.shm_mb} MB ...")

@@ -55,9 +55,14 @@ def run_fuzz_only(args) -> int:
 def run(args) -> int:
     if args.fuzz_only:
         return run_fuzz_only(args)
+    from bench.chaos.faults import ORDER
     from bench.chaos.runner import run as run_faults
 
     names = [n for n in args.faults.split(",") if n]
+    unknown = [n for n in names if n not in ORDER]
+    if unknown:
+        raise SystemExit(f"bidaw chaos: --faults: unknown {', '.join(unknown)}; known: "
+                         f"{', '.join(ORDER)}")
     results = run_faults(names, args.turns, verbose=args.verbose)
     fuzz_inputs = fuzz_crashes = 0
     if args.fuzz_examples:

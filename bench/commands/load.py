@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 
 from services.runtime.arg_types import non_negative, positive, positive_int
@@ -62,10 +63,37 @@ def register(sub, groups) -> None:
 
 def _think(text: str) -> tuple[float, float]:
     lo, _, hi = text.partition(":")
-    lo, hi = float(lo), float(hi or lo)
-    if not 0 <= lo <= hi:
-        raise SystemExit(f"--think-s {text!r}: want LO:HI with 0 <= LO <= HI")
+    try:
+        lo, hi = float(lo), float(hi or lo)
+    except ValueError:
+        lo = hi = math.nan
+    if not 0 <= lo <= hi < math.inf:
+        raise SystemExit(f"bidaw load: --think-s {text!r}: want LO:HI seconds with "
+                         "0 <= LO <= HI")
     return lo, hi
+
+
+def _check_gateway(url: str, api_key: str) -> None:
+    """The gateway at `url` answers its model list, or the command stops in one line (it ran
+    its whole duration of failed turns before)."""
+    import urllib.error
+    import urllib.request
+
+    if not url.lower().startswith(("http://", "https://")):
+        raise SystemExit(f"bidaw load: --target {url!r}: expected the gateway's URL "
+                         "(http://HOST:PORT/v1, what `bidaw up` prints first)")
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        urllib.request.urlopen(urllib.request.Request(url.rstrip("/") + "/models",
+                                                      headers=headers), timeout=10).close()
+    except urllib.error.HTTPError as exc:
+        hint = {401: " (give --api-key KEY)",
+                404: " (is it the gateway's base URL, ending in /v1?)"}.get(exc.code, "")
+        raise SystemExit(f"bidaw load: --target {url}: HTTP {exc.code}{hint}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise SystemExit(f"bidaw load: --target {url}: {reason} (is the deployment running?)"
+                         ) from None
 
 
 def run(args) -> int:
@@ -79,6 +107,7 @@ def run(args) -> int:
                      turns_per_session=args.turns_per_session, seed=args.seed,
                      turn_timeout_s=args.turn_timeout, api_key=args.api_key)
     if args.target:
+        _check_gateway(args.target, args.api_key)
         if args.cluster_token_file:
             from services.runtime.cluster_auth import configure_token
             from services.runtime.membership_auth import resolve_token

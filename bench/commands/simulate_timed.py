@@ -9,7 +9,7 @@ from typing import Any, Iterable
 from bench.sim.cost_profile import load_profile, profile_names
 from bench.sim.metrics import TurnLog
 from bench.sim.sweep import sweep
-from bench.sim.systems import DEFAULT_SYSTEMS
+from bench.sim.systems import DEFAULT_SYSTEMS, system_spec
 from bench.sim.timed import DEFAULT_PROFILE, simulate
 from bench.sim.workload import CLOSED, OPEN, build_workload
 from bench.traces.turn import Turn
@@ -59,6 +59,11 @@ def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float]
     except ValueError as exc:
         raise SystemExit(f"bidaw simulate: --set {exc}") from None
     names = [s.strip() for s in args.systems.split(",") if s.strip()]
+    try:
+        for name in names:
+            system_spec(name)
+    except ValueError as exc:
+        raise SystemExit(f"bidaw simulate: --systems: {exc}") from None
     end_oracle = not args.no_end_oracle
     common = dict(window=window, sample_users=args.sample_users, arrival_mode=args.arrivals,
                   end_oracle=end_oracle, tail_s=args.tail, policy_kwargs=policy_kwargs)

@@ -7,7 +7,8 @@ import json
 import sys
 
 from bench.traces.loaders import FORMATS
-from services.runtime.arg_types import fraction, positive, positive_int, unit_fraction
+from services.runtime.arg_types import (fraction, positive, positive_int, rounds_mean,
+                                        unit_fraction)
 
 
 
@@ -26,7 +27,8 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     sy.add_argument("--users", type=positive_int, default=4486,
                     help="sessions (default: part 1's 4486)")
     sy.add_argument("--users-per-min", type=positive, default=14.1, help="new sessions a minute")
-    sy.add_argument("--rounds-mean", type=positive, default=23.0, help="mean turns per session")
+    sy.add_argument("--rounds-mean", type=rounds_mean, default=23.0,
+                    help="mean turns per session (at most 10,000)")
     sy.add_argument("--seed", type=int, default=0)
     sy.add_argument("--json", action="store_true", help="print the trace's statistics as JSON")
     sy.set_defaults(func=_synth)

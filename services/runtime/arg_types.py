@@ -54,6 +54,14 @@ def positive_list(text: str) -> list[float]:
     return values
 
 
+def positive_int_list(text: str) -> list[int]:
+    """A comma list of integers > 0."""
+    values = [positive_int(x.strip()) for x in text.split(",") if x.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError(f"no value in {text!r}")
+    return values
+
+
 def _within(text: str, ok, interval: str) -> float:
     value = number(text)
     if not ok(value):
@@ -67,6 +75,11 @@ def fraction(text: str) -> float:
 
 def unit_fraction(text: str) -> float:
     return _within(text, lambda v: 0.0 <= v <= 1.0, "[0, 1]")
+
+
+def rounds_mean(text: str) -> float:
+    """Mean turns per synthetic session: past 10,000 the gamma draw overflows (1e308 did)."""
+    return _within(text, lambda v: 0.0 < v <= 10_000.0, "(0, 10000]")
 
 
 def share(text: str) -> float:
