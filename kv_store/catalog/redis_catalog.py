@@ -36,6 +36,10 @@ T = TypeVar("T")
 _TRANSIENT = (redis.ConnectionError, redis.TimeoutError)
 
 
+class _Damaged(Exception):
+    """An index entry that does not parse."""
+
+
 class RedisCatalog(Catalog):
     kind = "redis"
 
@@ -124,13 +128,26 @@ class RedisCatalog(Catalog):
         return f"{self.ns}:s:{session_id}"
 
     @staticmethod
-    def _decode(session_id: str, h: dict) -> CatalogEntry | None:
+    def _decode(session_id: str, h) -> CatalogEntry | None:
+        """The entry of a HGETALL reply (None: no entry); _Damaged for one that does not parse
+        (a field missing or garbled, or a key of another type: a reply that is an error)."""
+        if isinstance(h, Exception):
+            raise _Damaged(f"{type(h).__name__}: {h}")
         if not h:
             return None
-        tokens = np.frombuffer(h[b"tokens"], dtype="<i4").tolist()
-        meta = SessionMeta(session_id, int(h[b"fmt"]), int(h[b"bpt"]), h[b"model"].decode(),
-                           tokens, int(h.get(b"dt", 0)))  # none: from before dtypes, UNKNOWN
-        return CatalogEntry(meta, int(h[b"len"]), int(h[b"ver"]))
+        try:
+            tokens = np.frombuffer(h[b"tokens"], dtype="<i4").tolist()
+            meta = SessionMeta(session_id, int(h[b"fmt"]), int(h[b"bpt"]), h[b"model"].decode(),
+                               tokens, int(h.get(b"dt", 0)))  # none: from before dtypes
+            return CatalogEntry(meta, int(h[b"len"]), int(h[b"ver"]))
+        except (KeyError, ValueError, TypeError) as exc:  # UnicodeDecodeError is a ValueError
+            raise _Damaged(f"{type(exc).__name__}: {exc}") from None
+
+    def _drop_damaged(self, session_id: str, why: _Damaged) -> None:
+        """Forget an entry that does not parse: the session's file, if its records check out,
+        is adopted again by reconcile (its records describe themselves); else a miss."""
+        log.warning("index entry of %r is damaged (%s): dropped", session_id, why)
+        self.delete(session_id)
 
     def load(self, ssd: SsdTier) -> list[CatalogEntry]:
         self._take_epoch()
@@ -140,8 +157,15 @@ class RedisCatalog(Catalog):
 
     def _read_all(self) -> list[CatalogEntry]:
         entries = []
-        ids = self._call("load", lambda: [m.decode() for m in self.r.sscan_iter(
-            f"{self.ns}:sessions", count=1000)])
+        members = self._call("load", lambda: list(self.r.sscan_iter(f"{self.ns}:sessions",
+                                                                     count=1000)))
+        ids = []
+        for m in members:
+            try:
+                ids.append(m.decode())
+            except UnicodeDecodeError:  # no session id is: ours are checked as UTF-8
+                log.warning("index lists a session id that is not UTF-8 (%r): dropped", m)
+                self._call("load", lambda m=m: self.r.srem(f"{self.ns}:sessions", m))
         for i in range(0, len(ids), 1000):
             batch = ids[i:i + 1000]
 
@@ -149,20 +173,40 @@ class RedisCatalog(Catalog):
                 pipe = self.r.pipeline(transaction=False)
                 for sid in batch:
                     pipe.hgetall(self._key(sid))
-                return pipe.execute()
+                return pipe.execute(raise_on_error=False)  # one bad key spoils no other
             for sid, h in zip(batch, self._call("load", fetch)):
-                entry = self._decode(sid, h)
+                try:
+                    entry = self._decode(sid, h)
+                except _Damaged as why:
+                    self._drop_damaged(sid, why)
+                    continue
                 if entry is not None:
                     entries.append(entry)
         return entries
 
     def get(self, session_id: str) -> CatalogEntry | None:
-        return self._decode(session_id, self._call(
-            "get", lambda: self.r.hgetall(self._key(session_id))))
+        def fetch():
+            pipe = self.r.pipeline(transaction=False)
+            pipe.hgetall(self._key(session_id))
+            return pipe.execute(raise_on_error=False)[0]
+        try:
+            return self._decode(session_id, self._call("get", fetch))
+        except _Damaged as why:
+            self._drop_damaged(session_id, why)
+            return None
 
     def version(self, session_id: str) -> int | None:
-        ver = self._call("version", lambda: self.r.hget(self._key(session_id), "ver"))
-        return None if ver is None else int(ver)
+        """The entry's version alone (one field: asked on every read); None for no entry, or
+        one that does not parse (`get` then drops it)."""
+        def fetch():
+            pipe = self.r.pipeline(transaction=False)
+            pipe.hget(self._key(session_id), "ver")
+            return pipe.execute(raise_on_error=False)[0]
+        ver = self._call("version", fetch)
+        try:
+            return None if ver is None or isinstance(ver, Exception) else int(ver)
+        except ValueError:
+            return None
 
     def put(self, entry: CatalogEntry) -> None:
         meta = entry.meta
