@@ -19,8 +19,12 @@ log = logging.getLogger("bidaw.kv_store")
 
 def start(config: StoreConfig) -> tuple[Server, KVStore]:
     store = KVStore(config)
-    server = Server(config.listen, [(add_store_servicer, KVStoreService(store))],
-                    name="bidaw.v1.KVStore", token=server_token(config))
+    try:
+        server = Server(config.listen, [(add_store_servicer, KVStoreService(store))],
+                        name="bidaw.v1.KVStore", token=server_token(config))
+    except BaseException:  # its port in use: the DRAM arena in /dev/shm goes with it
+        store.close()
+        raise
     log.info("KV store on port %d: DRAM %d B, SSD %d B at %s, eviction %s%s", server.port,
              config.dram_bytes, config.ssd_bytes, config.data_dir, config.eviction,
              ", promoting ahead of predicted returns" if store.prefetcher else "")

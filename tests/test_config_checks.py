@@ -114,3 +114,49 @@ def test_serve_refuses_a_bound_by_flag_in_one_line(tmp_path):
                                 dict(kv_format="tensor6", weights="q4", max_batch=1)])
 def test_the_worker_takes_what_it_can_run(ok):
     WorkerConfig(**ok)
+
+
+def serve(tmp_path, *argv: str) -> subprocess.CompletedProcess:
+    token = tmp_path / "token"
+    if not token.exists():
+        write_token_file(str(token))
+    return subprocess.run([sys.executable, "-m", "services.cli.main", "serve", *argv,
+                           "--cluster-token-file", str(token)],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("service", ["scheduler", "store", "gateway"])
+def test_a_port_in_use_is_one_line_naming_the_flag(tmp_path, service):
+    import socket
+
+    with socket.socket() as taken:  # a listener that is not gRPC's: no port sharing with it
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = f"127.0.0.1:{taken.getsockname()[1]}"
+        extra = ["--data-dir", str(tmp_path / "kv")] if service == "store" else []
+        for flag, argv in (("--listen", ["--listen", busy]),
+                           ("--metrics-listen", ["--listen", "127.0.0.1:0",
+                                                 "--metrics-listen", busy])):
+            done = serve(tmp_path, service, *argv, *extra)
+            assert done.returncode == 1, done
+            last = done.stderr.strip().splitlines()[-1]  # grpc's core logs a line of its own
+            assert last.startswith(f"bidaw serve {service}: {flag} {busy}: "), done.stderr
+            assert "Traceback" not in done.stderr
+    assert not list((tmp_path / "kv").glob("**/*.kv"))
+
+
+def test_a_second_grpc_server_on_a_port_fails_instead_of_sharing_it(tmp_path):
+    # gRPC binds with SO_REUSEPORT by default: the second scheduler started and the kernel
+    # split the clients' connections between the two
+    from scheduler.config import SchedulerConfig as Config
+    from scheduler.main import start
+
+    first, _ = start(Config(listen="127.0.0.1:0", workers=[], store=""))
+    try:
+        done = serve(tmp_path, "scheduler", "--listen", f"127.0.0.1:{first.port}")
+        assert done.returncode == 1
+        assert done.stderr.strip().splitlines()[-1] == (
+            f"bidaw serve scheduler: --listen 127.0.0.1:{first.port}: the port is in use, or "
+            "the host is not one of this machine's addresses")
+    finally:
+        first.stop(0)

@@ -67,6 +67,7 @@ def _serve(name: str, config) -> None:
 def run(args) -> int:
     from services.runtime.cluster_auth import configure_token
     from services.runtime.config_checks import check_config_paths
+    from services.runtime.config_checks import ListenError
     from services.runtime.grpc_util import keepalive_s
     from services.runtime.malloc import tune as tune_malloc
     from services.runtime.membership_auth import require_token
@@ -93,8 +94,11 @@ def run(args) -> int:
         raise SystemExit(f"bidaw serve {args.service}: {exc}")
     setup_logging(args.service)
     init_tracing(SERVICES[args.service].trace_name)  # before any gRPC server or channel exists
-    if args.service != "gateway":  # the gateway serves its own, on its event loop
-        start_metrics_server(getattr(config, "metrics_listen", ""), args.service)
-    tune_malloc()  # long-running, many threads, varied KV-sized buffers: see services/runtime/malloc.py
-    _serve(args.service, config)
+    try:
+        if args.service != "gateway":  # the gateway serves its own, on its event loop
+            start_metrics_server(getattr(config, "metrics_listen", ""), args.service)
+        tune_malloc()  # long-running, many threads, varied KV-sized buffers: services/runtime/malloc.py
+        _serve(args.service, config)
+    except ListenError as exc:
+        raise SystemExit(f"bidaw serve {args.service}: {exc}") from None
     return 0

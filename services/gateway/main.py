@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import os
 import signal
 
 from aiohttp import web
@@ -12,6 +13,7 @@ from services.gateway.app import Gateway
 from services.gateway.config import GatewayConfig
 from services.gateway.metrics_site import start_metrics_site
 from services.gateway.safe_protocol import RedactingAppRunner
+from services.runtime.config_checks import ListenError
 from services.runtime.process import stop_requested
 
 log = logging.getLogger("bidaw.gateway")
@@ -46,8 +48,11 @@ async def start(config: GatewayConfig, gateway: Gateway | None = None) -> tuple[
     gateway = gateway or Gateway(config)
     check_exposure(config, gateway)
     if config.metrics_listen:  # before setup(): the app's cleanup signal freezes there
-        metrics_runner, gateway.metrics_port = await start_metrics_site(
-            *split_listen(config.metrics_listen))
+        try:
+            metrics_runner, gateway.metrics_port = await start_metrics_site(
+                *split_listen(config.metrics_listen))
+        except OSError as exc:
+            raise _listen_error("--metrics-listen", config.metrics_listen, exc) from None
         gateway.app.on_cleanup.append(lambda _: metrics_runner.cleanup())
     # handler_cancellation: a client that hangs up cancels its handler, whose `finally` cancels
     # the SubmitTurn call, so the worker stops generating for nobody.
@@ -56,11 +61,19 @@ async def start(config: GatewayConfig, gateway: Gateway | None = None) -> tuple[
     await runner.setup()
     host, port = split_listen(config.listen)
     site = web.TCPSite(runner, host, port, backlog=1024)
-    await site.start()
+    try:
+        await site.start()
+    except OSError as exc:
+        await runner.cleanup()
+        raise _listen_error("--listen", config.listen, exc) from None
     bound = site._server.sockets[0].getsockname()[1]
     log.info("gateway on http://%s:%d/v1 -> scheduler %s; %s", host, bound, config.scheduler,
              "open (no API keys)" if gateway.tenants.open else "API keys required")
     return runner, bound
+
+
+def _listen_error(flag: str, listen: str, exc: OSError) -> ListenError:
+    return ListenError(flag, listen, os.strerror(exc.errno) if exc.errno else str(exc))
 
 
 async def _run(config: GatewayConfig) -> None:

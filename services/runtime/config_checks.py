@@ -13,6 +13,15 @@ import pathlib
 import socket
 
 
+class ListenError(OSError):
+    """A server could not bind the address its `flag` gave (`bidaw serve` says it in one line;
+    a port in use is only known when binding)."""
+
+    def __init__(self, flag: str, address: str, reason: str):
+        super().__init__(f"{flag} {address}: {reason}")
+        self.flag, self.address, self.reason = flag, address, reason
+
+
 def check_config_paths(config) -> None:
     """ValueError naming the first flag of `config` that cannot work."""
     for field in dataclasses.fields(config):

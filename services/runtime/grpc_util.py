@@ -16,6 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from services.runtime import tracing
 from services.runtime.health import HealthServicer
 from services.runtime.cluster_auth import TokenCheck, TokenSender, aio_senders, cluster_token
+from services.runtime.config_checks import ListenError
 from services.runtime.rpc_errors import GUARD
 from services.runtime.tls import TLSFiles, TLSMaterial, load as load_tls, process_material
 
@@ -68,6 +69,9 @@ def server_options() -> list[tuple[str, int]]:
         # GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS: its string has no "recv"
         ("grpc.http2.min_ping_interval_without_data_ms", ping_ms // 2),
         ("grpc.http2.max_ping_strikes", 2),
+        # gRPC binds with SO_REUSEPORT by default: a second scheduler on a port in use started
+        # and silently shared its connections with the first. Off, it fails to bind.
+        ("grpc.so_reuseport", 0),
     ]
 
 # The `tls=`/`token=` default of every Server and channel: the process-wide setting that
@@ -113,10 +117,14 @@ class Server:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
         material = _material(tls, server=True)
         self.tls = material is not None
-        self.port = (self.grpc.add_secure_port(address, material.server_credentials())
-                     if material else self.grpc.add_insecure_port(address))
+        try:
+            self.port = (self.grpc.add_secure_port(address, material.server_credentials())
+                         if material else self.grpc.add_insecure_port(address))
+        except RuntimeError:  # grpc's "Failed to bind": a message only, said in one line
+            self.port = 0
         if self.port == 0:
-            raise OSError(f"{name}: cannot listen on {address}")
+            raise ListenError("--listen", address, "the port is in use, or the host is not "
+                                                   "one of this machine's addresses")
         self.grpc.start()
         self.set_serving(True)
 

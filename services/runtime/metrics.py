@@ -15,6 +15,8 @@ import logging
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, \
     start_http_server
 
+from services.runtime.config_checks import ListenError
+
 log = logging.getLogger("bidaw.metrics")
 
 # Seconds: from a sub-millisecond queue wait to a multi-minute long answer.
@@ -148,8 +150,11 @@ def start_metrics_server(listen: str, service: str = "") -> int:
         return 0
     if listen not in _servers:
         host, _, port = listen.rpartition(":")
-        server, _ = start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0",
-                                      registry=registry_of(service) if service else REGISTRY)
+        try:
+            server, _ = start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0",
+                                          registry=registry_of(service) if service else REGISTRY)
+        except OSError as exc:  # `bidaw serve` names the flag
+            raise ListenError("--metrics-listen", listen, exc.strerror or str(exc)) from None
         _servers[listen] = server.server_port
         log.info("Prometheus metrics on %s:%d/metrics", host or "0.0.0.0", _servers[listen])
     return _servers[listen]
