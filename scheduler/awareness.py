@@ -16,6 +16,7 @@ import grpc
 
 from services.runtime.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc
 from services.runtime.grpc_util import channel
+from services.runtime.outage import Outage
 
 log = logging.getLogger("bidaw.scheduler")
 
@@ -67,17 +68,18 @@ class AwarenessClient:
 
     def _run(self) -> None:
         backoff = 0.2
+        outage = Outage(f"awareness stream to {self.target}")
         while not self._stop.is_set():
             try:
                 with channel(self.target) as ch:
                     stub = kv_store_pb2_grpc.KVStoreStub(ch)
                     for event in stub.Awareness(self._requests()):
                         backoff = 0.2
+                        outage.ended()
                         self._handle(event)
             except grpc.RpcError as exc:
                 if not self._stop.is_set():
-                    log.info("awareness stream to %s lost (%s); reconnecting", self.target,
-                             exc.code())
+                    outage.failed(exc.code().name)
             self.connected.clear()
             self._outbox.put(None)  # ends the old request iterator if it still waits
             self._stop.wait(backoff)

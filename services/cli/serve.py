@@ -93,7 +93,10 @@ def run(args) -> int:
     except ValueError as exc:
         raise SystemExit(f"bidaw serve {args.service}: {exc}")
     setup_logging(args.service)
-    init_tracing(SERVICES[args.service].trace_name)  # before any gRPC server or channel exists
+    try:  # before any gRPC server or channel exists
+        init_tracing(SERVICES[args.service].trace_name)
+    except ValueError as exc:  # an OTEL_* setting it cannot follow
+        raise SystemExit(f"bidaw serve {args.service}: {exc}") from None
     try:
         if args.service != "gateway":  # the gateway serves its own, on its event loop
             start_metrics_server(getattr(config, "metrics_listen", ""), args.service)

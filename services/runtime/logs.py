@@ -13,6 +13,8 @@ import time
 
 from opentelemetry import trace
 
+from services.runtime.log_repeats import RepeatFilter
+
 _RESERVED = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None)).keys()) | {
     "message", "asctime", "service", "trace_id", "span_id"}
 
@@ -63,6 +65,7 @@ def setup_logging(service: str) -> None:
     """Configure the root logger for a service process (replaces earlier handlers)."""
     handler = logging.StreamHandler()
     handler.addFilter(TraceContextFilter(service))
+    handler.addFilter(RepeatFilter("opentelemetry"))  # a collector down: not a line a batch
     text = os.environ.get("BIDAW_LOG_FORMAT", "json").lower() == "text"
     handler.setFormatter(TextFormatter(service) if text else JsonFormatter())
     root = logging.getLogger()
