@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from services.runtime.config import check_bounds
 from services.runtime.security_config import SecurityConfig
 
+from kv_store.eviction.registry import LIVE_POLICY_NAMES
+
 
 @dataclass
 class StoreConfig(SecurityConfig):
@@ -49,6 +51,10 @@ class StoreConfig(SecurityConfig):
         "help": "host:port for Prometheus /metrics (empty: off)"})
 
     def __post_init__(self):
+        if self.eviction not in LIVE_POLICY_NAMES:  # found by the store's start, a traceback
+            raise ValueError(f"--eviction must be one of {', '.join(LIVE_POLICY_NAMES)}, not "
+                             f"{self.eviction!r}" + (" (it needs the future: `bidaw simulate` "
+                                                     "only)" if self.eviction == "belady" else ""))
         check_bounds(self, at_least={"dram_bytes": 0, "ssd_bytes": 0, "promote_concurrency": 1,
                                      "ssd_io_bytes": 1, "ssd_read_depth": 1,
                                      "ssd_write_concurrency": 1, "ssd_read_gbps_cap": 0},

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from services.runtime.config import check_bounds
 from services.runtime.security_config import SecurityConfig
 
+from scheduler.policy.registry import QUEUE_POLICIES
+
 
 @dataclass
 class SchedulerConfig(SecurityConfig):
@@ -58,6 +60,9 @@ class SchedulerConfig(SecurityConfig):
         "help": "host:port for Prometheus /metrics (empty: off)"})
 
     def __post_init__(self):
+        if self.policy not in QUEUE_POLICIES:
+            raise ValueError(f"--policy must be one of {', '.join(QUEUE_POLICIES)}, not "
+                             f"{self.policy!r}")
         check_bounds(self, at_least={"prefetch_window": 1, "max_loads": 1, "max_queue": 1,
                                      "max_tokens_limit": 1, "rpc_threads": 0,
                                      "conversation_keys": 0, "restore_stall_weight": 0},

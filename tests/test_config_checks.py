@@ -160,3 +160,35 @@ def test_a_second_grpc_server_on_a_port_fails_instead_of_sharing_it(tmp_path):
             "the host is not one of this machine's addresses")
     finally:
         first.stop(0)
+
+
+@pytest.mark.parametrize("make, error", [
+    (lambda: StoreConfig(eviction="nope"), "--eviction must be one of fifo, lru"),
+    (lambda: StoreConfig(eviction="belady"), "(it needs the future: `bidaw simulate` only)"),
+    (lambda: SchedulerConfig(policy="nope"), "--policy must be one of bidaw, fcfs, not 'nope'"),
+])
+def test_configs_refuse_names_they_cannot_run(make, error):
+    # each was a traceback from the store's or the scheduler's start
+    with pytest.raises(ValueError) as err:
+        make()
+    assert error in str(err.value)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--eviction", "nope"], "bidaw up: --eviction must be one of fifo, lru"),
+    (["--dram-bytes", "abc"], "bidaw up: --dram-bytes abc: not a size: 'abc'"),
+    (["--host", "nohost.invalid"],  # "no free port in 20000-32000" before
+     "bidaw up: --host nohost.invalid: the host 'nohost.invalid' does not resolve"),
+    (["--scheduler-port", "8000", "--port", "8000"],  # an http.client traceback before
+     "bidaw up: --scheduler-port 8000: also --port's; each service needs its own port"),
+    (["--metrics-port-base", "65535"], "bidaw up: --metrics-port-base (+1): port 65536 is past"),
+    (["--tls-dir", "/nonexistent"],  # a TLSConfigError traceback before
+     "bidaw up: --tls-dir /nonexistent: --tls-cert /nonexistent/tls.crt: cannot read it"),
+])
+def test_bidaw_up_says_what_would_stop_a_service_before_starting_any(tmp_path, argv, message):
+    from services.cli.main import main
+
+    with pytest.raises(SystemExit) as err:
+        main(["up", "--data-dir", str(tmp_path / "d"), *argv])
+    assert str(err.value.code).startswith(message), err.value.code
+    assert not (tmp_path / "d" / "logs").exists()  # nothing was started

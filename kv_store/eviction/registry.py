@@ -30,6 +30,8 @@ POLICY_NAMES: tuple[str, ...] = tuple(n for n in _CLASSES if n not in NEEDS_SSD_
 
 # Policies that need the future (the simulator must call `set_next_use`); never for live serving.
 NEEDS_FUTURE: frozenset[str] = frozenset({"belady"})
+# What the live store can run (`bidaw serve store --eviction`).
+LIVE_POLICY_NAMES: tuple[str, ...] = tuple(n for n in _CLASSES if n not in NEEDS_FUTURE)
 
 
 def policy_class(name: str) -> type[EvictionPolicy]:

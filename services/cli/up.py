@@ -67,6 +67,9 @@ def run(args) -> int:
         raise SystemExit(f"bidaw up: --data-dir {args.data_dir}: {problem}")
     given = {name: getattr(args, name) for _, _, name in SERVICE_OPTIONS
              if getattr(args, name) is not None}
+    problem = preflight(args, given)
+    if problem:
+        raise SystemExit(f"bidaw up: {problem}")
     dep = LocalDeployment(data_dir=args.data_dir, host=args.host, store_port=args.store_port,
                           scheduler_port=args.scheduler_port, worker_port=args.worker_port,
                           gateway_port=args.port, metrics_port_base=args.metrics_port_base,
@@ -91,3 +94,42 @@ def run(args) -> int:
         wait_for_signal()
         print("stopping ...", flush=True)
     return 0
+
+
+def preflight(args, given: dict) -> str | None:
+    """What would stop a service, said before any starts (a traceback from a child, or a wait
+    on a port the wrong service holds, before): the settings passed on, --host, the ports, the
+    --tls-dir files. None if all can work."""
+    from services.runtime.config import load_config
+    from services.runtime.config_checks import listen_problem
+    from services.runtime.tls import TLSConfigError, TLSFiles, load as load_tls
+
+    for flag, cls, name in SERVICE_OPTIONS:
+        if name in given:
+            try:
+                load_config(cls, **{name: given[name]})
+            except ValueError as exc:  # "--eviction must be ..." or "--dram-bytes: not a size"
+                said = str(exc).removeprefix(flag + ": ")
+                return said if said.startswith(flag) else f"{flag} {given[name]}: {said}"
+    problem = listen_problem(f"{args.host}:0")
+    if problem:
+        return f"--host {args.host}: {problem}"
+    ports = {"--port": args.port, "--scheduler-port": args.scheduler_port,
+             "--store-port": args.store_port, "--worker-port": args.worker_port}
+    if args.metrics_port_base:
+        ports.update({f"--metrics-port-base (+{i})": args.metrics_port_base + i
+                      for i in range(3)})
+    seen: dict[int, str] = {}
+    for flag, number in ports.items():
+        if number in seen:
+            return f"{flag} {number}: also {seen[number]}'s; each service needs its own port"
+        if number > 65535:
+            return f"{flag}: port {number} is past 65535"
+        seen[number] = flag
+    if args.tls_dir:
+        try:
+            load_tls(TLSFiles.from_dir(args.tls_dir), server=True)
+        except TLSConfigError as exc:
+            return (f"--tls-dir {args.tls_dir}: {exc} (`bidaw certs --out DIR` makes the "
+                    "directory)")
+    return None
