@@ -166,6 +166,12 @@ def test_a_second_grpc_server_on_a_port_fails_instead_of_sharing_it(tmp_path):
     (lambda: StoreConfig(eviction="nope"), "--eviction must be one of fifo, lru"),
     (lambda: StoreConfig(eviction="belady"), "(it needs the future: `bidaw simulate` only)"),
     (lambda: SchedulerConfig(policy="nope"), "--policy must be one of bidaw, fcfs, not 'nope'"),
+    # the gateway's: these ran on nonsense (every request 413, a negative Retry-After) or
+    # failed naming an inner field ("max_wait_s must be > 0")
+    (lambda: GatewayConfig(max_body_bytes=0), "--max-body-bytes must be >= 1, got 0"),
+    (lambda: GatewayConfig(retry_after_s=-5), "--retry-after-s must be >= 0, got -5"),
+    (lambda: GatewayConfig(request_timeout_s=-1.0), "--request-timeout-s must be > 0"),
+    (lambda: GatewayConfig(vocab_size=-3), "--vocab-size must be >= 0, got -3"),
 ])
 def test_configs_refuse_names_they_cannot_run(make, error):
     # each was a traceback from the store's or the scheduler's start

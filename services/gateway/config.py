@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from services.runtime.config import check_bounds
 from services.runtime.limits import MAX_SESSION_ID_BYTES
 from services.runtime.security_config import ClusterTokenConfig
 
@@ -102,3 +103,9 @@ class GatewayConfig(ClusterTokenConfig):
             raise ValueError("--max-queue-wait-s must be > 0")
         if not 1 <= self.max_session_id <= MAX_SESSION_ID_BYTES:  # the services behind refuse more
             raise ValueError(f"--max-session-id must be within 1..{MAX_SESSION_ID_BYTES}")
+        # the rest ran on nonsense (a body limit of 0: every request 413; a negative
+        # Retry-After header) or failed inside a core, naming its own field
+        check_bounds(self, at_least={"max_body_bytes": 1, "retry_after_s": 0,
+                                     "health_cache_s": 0, "vocab_size": 0, "max_model_len": 0,
+                                     "max_prompt_bytes": 0},
+                     above={"request_timeout_s": 0})
