@@ -15,11 +15,10 @@ a rolling hash of the prefix (O(1) a block), so loading is O(total blocks).
 """
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
-from bench.traces.turn import TraceError, Turn, checked_turn, text_lines
+from bench.traces.turn import TraceError, Turn, checked_turn, json_value, text_lines
 
 BLOCK_TOKENS = 512
 
@@ -36,12 +35,7 @@ def _read(path: str | Path) -> list[dict]:
 
 def _record(path, n: int, line: str) -> dict:
     """One request, its fields checked: a line that is not one is refused where it is."""
-    try:
-        rec = json.loads(line)
-    except RecursionError:
-        raise TraceError(path, n, "JSON nested too deep") from None
-    except ValueError as exc:
-        raise TraceError(path, n, f"not JSON: {exc}") from None
+    rec = json_value(path, n, line)
     if not isinstance(rec, dict):
         raise TraceError(path, n, "not a JSON object")
     try:

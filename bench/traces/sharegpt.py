@@ -6,13 +6,12 @@ the answer-length signal is present, as in the paper's trace). Seeded and reprod
 """
 from __future__ import annotations
 
-import json
 import math
 import random
 from pathlib import Path
 
 from bench.traces.synthetic import SynthConfig, think_time
-from bench.traces.turn import TraceError, Turn
+from bench.traces.turn import TraceError, Turn, json_value
 
 CHARS_PER_TOKEN = 4.0
 
@@ -49,13 +48,10 @@ def _conversations(path) -> list:
     with open(path, "rb") as f:
         raw = f.read()
     try:
-        data = json.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise TraceError(path, None, f"not UTF-8 text (byte {exc.start + 1})") from None
-    except RecursionError:
-        raise TraceError(path, None, "JSON nested too deep") from None
-    except ValueError as exc:
-        raise TraceError(path, None, f"not JSON: {exc}") from None
+    data = json_value(path, None, text)
     if not isinstance(data, list):
         raise TraceError(path, None, "not a JSON array of conversations")
     return data

@@ -1,8 +1,9 @@
 """The one record every trace format is turned into, and how a bad record is refused."""
 from __future__ import annotations
 
+import json
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 MAX_TOKENS = 2**31 - 1  # a turn's token counts: anything larger is a broken file, not a chat
 
@@ -47,3 +48,13 @@ def text_lines(path):
                 yield n, raw.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise TraceError(path, n, f"not UTF-8 text (byte {exc.start + 1})") from None
+
+
+def json_value(path, line: int | None, text: str) -> Any:
+    """`text` parsed as JSON; TraceError at `line` (None: the whole file) if it does not parse."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise TraceError(path, line, "JSON nested too deep") from None
+    except ValueError as exc:
+        raise TraceError(path, line, f"not JSON: {exc}") from None
