@@ -59,7 +59,7 @@ class ConversationJournal:
                 for line in f:
                     try:
                         recorded, at = _decode(line)
-                    except (ValueError, KeyError, TypeError):
+                    except (ValueError, KeyError, TypeError, RecursionError):
                         damaged += 1
                         continue
                     age = wall - at

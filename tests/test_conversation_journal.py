@@ -129,6 +129,22 @@ def test_a_line_cut_short_is_skipped_and_the_rest_restored(tmp_path):
     assert again.resolve(chat("Second.", "Two.", "Go on.")).recognised == "new"
 
 
+def test_lines_that_are_not_entries_are_skipped_and_the_rest_restored(tmp_path):
+    # bytes that are not UTF-8, a JSON list, hex that is not, nesting 100,000 deep (a
+    # RecursionError, which stopped the start before)
+    wall = Wall()
+    rec, _ = started(tmp_path, wall)
+    a = turn(rec, chat("First."), "One.")
+    rec.journal.close()
+    path = tmp_path / FILE
+    junk = [b"\xff\xfe\n", b"[1, 2]\n", b'{"t": 1, "s": "x", "k": ["zz"]}\n',
+            b"[" * 100_000 + b"]" * 100_000 + b"\n"]
+    path.write_bytes(b"".join(junk) + path.read_bytes())
+    again, restored = started(tmp_path, wall)
+    assert restored == 1
+    assert again.resolve(chat("First.", "One.", "Go on.")).session_id == a.session_id
+
+
 def test_the_file_is_compacted_to_the_live_index_and_stays_private(tmp_path):
     wall = Wall()
     rec, _ = started(tmp_path, wall, min_compact_bytes=4096)
