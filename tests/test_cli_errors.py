@@ -111,3 +111,18 @@ def test_a_bad_number_is_a_usage_error_naming_the_flag(capsys, argv, message):
     with pytest.raises(SystemExit) as err:
         main(argv)
     assert err.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_certs_refuses_a_host_or_a_validity_it_cannot_write(tmp_path, capsys):
+    # a ValueError from the cryptography package, and an OverflowError, before
+    with pytest.raises(SystemExit) as err:
+        main(["certs", "--out", str(tmp_path / "a"), "--hosts", "ok.example,a b"])
+    assert err.value.code == ("bidaw certs: --hosts: 'a b' is neither an IP address nor a DNS "
+                              "name (letters, digits, '-' and '.'; IDNs in their xn-- form)")
+    with pytest.raises(SystemExit) as err:
+        main(["certs", "--out", str(tmp_path / "b"), "--days", "100000000"])
+    assert err.value.code == 2
+    assert "argument --days: at most 36500 days" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+    assert main(["certs", "--out", str(tmp_path / "c"),
+                 "--hosts", "*.kv-store.bidaw.svc,10.0.0.1,[::1],xn--bcher-kva.example"]) == 0

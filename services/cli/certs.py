@@ -8,11 +8,40 @@ own PKI and give each service its own certificate.
 """
 from __future__ import annotations
 
+import argparse
+import ipaddress
 import os
 import pathlib
+import re
 import sys
 
 from services.runtime.arg_types import positive_int
+
+
+MAX_DAYS = 36500  # a century; X.509 dates end in 9999 (10^8 days was an OverflowError)
+HOST_RE = re.compile(r"(\*\.)?[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]*"
+                     r"[A-Za-z0-9])?)*")
+
+
+def validity_days(text: str) -> int:
+    days = positive_int(text)
+    if days > MAX_DAYS:
+        raise argparse.ArgumentTypeError(f"at most {MAX_DAYS} days, got {days}")
+    return days
+
+
+def host_problem(host: str) -> str | None:
+    """Why `host` cannot be a name in the certificate (an IP literal or an ASCII DNS name, a
+    wildcard first label allowed), or None."""
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        return None
+    except ValueError:
+        pass
+    if len(host) > 253 or not HOST_RE.fullmatch(host):
+        return (f"{host!r} is neither an IP address nor a DNS name (letters, digits, '-' and "
+                "'.'; IDNs in their xn-- form)")
+    return None
 
 
 def register(sub, groups) -> None:
@@ -21,7 +50,8 @@ def register(sub, groups) -> None:
     p.add_argument("--out", required=True, help="directory to write ca.crt, tls.crt, tls.key")
     p.add_argument("--hosts", default="", help="extra names and addresses the certificate is "
                    "valid for, comma separated (localhost, 127.0.0.1 and ::1 always are)")
-    p.add_argument("--days", type=positive_int, default=365, help="validity (default: 365)")
+    p.add_argument("--days", type=validity_days, default=365,
+                   help=f"validity (default: 365; at most {MAX_DAYS})")
     p.add_argument("--force", action="store_true", help="overwrite existing files")
     p.set_defaults(func=run)
 
@@ -37,7 +67,6 @@ def _write(path: pathlib.Path, data: bytes, mode: int) -> None:
 def make_certs(out: str, hosts: list[str], days: int = 365) -> dict[str, pathlib.Path]:
     """Write the CA certificate and a server+client certificate and key under `out`."""
     import datetime
-    import ipaddress
 
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
@@ -109,6 +138,10 @@ def run(args) -> int:
               file=sys.stderr)
         return 1
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
+    for host in hosts:  # the cryptography package raised a ValueError traceback
+        problem = host_problem(host)
+        if problem:
+            raise SystemExit(f"bidaw certs: --hosts: {problem}")
     paths = make_certs(args.out, hosts, args.days)
     print(f"wrote {paths['ca']}, {paths['cert']}, {paths['key']} (the key with mode 0600)")
     print(f"every service: --tls-cert {paths['cert']} --tls-key {paths['key']} "
