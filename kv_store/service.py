@@ -13,7 +13,7 @@ import services.runtime.tracing as tracing
 from services.runtime import metrics
 from services.runtime.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc
 from services.runtime.grpc_util import CHUNK_BYTES
-from services.runtime.limits import INT32_MAX, UINT32_MAX
+from services.runtime.limits import INT32_MAX, UINT32_MAX, first_outside
 from services.runtime.rpc_errors import BadRequest
 
 from kv_store.tiers.buffers import Payload, ReadHandle
@@ -154,9 +154,8 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
         if header.num_tokens != len(header.token_ids):
             raise invalid(f"header.num_tokens={header.num_tokens} but "
                           f"{len(header.token_ids)} token ids")
-        ids = header.token_ids
-        if ids and not (min(ids) >= 0 and max(ids) <= INT32_MAX):
-            bad = next(i for i in ids if not 0 <= i <= INT32_MAX)
+        bad = first_outside(header.token_ids, 0, INT32_MAX)
+        if bad is not None:
             raise invalid(f"header.token_ids holds {bad}, outside [0, {INT32_MAX}]")
         if header.start_token > UINT32_MAX:
             raise invalid(f"header.start_token {header.start_token} is above {UINT32_MAX}")

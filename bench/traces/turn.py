@@ -5,7 +5,9 @@ import json
 import math
 from typing import Any, NamedTuple
 
-MAX_TOKENS = 2**31 - 1  # a turn's token counts: anything larger is a broken file, not a chat
+from services.runtime.limits import INT32_MAX
+
+MAX_TOKENS = INT32_MAX  # a turn's token counts: anything larger is a broken file, not a chat
 
 
 class Turn(NamedTuple):

@@ -184,13 +184,18 @@ class RedisCatalog(Catalog):
                     entries.append(entry)
         return entries
 
-    def get(self, session_id: str) -> CatalogEntry | None:
+    def _reply(self, what: str, queue: Callable) -> object:
+        """One command's reply, an error reply (a key of another type) returned, not raised."""
         def fetch():
             pipe = self.r.pipeline(transaction=False)
-            pipe.hgetall(self._key(session_id))
+            queue(pipe)
             return pipe.execute(raise_on_error=False)[0]
+        return self._call(what, fetch)
+
+    def get(self, session_id: str) -> CatalogEntry | None:
         try:
-            return self._decode(session_id, self._call("get", fetch))
+            return self._decode(session_id, self._reply(
+                "get", lambda pipe: pipe.hgetall(self._key(session_id))))
         except _Damaged as why:
             self._drop_damaged(session_id, why)
             return None
@@ -198,11 +203,7 @@ class RedisCatalog(Catalog):
     def version(self, session_id: str) -> int | None:
         """The entry's version alone (one field: asked on every read); None for no entry, or
         one that does not parse (`get` then drops it)."""
-        def fetch():
-            pipe = self.r.pipeline(transaction=False)
-            pipe.hget(self._key(session_id), "ver")
-            return pipe.execute(raise_on_error=False)[0]
-        ver = self._call("version", fetch)
+        ver = self._reply("version", lambda pipe: pipe.hget(self._key(session_id), "ver"))
         try:
             return None if ver is None or isinstance(ver, Exception) else int(ver)
         except ValueError:

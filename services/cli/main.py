@@ -76,8 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except TraceError as exc:
-        raise SystemExit(f"bidaw {_command(args)}: {_flag_of(args, exc.path, argv)}"
-                         f"{exc.path}: {exc}") from None
+        given = _flag_giving(args, exc.path, sys.argv[1:] if argv is None else argv)
+        flag = f"{given[0]} " if given else ""
+        raise SystemExit(f"bidaw {_command(args)}: {flag}{exc.path}: {exc}") from None
     except OSError as exc:
         problem = _path_problem(args, exc, sys.argv[1:] if argv is None else argv)
         if problem is None:
@@ -90,14 +91,16 @@ def _command(args: argparse.Namespace) -> str:
     return " ".join(filter(None, (args.command, getattr(args, f"{args.command}_command", None))))
 
 
-def _flag_of(args: argparse.Namespace, path: str, argv: list[str] | None) -> str:
-    """`--trace ` when that flag gave `path`, '' for a positional argument or none."""
-    argv = sys.argv[1:] if argv is None else argv
+def _flag_giving(args: argparse.Namespace, path: str, argv: list[str]) -> tuple[str, str] | None:
+    """(flag, its value) of the command's flag given on the command line whose value is `path`
+    or a directory holding it; None (a positional argument, or no flag's)."""
     for name, value in vars(args).items():
         flag = "--" + name.replace("_", "-")
-        if value == path and any(a == flag or a.startswith(flag + "=") for a in argv):
-            return flag + " "
-    return ""
+        given = any(a == flag or a.startswith(flag + "=") for a in argv)
+        if given and isinstance(value, str) and value and (
+                path == value or path.startswith(value.rstrip("/") + "/")):
+            return flag, value
+    return None
 
 
 def _path_problem(args: argparse.Namespace, exc: OSError, argv: list[str]) -> str | None:
@@ -108,13 +111,11 @@ def _path_problem(args: argparse.Namespace, exc: OSError, argv: list[str]) -> st
         return str(exc) if exc.errno is None and exc.args else None
     path = str(exc.filename)
     reason = exc.strerror or str(exc)
-    for name, value in vars(args).items():
-        flag = "--" + name.replace("_", "-")
-        given = any(a == flag or a.startswith(flag + "=") for a in argv)
-        if given and isinstance(value, str) and value and (
-                path == value or path.startswith(value.rstrip("/") + "/")):
-            return f"{flag} {value}: {reason}" + (f" ({path})" if path != value else "")
-    return f"{path}: {reason}"
+    given = _flag_giving(args, path, argv)
+    if given is None:
+        return f"{path}: {reason}"
+    flag, value = given
+    return f"{flag} {value}: {reason}" + (f" ({path})" if path != value else "")
 
 
 if __name__ == "__main__":

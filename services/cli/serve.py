@@ -66,8 +66,7 @@ def _serve(name: str, config) -> None:
 
 def run(args) -> int:
     from services.runtime.cluster_auth import configure_token
-    from services.runtime.config_checks import check_config_paths
-    from services.runtime.config_checks import ListenError
+    from services.runtime.config_checks import ListenError, check_config_paths
     from services.runtime.grpc_util import keepalive_s
     from services.runtime.malloc import tune as tune_malloc
     from services.runtime.membership_auth import require_token

@@ -9,3 +9,11 @@ MAX_SESSION_ID_BYTES = 256
 # services accept: token ids are int32 in every tier's records, counts of tokens uint32.
 INT32_MAX = 2**31 - 1
 UINT32_MAX = 2**32 - 1
+
+
+def first_outside(values, low: int, high: int) -> int | None:
+    """The first of `values` outside [low, high], or None (min/max first: the usual case, all
+    inside, costs two C passes over a long prompt)."""
+    if not values or (min(values) >= low and max(values) <= high):
+        return None
+    return next(v for v in values if not low <= v <= high)

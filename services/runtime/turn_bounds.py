@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from services.runtime.gen import common_pb2
-from services.runtime.limits import INT32_MAX, UINT32_MAX
+from services.runtime.limits import INT32_MAX, UINT32_MAX, first_outside
 
 MAX_STOPS = 16  # OpenAI's API takes up to 4; the gateway up to this many
 MAX_TENANT = 64
@@ -21,17 +21,16 @@ def turn_bounds_problem(turn: common_pb2.TurnRequest) -> str | None:
     """The first field of `turn` outside its range, said by name; None if all are in range."""
     if turn.tenant and not TENANT_RE.fullmatch(turn.tenant):
         return f"tenant must match {TENANT_RE.pattern}"
-    ids = turn.prompt_token_ids
-    if ids and not (min(ids) >= 0 and max(ids) <= INT32_MAX):
-        bad = next(i for i in ids if not 0 <= i <= INT32_MAX)
+    bad = first_outside(turn.prompt_token_ids, 0, INT32_MAX)
+    if bad is not None:
         return f"prompt_token_ids holds {bad}, outside [0, {INT32_MAX}]"
     if turn.max_tokens > UINT32_MAX:
         return f"max_tokens {turn.max_tokens} is above {UINT32_MAX}"
     if turn.top_k > UINT32_MAX:
         return f"top_k {turn.top_k} is above {UINT32_MAX}"
-    bad_keys = [k for k in turn.logit_bias if not 0 <= k <= INT32_MAX]
-    if bad_keys:
-        return f"logit_bias token id {bad_keys[0]} is outside [0, {INT32_MAX}]"
+    bad = first_outside(list(turn.logit_bias), 0, INT32_MAX)
+    if bad is not None:
+        return f"logit_bias token id {bad} is outside [0, {INT32_MAX}]"
     if len(turn.stop) > MAX_STOPS:
         return f"stop holds {len(turn.stop)} strings; at most {MAX_STOPS}"
     return None
