@@ -264,3 +264,75 @@ def test_a_disk_full_of_demand_reads_starts_a_promotion_later():
     fixed, loaded = run(None), run(0.0)
     assert (fixed.prefetches, fixed.prefetch_hits, fixed.misses) == (1, 1, 0)
     assert (loaded.prefetches, loaded.prefetch_hits, loaded.misses) == (1, 0, 1)
+
+
+def _u3_pushed_out_unless_u1_ended(delay):
+    # u1 (62 B after its second and last turn at t=1) and u3 (22 B) fit in 100 B; u2's 70 B
+    # at t=3 need room: LRU pushes out u3 (older than u1), so u3's turn at t=20 misses, unless
+    # the end oracle has freed u1 by then: announced `delay` s after its last turn, seen at the
+    # first turn at or after then.
+    turns = [Turn(3, 0.5, 10, 10, 0), Turn(3, 0.6, 1, 1, 1), Turn(1, 0.7, 30, 30, 0),
+             Turn(1, 1, 1, 1, 1), Turn(2, 2, 35, 35, 0), Turn(2, 3, 1, 1, 1),
+             Turn(3, 20, 1, 1, 2)]
+    log = prepare_accesses(turns, kv_bytes_per_token=1, max_kv_tokens=10_000)
+    return replay_bandwidth(log, make_policy("lru", 100, 0), 100, SLOW, 0.1, 0, None,
+                            end_oracle=True, lookahead=0, end_delay=delay)
+
+
+def test_the_end_oracle_can_announce_ends_later():
+    assert _u3_pushed_out_unless_u1_ended(0.0).misses == 0       # freed at its last turn
+    assert _u3_pushed_out_unless_u1_ended(1.5).misses == 0       # at 2.5: before u2's 70 B
+    late = _u3_pushed_out_unless_u1_ended(2.5)                   # at 3.5: after them
+    assert late.misses == 1 and late.ssd_read_bytes == 22
+
+
+def test_end_known_after_is_refused_without_the_oracle_or_a_disk(tmp_path):
+    import subprocess
+    import sys
+
+    trace = tmp_path / "t.txt"
+    trace.write_text("0 1 10 10 0\n5 1 10 10 1\n")
+    base = [sys.executable, "-m", "services.cli.main", "simulate", "--cache-only", "--trace",
+            str(trace), "--format", "bidaw", "--policies", "lru", "--dram-gib", "1",
+            "--watermark-gib", "0", "--end-known-after", "30"]
+    for extra in ([], ["--ssd-gbps", "1", "--no-end-oracle"]):
+        out = subprocess.run(base + extra, capture_output=True, text=True)
+        assert out.returncode == 1, out.stderr
+        assert "--end-known-after needs --ssd-gbps and the end oracle" in out.stderr
+    ok = subprocess.run(base + ["--ssd-gbps", "1", "--json"], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert '"end_known_after_s": 30.0' in ok.stdout
+
+
+def test_foresight_prefetch_window_is_the_true_return_with_the_chosen_error():
+    import math
+
+    exact = make_policy("foresight-prefetch", 1000, 0)
+    exact.admit("a", 10, 0.0)
+    exact.observe_answer("a", 50, 0.0)
+    exact.set_next_time("a", 40.0)
+    assert exact.return_window("a") == (40.0, 41.0)   # promoted from 1 s before, q90 + 1 s
+    exact.set_next_time("a", math.inf)
+    assert exact.return_window("a") is None           # no later turn: never promoted
+    noisy = make_policy("foresight-prefetch", 1000, 0, sigma=0.5, lead_sd=1.0)
+    noisy.admit("a", 10, 0.0)
+    noisy.observe_answer("a", 50, 0.0)
+    noisy.set_next_time("a", 40.0)
+    windows = [noisy.return_window("a") for _ in range(2000)]
+    logs = sorted(math.log(hi - 1.0) - 1.2816 * 0.5 - math.log(40.0) for _, hi in windows)
+    assert abs(logs[1000]) < 0.05 and abs(logs[1680] - 0.5) < 0.07   # median 0, sd 0.5
+    assert all(lo < hi for lo, hi in windows)
+
+
+def test_foresight_prefetch_promotes_only_sessions_that_return():
+    # the promotion scenario above: u1 back at t=560 is promoted 1 s before (its 350 B read
+    # takes 0.35 s at x0.001: a hit); with its return removed, bidaw-prefetch still reads it
+    # ahead (it expects a return) but foresight, knowing there is none, reads nothing.
+    back = [Turn(1, 0, 10, 330, 0), Turn(2, 270, 92, 8, 0), Turn(1, 272, 0, 330, 1),
+            Turn(2, 273, 0, 8, 1), Turn(1, 560, 0, 0, 2)]
+    kw = dict(cap=400, max_kv=350)
+    hit = _replay(back, "foresight-prefetch", 0.001, **kw)
+    assert (hit.prefetch_hits, hit.misses, hit.speculative_read_bytes) == (1, 0, 350)
+    gone = back[:-1] + [Turn(2, 560, 0, 0, 2)]
+    assert _replay(gone, "bidaw-prefetch", 0.1, **kw).speculative_read_bytes > 0
+    assert _replay(gone, "foresight-prefetch", 0.1, **kw).speculative_read_bytes == 0

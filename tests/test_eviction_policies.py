@@ -25,7 +25,7 @@ def test_registry_names_and_errors():
     for name in POLICY_NAMES:
         p = make_policy(name)
         assert isinstance(p, EvictionPolicy) and p.name == name and len(p) == 0
-    assert NEEDS_FUTURE == {"belady"}
+    assert NEEDS_FUTURE == {"belady", "foresight-prefetch"}
     with pytest.raises(ValueError):
         make_policy("mru")
     with pytest.raises(TypeError):

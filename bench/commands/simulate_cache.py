@@ -35,6 +35,10 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
                    help="model SSD reads at this many GB/s (10^9 B/s; a comma list sweeps it), at "
                    "the trace's pace divided by --time-scale: a hit counts only if the KV is in "
                    "DRAM when the turn arrives; enables policy bidaw-prefetch")
+    g.add_argument("--end-known-after", type=non_negative, default=0.0, metavar="S",
+                   help="with --ssd-gbps: the end oracle announces each conversation's end S "
+                   "seconds of trace time after its last turn (default 0: at it), a bound on how "
+                   "early a policy would need to know ends")
 
 
 def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float] | None,
@@ -56,6 +60,10 @@ def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float]
     log = prepare_accesses(turns, args.kv_bytes_per_token, args.max_kv_tokens, args.sample_users,
                            args.partial_users, args.kv_after_turn)
     end_oracle = not args.no_end_oracle
+    end_delay = getattr(args, "end_known_after", 0.0)
+    if end_delay and (ssd is None or not end_oracle):
+        raise SystemExit("bidaw simulate: --end-known-after needs --ssd-gbps and the end oracle "
+                         "(not --no-end-oracle)")
     watermark = int(args.watermark_gib * GIB)
     runs = []
     replayed, seconds = 0, 0.0
@@ -71,7 +79,7 @@ def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float]
                              args.lookahead)
             else:
                 res = replay_bandwidth(log, policy, int(cap * GIB), ssd, scale, watermark, window,
-                                       end_oracle, args.lookahead)
+                                       end_oracle, args.lookahead, end_delay)
             seconds += time.perf_counter() - t0
             replayed += res.accesses
             policies[name] = res.as_dict()
@@ -81,6 +89,7 @@ def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float]
                      "policies": policies})
     bar.close()
     result: dict[str, Any] = {"turns": len(log), "end_oracle": end_oracle,
+                              **({"end_known_after_s": end_delay} if end_delay else {}),
                               **({"time_scale": scale} if ssds else {}),
                               "window": list(window) if window else None,
                               "turns_per_s": replayed / seconds if seconds > 0 else None}

@@ -15,6 +15,9 @@ G GB/s (10^9 bytes/s) lasts B·X / (G·10^9) trace seconds; the policies keep th
   the read completes (the policy then sees the access, at the turn's arrival time, and its
   answer), evicting as in the replay; with the end oracle a read for a session that has ended is
   still done (the turn needed it) but the KV is freed at once (the arrival was heard already);
+  with an end delay D (`--end-known-after D`, a bound: how early ends must be known) the oracle
+  announces each end D trace seconds after the last turn, when the next turn at or after then
+  arrives;
 - promotion: when the SSD is idle, the planner's candidate (PrefetchPlanner: an evicted session
   expected back within the horizon) is read if the policy lets it take DRAM; if not, the next
   candidate, up to the policy's `prefetch_tries` refused, after which a refusal waits for the
@@ -26,6 +29,7 @@ G GB/s (10^9 bytes/s) lasts B·X / (G·10^9) trace seconds; the policies keep th
 """
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -68,10 +72,13 @@ class _SsdReplay:
     """The replay's state: DRAM (the ledger), the SSD's read queue, the planner if any."""
 
     def __init__(self, log: AccessLog, policy: EvictionPolicy, dram_bytes: int, per_byte: float,
-                 watermark: int, window: tuple[float, float], end_oracle: bool, lookahead: int):
+                 watermark: int, window: tuple[float, float], end_oracle: bool, lookahead: int,
+                 end_delay: float = 0.0):
         self.log, self.policy, self.per_byte = log, policy, per_byte
         self.start, self.end = window
         self.end_oracle, self.lookahead = end_oracle, lookahead
+        self.end_delay = end_delay
+        self.ends_due: deque = deque()  # (when announced, key), in time order (end_delay > 0)
         self.dram = TierLedger(policy, dram_bytes, watermark)
         self.limit = dram_bytes - watermark
         self.planner = (PrefetchPlanner(policy.horizon_s)
@@ -176,12 +183,23 @@ class _SsdReplay:
             if not self.try_prefetch(self.clock, horizon):
                 return
 
+    def announce_end(self, u) -> None:
+        """The end oracle: `u`'s conversation is over, its KV freed (a read in flight for it
+        still completes, then frees it)."""
+        if u in self.reads:
+            self.ended.add(u)
+        self.dram.remove(u)
+        self.evicted.pop(u, None)
+        if self.planner is not None:
+            self.planner.forget(u)
+
     # ---- the turns ------------------------------------------------------------------------
     def run(self) -> BandwidthResult:
         log, policy, dram, res, planner = self.log, self.policy, self.dram, self.res, self.planner
         times, users, sizes, answers, nexts, lasts = (log.times, log.users, log.sizes,
                                                        log.answers, log.next_index, log.last)
         set_next_use = getattr(policy, "set_next_use", None)
+        set_next_time = getattr(policy, "set_next_time", None)  # foresight-prefetch: a bound
         arrived = getattr(policy, "observe_arrival", None)
         resident, reads, n = dram.sizes, self.reads, len(times)
         i = 0
@@ -190,12 +208,16 @@ class _SsdReplay:
             if now >= self.end:
                 break
             self.advance(now)
+            while self.ends_due and self.ends_due[0][0] <= now:
+                self.announce_end(self.ends_due.popleft()[1])
             self.clock, self.refused = now, False
             u, size, counted = users[i], sizes[i], now >= self.start
             if arrived is not None:  # the live store hears every arrival (store.on_arrival)
                 arrived(u, now)
             if set_next_use is not None:
                 set_next_use(u, nexts[i])
+            if set_next_time is not None:
+                set_next_time(u, times[nexts[i]] if nexts[i] < n else math.inf)
             if planner is not None:  # known once the turn is done: the next turn's history
                 self.stored[u] = sizes[nexts[i]] if nexts[i] < n else size
                 planner.returned(u)
@@ -224,11 +246,10 @@ class _SsdReplay:
                 dram.admit(u, size, now)
                 policy.observe_answer(u, answers[i], now)
             if self.end_oracle and lasts[i]:
-                if u in reads:
-                    self.ended.add(u)
-                dram.remove(u)
-                if planner is not None:
-                    planner.forget(u)
+                if self.end_delay > 0:
+                    self.ends_due.append((now + self.end_delay, u))
+                else:
+                    self.announce_end(u)
             if dram.used > self.limit:
                 policy.observe_queue(users[i + 1:i + 1 + self.lookahead], now)
                 dram.make_room(0, now, on_evict=self.on_evict)
@@ -243,12 +264,15 @@ class _SsdReplay:
 def replay_bandwidth(log: AccessLog, policy: EvictionPolicy, dram_bytes: int, ssd_gbps: float,
                      time_scale: float = 1.0, watermark_bytes: int = 2 << 30,
                      window: tuple[float, float] | None = None, end_oracle: bool = True,
-                     lookahead: int = 30) -> BandwidthResult:
+                     lookahead: int = 30, end_delay: float = 0.0) -> BandwidthResult:
     """Replay `log` through `policy` with DRAM of `dram_bytes` and an SSD of `ssd_gbps` GB/s at
-    the trace's pace / `time_scale`; counts inside `window`."""
+    the trace's pace / `time_scale`; counts inside `window`; the end oracle, if on, announces
+    each end `end_delay` trace seconds after the conversation's last turn."""
     if ssd_gbps <= 0 or time_scale <= 0:
         raise ValueError(f"--ssd-gbps and --time-scale must be > 0 (got {ssd_gbps}, {time_scale})")
     per_byte = time_scale / (ssd_gbps * GB)      # trace seconds per byte read
     win = window if window is not None else (float("-inf"), float("inf"))
+    if end_delay < 0:
+        raise ValueError(f"--end-known-after must be >= 0 seconds (got {end_delay})")
     return _SsdReplay(log, policy, dram_bytes, per_byte, watermark_bytes, win, end_oracle,
-                      lookahead).run()
+                      lookahead, end_delay).run()

@@ -9,6 +9,7 @@ from kv_store.eviction.bidaw import BidawPolicy
 from kv_store.eviction.bidaw_prefetch import BidawPrefetchPolicy
 from kv_store.eviction.bidaw_size import BidawSizePolicy
 from kv_store.eviction.fifo import FifoPolicy
+from kv_store.eviction.foresight_prefetch import ForesightPrefetchPolicy
 from kv_store.eviction.lru import LruPolicy
 from kv_store.eviction.queue_aware import QueueAwarePolicy
 from kv_store.eviction.time_scaled import TimeScaled
@@ -21,15 +22,17 @@ _CLASSES: dict[str, type[EvictionPolicy]] = {
     "bidaw-size": BidawSizePolicy,
     "belady": BeladyPolicy,
     "bidaw-prefetch": BidawPrefetchPolicy,
+    "foresight-prefetch": ForesightPrefetchPolicy,
 }
 
 # Policies that also promote ahead of need: only where SSD time is modelled (`--ssd-gbps`).
-NEEDS_SSD_TIME: frozenset[str] = frozenset({"bidaw-prefetch"})
+NEEDS_SSD_TIME: frozenset[str] = frozenset({"bidaw-prefetch", "foresight-prefetch"})
 # The demand-caching policies: every mode and every tier can run them.
 POLICY_NAMES: tuple[str, ...] = tuple(n for n in _CLASSES if n not in NEEDS_SSD_TIME)
 
-# Policies that need the future (the simulator must call `set_next_use`); never for live serving.
-NEEDS_FUTURE: frozenset[str] = frozenset({"belady"})
+# Policies that need the future (the simulator calls `set_next_use` / `set_next_time`); never
+# for live serving.
+NEEDS_FUTURE: frozenset[str] = frozenset({"belady", "foresight-prefetch"})
 # What the live store can run (`bidaw serve store --eviction`).
 LIVE_POLICY_NAMES: tuple[str, ...] = tuple(n for n in _CLASSES if n not in NEEDS_FUTURE)
 
