@@ -1,6 +1,11 @@
 """What the compute side tells the store on the Awareness stream: turns arriving (the queue's
 look-ahead for the eviction policy), turns completing with their answer length, sessions ending.
 
+A session that ends is forgotten from every tier (DRAM, SSD, the index). If its KV is still
+leased to a reader or being written (the turn before the end wrote it behind), that waits:
+the store's housekeeping retries (`finish_ends`) until it is free, unless a new turn of the
+session arrives first (its client went on after all).
+
 A session whose turn is queued keeps its KV in DRAM for a while (`waiting`): evicting it would
 only mean reading it back from SSD. A turn that fails never completes, so that protection
 expires on its own after a lease lifetime.
@@ -17,6 +22,7 @@ from kv_store.store_state import StoreCounters
 from kv_store.tiers.ssd_writer import OrderedWriter
 
 MAX_QUEUED = 100_000  # arrivals remembered for the look-ahead; a lost completion must not leak
+MAX_ENDING = 100_000  # ends waiting for a lease or a write; the oldest are dropped beyond
 
 
 class ComputeSignals:
@@ -32,10 +38,12 @@ class ComputeSignals:
         self.lease_seconds = lease_seconds
         self._queued: list[str] = []  # sessions of queued requests, soonest first
         self._queued_at: dict[str, float] = {}  # session -> when its turn arrived
+        self._ending: dict[str, None] = {}  # ended, KV still leased or being written (in order)
 
     def on_arrival(self, session_id: str) -> None:
         with self._lock:
             self.counters.arrivals_observed += 1
+            self._ending.pop(session_id, None)  # a new turn: the session goes on after all
             self._queued.append(session_id)
             self._queued_at[session_id] = time.monotonic()
             if len(self._queued) > MAX_QUEUED:
@@ -54,9 +62,25 @@ class ComputeSignals:
 
     def on_session_end(self, session_id: str) -> None:
         with self._lock:
-            if session_id not in self.leases.held(time.monotonic()) \
-                    and not self.writer.busy(session_id) and session_id in self.index.metas:
-                self.index.forget(session_id)
+            if not self._forget_if_free(session_id):
+                self._ending[session_id] = None
+                while len(self._ending) > MAX_ENDING:
+                    del self._ending[next(iter(self._ending))]
+
+    def finish_ends(self) -> None:
+        """Forget the ended sessions whose lease or write has finished since (housekeeping)."""
+        with self._lock:
+            for session_id in [s for s in self._ending if self._forget_if_free(s)]:
+                del self._ending[session_id]
+
+    def _forget_if_free(self, session_id: str) -> bool:
+        """Forget `session_id` unless a reader holds it or a write is under way; under the
+        store lock. True if nothing of it is left."""
+        if session_id in self.leases.held(time.monotonic()) or self.writer.busy(session_id):
+            return False
+        if session_id in self.index.metas:
+            self.index.forget(session_id)
+        return True
 
     def waiting(self, now: float) -> set[str]:
         """Sessions whose turn is queued (arrived within a lease lifetime, not yet complete);

@@ -225,6 +225,7 @@ class KVStore:
     def _housekeep(self) -> None:
         while not self._stop.wait(0.5):
             self.expire_leases()
+            self.signals.finish_ends()
 
     def expire_leases(self) -> None:
         """Free the regions of read leases and prepared writes whose holder went quiet."""

@@ -55,6 +55,10 @@ class AwarenessClient:
         self._outbox.put(kv_store_pb2.ComputeEvent(turn_complete=kv_store_pb2.TurnComplete(
             session_id=session_id, answer_tokens=answer_tokens)))
 
+    def session_end(self, session_id: str) -> None:
+        self._outbox.put(kv_store_pb2.ComputeEvent(
+            session_end=kv_store_pb2.SessionEnd(session_id=session_id)))
+
     def tier(self, session_id: str) -> int:
         with self._lock:
             loc = self.locations.get(session_id)

@@ -4,7 +4,8 @@ Turns sent without a session id are matched to their session by the keys of thei
 (conversations.py). That index lived only in memory, so after a scheduler restart (a crash, an
 upgrade, a pod's container restart) every such conversation started a new session and recomputed
 its whole history once, although the store still held its KV. The journal keeps it: one JSON line
-per recorded turn, appended and flushed (a killed process loses nothing it wrote; a machine crash
+per recorded turn (and one per conversation ended by its client, which a restart forgets
+again), appended and flushed (a killed process loses nothing it wrote; a machine crash
 may lose the last lines, which costs recognition, never correctness: the worker reuses KV only for
 the longest matching token prefix). At start the lines are replayed, oldest first, each at the
 age it had (wall clock), and those past the index's `ttl_s` are skipped. Once the file is
@@ -62,6 +63,10 @@ class ConversationJournal:
                     except (ValueError, KeyError, TypeError, RecursionError):
                         damaged += 1
                         continue
+                    if isinstance(recorded, str):  # ended by its client
+                        index.forget(recorded)
+                        restored.discard(recorded)
+                        continue
                     age = wall - at
                     if age < index.ttl_s:
                         index.restore(recorded, now - max(age, 0.0))
@@ -76,7 +81,13 @@ class ConversationJournal:
     def append(self, recorded: Recorded, index: ConversationIndex) -> None:
         """One recorded turn (after `index.record`). Once the file has grown `compact_ratio`
         times past what the index needs, a thread rewrites it (off the turn's path)."""
-        line = _encode(recorded, self._wall())
+        self._write(_encode(recorded, self._wall()), index)
+
+    def ended(self, session: str, index: ConversationIndex) -> None:
+        """`session` ended (after `index.forget`): a restart must not bring it back."""
+        self._write(_encode_end(session, self._wall()), index)
+
+    def _write(self, line: bytes, index: ConversationIndex) -> None:
         with self._lock:
             if self._file is None:  # closed
                 return
@@ -173,9 +184,19 @@ def _encode(r: Recorded, at: float) -> bytes:
     return json.dumps(row, separators=(",", ":")).encode() + b"\n"
 
 
-def _decode(line: bytes) -> tuple[Recorded, float]:
+def _encode_end(session: str, at: float) -> bytes:
+    return json.dumps({"t": round(at, 3), "s": session, "end": True},
+                      separators=(",", ":")).encode() + b"\n"
+
+
+def _decode(line: bytes) -> tuple[Recorded | str, float]:
+    """A recorded turn, or the id of a session that ended, and when it was written."""
     row = json.loads(line)
     at = float(row["t"])
+    if row.get("end") is True:
+        if not isinstance(row["s"], str) or not row["s"]:
+            raise ValueError("no session")
+        return row["s"], at
     path = tuple(bytes.fromhex(k) for k in row["k"])
     if not isinstance(row["s"], str) or not row["s"] or not path:
         raise ValueError("no session or no keys")

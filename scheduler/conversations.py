@@ -144,10 +144,10 @@ class ConversationIndex:
             if not entry.path:
                 del self._sessions[session]
 
-    def forget(self, session: str) -> None:
-        """The store holds no KV for it any more."""
+    def forget(self, session: str) -> bool:
+        """The store holds no KV for it any more, or it ended; whether it was known."""
         with self._lock:
-            self._forget(session)
+            return self._forget(session)
 
     # -- under the lock ---------------------------------------------------------------------
 
@@ -228,10 +228,11 @@ class ConversationIndex:
                     del self._lengths[entry.boundary]
             entry.length = -1  # unlinked: a later record links it afresh
 
-    def _forget(self, session: str) -> None:
+    def _forget(self, session: str) -> bool:
         entry = self._sessions.pop(session, None)
         if entry is not None:
             self._unlink(session, entry)
+        return entry is not None
 
     def _expire(self, now: float) -> None:
         self._drop_oldest(lambda entry: now - entry.touched >= self.ttl_s, now)

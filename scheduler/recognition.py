@@ -102,6 +102,14 @@ class Recognition:
         return self._count(RecognisedTurn(turn, match.recognised, self.index,
                                           history, plain, self.clock, self.journal))
 
+    def end(self, session: str) -> bool:
+        """`session` ended: the index (and its journal) forget it; whether it was known."""
+        if self.index is None or not self.index.forget(session):
+            return False
+        if self.journal is not None:
+            self.journal.ended(session, self.index)
+        return True
+
     @staticmethod
     def _history(request: common_pb2.TurnRequest) -> MessageHistory | ChunkedHistory | None:
         if request.messages:

@@ -3,7 +3,9 @@
 SubmitTurn validates the turn (validation.py), finds its session (recognition.py), holds that
 session's lock — turns of one session run one at a time, so a session's KV is never written by
 two turns at once — and relays it (relay.py), waiting in its handler thread until the dispatcher
-core (dispatcher.py) hands it a worker. Register/Deregister go to members.py; Stats reads all.
+core (dispatcher.py) hands it a worker. EndSession takes the same lock (a running turn finishes
+and saves its KV first), then the index forgets the session and its store shard frees its KV.
+Register/Deregister go to members.py; Stats reads all.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from scheduler.recognition import Recognition
 from scheduler.relay import Relay
 from scheduler.restore_chooser import LiveRestoreChooser
 from scheduler.session_locks import SessionLocks
-from scheduler.validation import turn_problem
+from scheduler.validation import end_problem, turn_problem
 from scheduler.workers import WorkerPool
 
 
@@ -74,6 +76,21 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         turn = self.recognition.resolve(request)
         with self._session_locks.hold(turn.session_id):
             yield from turn.relay(self.relay.serve(turn.request, context, arrival))
+
+    def EndSession(self, request, context):
+        problem = end_problem(request)
+        if problem:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        session = request.session_id
+        try:
+            with self._session_locks.hold(session, context.time_remaining()):
+                known = self.recognition.end(session)
+                known = self.stores.location(session) is not None or known
+                self.stores.session_end(session)
+        except TimeoutError:  # a turn of it is still running: nothing was ended
+            context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
+                          "a turn of this session is still running")
+        return scheduler_pb2.EndSessionReply(known=known)
 
     def Stats(self, request, context):
         lengths = self.dispatcher.lengths()

@@ -19,13 +19,20 @@ class SessionLocks:
             return len(self._locks)
 
     @contextlib.contextmanager
-    def hold(self, session: str):
+    def hold(self, session: str, timeout: float | None = None):
+        """The session's lock, waited for at most `timeout` seconds (None: for ever);
+        TimeoutError if it stayed taken."""
         with self._mutex:
             entry = self._locks.setdefault(session, [threading.Lock(), 0])
             entry[1] += 1
         try:
-            with entry[0]:
+            wait = -1 if timeout is None else min(max(timeout, 0.0), threading.TIMEOUT_MAX)
+            if not entry[0].acquire(timeout=wait):
+                raise TimeoutError(f"session {session!r} stayed busy for {timeout:.1f} s")
+            try:
                 yield
+            finally:
+                entry[0].release()
         finally:
             with self._mutex:
                 entry[1] -= 1

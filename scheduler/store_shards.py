@@ -91,6 +91,13 @@ class StoreShards:
         if owner is not None:
             owner[1].turn_complete(session_id, answer_tokens)
 
+    def session_end(self, session_id: str) -> None:
+        """Tell the owning shard the session is over (sent when the stream is up again if it
+        is down now, as completions are)."""
+        owner = self._owner(session_id)
+        if owner is not None:
+            owner[1].session_end(session_id)
+
     def sessions_known(self) -> int:
         with self._lock:
             return sum(len(a.locations) for _, a in self._shards.values())

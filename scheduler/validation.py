@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from services.runtime.gen import common_pb2, scheduler_pb2
 from services.runtime.limits import MAX_SESSION_ID_BYTES
-from services.runtime.turn_bounds import turn_bounds_problem
+from services.runtime.turn_bounds import TENANT_RE, turn_bounds_problem
 
 from scheduler.member_address import address_problem
 
@@ -31,6 +31,19 @@ def turn_problem(turn: common_pb2.TurnRequest, max_tokens_limit: int) -> str | N
         return f"max_tokens {turn.max_tokens} exceeds the limit {max_tokens_limit}"
     if not 0.0 <= turn.temperature <= 2.0:
         return f"temperature {turn.temperature} is outside [0, 2]"
+    return None
+
+
+def end_problem(request: scheduler_pb2.EndSessionRequest) -> str | None:
+    """The reason an EndSession names no session of its tenant, or None."""
+    if request.tenant and not TENANT_RE.fullmatch(request.tenant):
+        return f"tenant must match {TENANT_RE.pattern}"
+    if not request.session_id:
+        return "session_id is empty"
+    if len(request.session_id.encode()) > MAX_SESSION_ID_BYTES:
+        return f"session_id is longer than {MAX_SESSION_ID_BYTES} bytes"
+    if request.tenant and not request.session_id.startswith(request.tenant + "/"):
+        return f"session_id is not in tenant {request.tenant}'s namespace ({request.tenant}/...)"
     return None
 
 

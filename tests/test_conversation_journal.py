@@ -76,6 +76,28 @@ def test_a_restarted_scheduler_continues_chat_raw_and_id_conversations(tmp_path)
     assert again.resolve(other).recognised == "new"
 
 
+def test_a_conversation_its_client_ended_stays_ended_across_a_restart(tmp_path):
+    wall = Wall()
+    rec, _ = started(tmp_path, wall)
+    ended = turn(rec, chat("Name three rivers."), "Rhine, Danube, Loire.")
+    kept = turn(rec, chat("Name three lakes."), "Garda, Como, Maggiore.")
+    assert rec.end(ended.session_id) and not rec.end(ended.session_id)  # known once
+    assert rec.resolve(chat("Name three rivers.", "Rhine, Danube, Loire.", "Why?")).recognised \
+        == "new"
+    rec.journal.close()
+
+    again, restored = started(tmp_path, wall)
+    assert restored == 1
+    assert again.resolve(chat("Name three rivers.", "Rhine, Danube, Loire.", "Why?")).recognised \
+        == "new"
+    assert again.resolve(chat("Name three lakes.", "Garda, Como, Maggiore.", "Why?")) \
+        .session_id == kept.session_id
+    assert again.end(kept.session_id)
+    again.journal.close()
+    third, restored = started(tmp_path, wall)
+    assert restored == 0
+
+
 def test_a_branch_keeps_its_parent_across_a_restart(tmp_path):
     wall = Wall()
     rec, _ = started(tmp_path, wall)

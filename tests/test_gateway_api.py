@@ -233,6 +233,13 @@ def test_unknown_route_model_and_method(gateway):
     assert_error(status, body, 405)
 
 
+def test_ending_a_session_behind_a_scheduler_that_cannot_is_a_501(gateway):
+    # FakeScheduler has no EndSession: an older scheduler during a rolling upgrade
+    status, _, body = raw(gateway, "DELETE", "/v1/sessions/s1")
+    assert_error(status, body, 501, "cannot end sessions")
+    assert body["error"]["code"] == "not_implemented"
+
+
 def test_scheduler_errors_map_to_http(gateway):
     status, headers, body = post(gateway, "/v1/chat/completions", chat_body("!invalid"))
     assert_error(status, body, 400, "max_tokens 99999 exceeds the limit")

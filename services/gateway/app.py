@@ -25,6 +25,7 @@ from services.gateway.prompt_size import check_prompt_size
 from services.gateway.protocol import check_model, parse_chat, parse_completion
 from services.gateway.ratelimit import InFlight, RateLimiter, retry_after_s
 from services.gateway.responses import VERSION, Reply, model_card
+from services.gateway.sessions_api import SessionsApi
 from services.gateway.turns import TurnServer
 from services.gateway.waiting import Admission, Shed, Slot
 
@@ -76,6 +77,7 @@ class Gateway:
             web.get("/version", self.version),
             web.get("/metrics", self.metrics),
             *NativeApi(self).routes(),  # SGLang's /generate and its helpers
+            *SessionsApi(self).routes(),  # DELETE /v1/sessions/{session}
         ])
         self.app.on_cleanup.append(lambda _: self.backend.close())
         if tracing.enabled():

@@ -93,6 +93,14 @@ class Backend:
         except grpc.RpcError:
             return None
 
+    async def end_session(self, tenant: str, session_id: str, timeout: float) -> bool:
+        """The scheduler ends the session (see SessionsApi); whether anything knew it."""
+        self._open()
+        reply = await self._stub.EndSession(
+            scheduler_pb2.EndSessionRequest(tenant=tenant, session_id=session_id),
+            timeout=timeout)
+        return reply.known
+
     async def close(self) -> None:
         if self._channel is not None:
             await self._channel.close()

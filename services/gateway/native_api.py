@@ -197,7 +197,8 @@ class NativeApi:
         return await self.gateway._turn(request, self._prepare)
 
     async def flush_cache(self, request: web.Request) -> web.Response:
-        """Accepted and ignored: stored conversations are never dropped on a client's word."""
+        """Accepted and ignored: one client never drops every tenant's stored conversations
+        (it ends its own with DELETE /v1/sessions/{id})."""
         self.gateway._tenant(request)
         return web.json_response({"flushed": False, "message": "bidaw keeps stored "
                                   "conversations: a client's flush is accepted and ignored"})

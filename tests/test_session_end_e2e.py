@@ -1,0 +1,174 @@
+"""A client ends its conversation (DELETE /v1/sessions/{id}) through the live deployment (real
+processes, the real model, greedy): the KV goes from the store's DRAM and SSD, the conversation
+index forgets it, the next turn of the same history starts afresh and answers as a recompute
+does; other tenants cannot end it; bad ids are refused with a JSON error."""
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from services.gateway.config import GatewayConfig
+from services.runtime.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc
+from services.runtime.grpc_util import channel
+from tests.background_gateway import BackgroundGateway
+from tests.test_conversations_e2e import QUESTIONS, chat, client, converse, recompute
+
+
+def delete(base_url: str, session: str, key: str | None = None) -> tuple[int, dict]:
+    """DELETE {base_url}/sessions/{session} (base_url ends in /v1): (status, JSON body)."""
+    req = urllib.request.Request(f"{base_url}/sessions/{session}", method="DELETE")
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def store_tier(deployment, scoped: str) -> int:
+    with channel(deployment.store_target) as ch:
+        return kv_store_pb2_grpc.KVStoreStub(ch).Lookup(
+            kv_store_pb2.LookupRequest(session_id=scoped)).tier
+
+
+def wait_gone(deployment, scoped: str, timeout: float = 10.0) -> int:
+    """The session's tier once the store has dropped it, or the tier it kept at the deadline."""
+    deadline = time.monotonic() + timeout
+    while (tier := store_tier(deployment, scoped)) != common_pb2.TIER_NONE \
+            and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return tier
+
+
+def test_a_plain_client_ends_its_conversation_and_its_kv_is_freed(deployment):
+    c = client(deployment.gateway_url)
+    turns, messages = converse(c, "ending", QUESTIONS[:2])
+    session = turns[0][2]
+    assert session.startswith("c-") and turns[1][3] == "content"
+    scoped = f"default/{session}"
+    assert store_tier(deployment, scoped) != common_pb2.TIER_NONE
+    files_before = {p.name for p in deployment_ssd_files(deployment)}
+    assert any(files_before)
+
+    status, body = delete(deployment.gateway_url, session)
+    assert (status, body) == (200, {"id": session, "object": "session.deleted", "deleted": True})
+    assert wait_gone(deployment, scoped) == common_pb2.TIER_NONE
+    assert len({p.name for p in deployment_ssd_files(deployment)}) < len(files_before)
+
+    # the same history again: not recognised, nothing cached, the answer of a recompute
+    messages.append({"role": "user", "content": QUESTIONS[2]})
+    answer, usage, again, how = chat(c, messages)
+    assert how == "new" and again != session
+    assert usage.prompt_tokens_details.cached_tokens == 0
+    assert answer == recompute(c, messages)
+    assert delete(deployment.gateway_url, session)[0] == 404  # ended already
+
+
+def deployment_ssd_files(deployment):
+    import pathlib
+
+    return list((pathlib.Path(deployment.store_data_dir) / "sessions").glob("*/*.kv"))
+
+
+def test_a_named_session_ends_and_the_name_starts_afresh(deployment):
+    c = client(deployment.gateway_url)
+    first, messages = converse(c, "named-end", QUESTIONS[:2], session="ends-here")
+    assert first[1][1].prompt_tokens_details.cached_tokens > 0
+    assert delete(deployment.gateway_url, "ends-here")[0] == 200
+    messages.append({"role": "user", "content": QUESTIONS[2]})
+    answer, usage, named, how = chat(c, messages, session="ends-here")
+    assert (named, how) == ("ends-here", "id")
+    assert usage.prompt_tokens_details.cached_tokens == 0   # its KV went with the end
+    assert answer == recompute(c, messages)
+    messages += [{"role": "assistant", "content": answer},
+                 {"role": "user", "content": QUESTIONS[3]}]
+    _, usage, _, _ = chat(c, messages, session="ends-here")  # the name goes on afresh
+    assert usage.prompt_tokens_details.cached_tokens > 0
+
+
+@pytest.fixture(scope="module")
+def keyed(deployment):
+    config = GatewayConfig(listen="127.0.0.1:0", scheduler=deployment.scheduler_target,
+                           api_keys="erin:key-erin-123,fred:key-fred-456")
+    with BackgroundGateway(config) as gw:
+        yield gw
+
+
+def test_only_its_own_tenant_can_end_a_conversation(deployment, keyed):
+    erin = client(keyed.url, "key-erin-123")
+    turns, _ = converse(erin, "owned", QUESTIONS[:1])
+    session = turns[0][2]
+    assert delete(keyed.url, session)[0] == 401                    # no key
+    assert delete(keyed.url, session, "wrong-key")[0] == 401
+    status, body = delete(keyed.url, session, "key-fred-456")      # another tenant's: unknown
+    assert status == 404 and body["error"]["code"] == "session_not_found"
+    assert store_tier(deployment, f"erin/{session}") != common_pb2.TIER_NONE
+    assert delete(keyed.url, session, "key-erin-123")[0] == 200
+    assert wait_gone(deployment, f"erin/{session}") == common_pb2.TIER_NONE
+
+
+@pytest.mark.parametrize("path, status, code", [
+    ("/sessions/never-seen-" + "x" * 8, 404, "session_not_found"),
+    ("/sessions/" + "s" * 200, 400, "invalid_value"),        # over --max-session-id (128)
+    ("/sessions/a%01b", 400, "invalid_value"),               # not printable
+    ("/sessions/", 404, "not_found"),
+])
+def test_bad_session_ids_are_refused_with_a_json_error(deployment, path, status, code):
+    req = urllib.request.Request(deployment.gateway_url + path, method="DELETE")
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=30)
+    body = json.loads(err.value.read())
+    assert err.value.code == status and body["error"]["code"] == code, body
+
+
+def test_get_on_a_session_is_not_allowed(deployment):
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(deployment.gateway_url + "/sessions/x", timeout=30)
+    assert err.value.code == 405 and json.loads(err.value.read())["error"]["code"] == \
+        "method_not_allowed"
+
+
+@pytest.mark.parametrize("tenant, session, words", [
+    ("", "", "session_id is empty"),
+    ("bad tenant", "bad tenant/x", "tenant must match"),
+    ("erin", "fred/c-1", "not in tenant erin's namespace"),
+    ("erin", "erin/" + "s" * 300, "longer than"),
+])
+def test_end_session_over_grpc_refuses_what_names_no_session_of_its_tenant(
+        deployment, tenant, session, words):
+    import grpc
+
+    from services.runtime.gen import scheduler_pb2, scheduler_pb2_grpc
+
+    with channel(deployment.scheduler_target) as ch:
+        with pytest.raises(grpc.RpcError) as err:
+            scheduler_pb2_grpc.SchedulerStub(ch).EndSession(
+                scheduler_pb2.EndSessionRequest(tenant=tenant, session_id=session), timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert words in err.value.details()
+
+
+def test_an_end_during_a_turn_waits_for_it_then_frees_what_it_saved(deployment):
+    import threading
+
+    c = client(deployment.gateway_url)
+    messages = [{"role": "user", "content": "Count from one to forty in words."}]
+    stream = c.chat.completions.create(model="smollm2-135m", messages=messages, max_tokens=32,
+                                       temperature=0, stream=True,
+                                       extra_headers={"X-Session-Id": "mid-turn"})
+    first = next(iter(stream))                        # the turn is running
+    assert first.choices
+    ended = {}
+    t = threading.Thread(target=lambda: ended.update(
+        reply=delete(deployment.gateway_url, "mid-turn"), at=time.monotonic()))
+    t.start()
+    list(stream)                                      # the turn runs to its end
+    streamed_until = time.monotonic()
+    t.join(60)
+    assert ended["reply"][0] == 200 and ended["at"] >= streamed_until - 0.5
+    assert wait_gone(deployment, "default/mid-turn") == common_pb2.TIER_NONE
