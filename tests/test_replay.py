@@ -109,6 +109,32 @@ def test_report_agrees_with_the_raw_records(live_replay, tmp_path):
     assert summarize(read_jsonl(tmp_path / "r.jsonl"), result.samples) == s
 
 
+def test_a_replay_that_ends_its_sessions_leaves_no_kv_behind(deployment):
+    from services.runtime.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc
+    from services.runtime.grpc_util import channel
+
+    plan = make_plan(sorted(LIVE_TRACE, key=lambda t: t.time), LIVE_CFG)
+    prefix = f"ending-{uuid.uuid4().hex[:6]}-"
+    result = Replayer(deployment.scheduler_target, plan, session_prefix=prefix,
+                      end_after_s=0.5).run()
+    assert all(r.status == ANSWERED for r in result.records)
+    sessions = {r.session for r in result.records}
+    assert len(sessions) == 3 and all(s.startswith(prefix) for s in sessions)
+    assert result.records[1].cached_tokens > 0  # it reused KV while it went on
+    import time
+
+    deadline = time.monotonic() + 10  # the store frees them as it hears the ends
+    with channel(deployment.store_target) as ch:
+        stub = kv_store_pb2_grpc.KVStoreStub(ch)
+        while True:
+            tiers = {s: stub.Lookup(kv_store_pb2.LookupRequest(session_id=s)).tier
+                     for s in sessions}
+            if set(tiers.values()) == {common_pb2.TIER_NONE} or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    assert set(tiers.values()) == {common_pb2.TIER_NONE}, tiers
+
+
 def test_replay_command_writes_json_records_and_plots(deployment, tmp_path, capsys):
     from services.cli.main import main
 

@@ -62,6 +62,9 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     p.add_argument("--deadline", type=non_negative, default=150.0,
                    help="per system: send no turn after this many seconds (0: none)")
     p.add_argument("--data-dir", default="", help="where deployments keep files (default: tmp)")
+    p.add_argument("--end-sessions-after", type=non_negative, default=None, metavar="S",
+                   help="each user ends its sessions S replay seconds after its last answer "
+                   "(as DELETE /v1/sessions does; default: never, the store must guess)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="DIR", help="write PNG figures (all systems overlaid)")
     p.add_argument("--records-dir", metavar="DIR", help="write SYSTEM.jsonl per-turn records")
@@ -115,7 +118,7 @@ def _run(args: argparse.Namespace) -> int:
         f"{sizes.ssd_read_gbps_cap * 1e3:.1f} MB/s")
     opts = LiveOptions(model=args.model, dtype=args.dtype, max_loads=args.max_loads, max_batch=args.max_batch,
                        min_step_ms=args.min_step_ms, deadline_s=args.deadline,
-                       data_dir=args.data_dir)
+                       data_dir=args.data_dir, end_after_s=args.end_sessions_after)
     per_run, runs = _run_all(names, plan, sizes, opts, args.repeat, args.records_dir, say)
     rows = {name: combine_repeats(per_run[name]) for name in names}
     for name in names:
@@ -133,7 +136,8 @@ def _run(args: argparse.Namespace) -> int:
         "live_peak_over_dram": ws.peak_bytes / sizes.dram_bytes,
         "dram_bytes": sizes.dram_bytes, "ideal_dram_bytes": sizes.ideal_dram_bytes,
         "ssd_read_gbps_cap": sizes.ssd_read_gbps_cap, "model": args.model, "dtype": args.dtype,
-        "max_batch": args.max_batch, "min_step_ms": args.min_step_ms, "load_s": args.load_s}}
+        "max_batch": args.max_batch, "min_step_ms": args.min_step_ms, "load_s": args.load_s,
+        "end_sessions_after_s": args.end_sessions_after}}
     if args.repeat > 1:
         out["ratios_per_repeat"] = [ratios({n: per_run[n][i] for n in names})
                                     for i in range(args.repeat)]

@@ -25,6 +25,9 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
                    help="prefix of session ids (default: unique per run)")
     p.add_argument("--deadline", type=non_negative, default=0.0,
                    help="send no turn after this many seconds (0: none)")
+    p.add_argument("--end-sessions-after", type=non_negative, default=None, metavar="S",
+                   help="each user ends its sessions S seconds after its last answer (as "
+                   "DELETE /v1/sessions does; default: never)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="DIR", help="write PNG figures here")
     p.add_argument("--records", metavar="FILE.jsonl", help="write the per-turn records here")
@@ -60,7 +63,8 @@ def _run(args: argparse.Namespace) -> int:
     prefix = args.session_prefix if args.session_prefix is not None else f"r{int(time.time())}-"
     bar = tqdm(total=plan.turns, unit="turn", file=sys.stderr, dynamic_ncols=True)
     result = Replayer(args.target, plan, store_target=args.store, session_prefix=prefix,
-                      deadline_s=args.deadline, on_record=lambda r: bar.update()).run()
+                      deadline_s=args.deadline, end_after_s=args.end_sessions_after,
+                      on_record=lambda r: bar.update()).run()
     bar.close()
     summary = summarize(result.records, result.samples)
     if args.records:

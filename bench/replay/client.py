@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -18,6 +19,8 @@ from bench.replay.tokens import query_tokens
 from services.runtime.grpc_util import aio_channel
 from services.runtime.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc, scheduler_pb2, \
     scheduler_pb2_grpc
+
+log = logging.getLogger("bidaw.replay")
 
 TIERS = {common_pb2.TIER_NONE: "none", common_pb2.TIER_DRAM: "dram",
          common_pb2.TIER_SSD: "ssd", common_pb2.TIER_LOADING: "loading",
@@ -42,7 +45,7 @@ def new_record(u: UserScript, t: ScriptedTurn, session_prefix: str) -> TurnRecor
 class Replayer:
     def __init__(self, target: str, plan: Plan, *, store_target: str = "",
                  session_prefix: str = "", deadline_s: float = 0.0, turn_timeout_s: float = 900.0,
-                 stats_interval_s: float = 0.5,
+                 stats_interval_s: float = 0.5, end_after_s: float | None = None,
                  on_record: Callable[[TurnRecord], None] | None = None):
         self.target = target
         self.plan = plan
@@ -51,6 +54,9 @@ class Replayer:
         self.deadline_s = deadline_s  # 0: none; else no turn is sent after this many seconds
         self.turn_timeout_s = turn_timeout_s
         self.stats_interval_s = stats_interval_s
+        # the client ends each user's sessions this long after its last answer (EndSession, as
+        # DELETE /v1/sessions does); None: never, the store must guess
+        self.end_after_s = end_after_s
         self.on_record = on_record or (lambda r: None)
 
     def run(self) -> ReplayResult:
@@ -109,6 +115,17 @@ class Replayer:
         for rec in recs:  # the rest were never sent
             if rec.status not in (ANSWERED, FAILED):
                 self.on_record(rec)
+        if self.end_after_s is not None and recs and recs[-1].status == ANSWERED:
+            await self._sleep_until(prev_end + self.end_after_s)
+            for session in dict.fromkeys(r.session for r in recs):
+                await self._end(session)
+
+    async def _end(self, session: str) -> None:
+        try:
+            await self._stub.EndSession(scheduler_pb2.EndSessionRequest(session_id=session),
+                                        timeout=self.turn_timeout_s)
+        except grpc.aio.AioRpcError as exc:  # costs hit rate, not a turn
+            log.warning("ending session %s failed: %s", session, exc.code().name)
 
     async def _turn(self, rec: TurnRecord, prompt: list[int]) -> list[int]:
         if self._store is not None:
