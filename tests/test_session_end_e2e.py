@@ -11,11 +11,10 @@ import urllib.request
 
 import pytest
 
-from services.gateway.config import GatewayConfig
 from services.runtime.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc
 from services.runtime.grpc_util import channel
-from tests.background_gateway import BackgroundGateway
-from tests.test_conversations_e2e import QUESTIONS, chat, client, converse, recompute
+from tests.test_conversations_e2e import (QUESTIONS, chat, client, converse, recompute,
+                                          two_tenants)  # noqa: F401 (two_tenants: a fixture)
 
 
 def delete(base_url: str, session: str, key: str | None = None) -> tuple[int, dict]:
@@ -91,25 +90,25 @@ def test_a_named_session_ends_and_the_name_starts_afresh(deployment):
     assert usage.prompt_tokens_details.cached_tokens > 0
 
 
-@pytest.fixture(scope="module")
-def keyed(deployment):
-    config = GatewayConfig(listen="127.0.0.1:0", scheduler=deployment.scheduler_target,
-                           api_keys="erin:key-erin-123,fred:key-fred-456")
-    with BackgroundGateway(config) as gw:
-        yield gw
-
-
-def test_only_its_own_tenant_can_end_a_conversation(deployment, keyed):
-    erin = client(keyed.url, "key-erin-123")
-    turns, _ = converse(erin, "owned", QUESTIONS[:1])
+def test_only_its_own_tenant_can_end_a_conversation(deployment, two_tenants):
+    carol = client(two_tenants.url, "key-carol-123")
+    turns, _ = converse(carol, "owned", QUESTIONS[:1])
     session = turns[0][2]
-    assert delete(keyed.url, session)[0] == 401                    # no key
-    assert delete(keyed.url, session, "wrong-key")[0] == 401
-    status, body = delete(keyed.url, session, "key-fred-456")      # another tenant's: unknown
+    assert delete(two_tenants.url, session)[0] == 401                    # no key
+    assert delete(two_tenants.url, session, "wrong-key")[0] == 401
+    status, body = delete(two_tenants.url, session, "key-dave-456")      # another tenant's
     assert status == 404 and body["error"]["code"] == "session_not_found"
-    assert store_tier(deployment, f"erin/{session}") != common_pb2.TIER_NONE
-    assert delete(keyed.url, session, "key-erin-123")[0] == 200
-    assert wait_gone(deployment, f"erin/{session}") == common_pb2.TIER_NONE
+    assert store_tier(deployment, f"carol/{session}") != common_pb2.TIER_NONE
+    assert delete(two_tenants.url, session, "key-carol-123")[0] == 200
+    assert wait_gone(deployment, f"carol/{session}") == common_pb2.TIER_NONE
+
+
+def test_a_named_id_with_a_slash_ends_too(deployment):
+    c = client(deployment.gateway_url)
+    converse(c, "slashed", QUESTIONS[:1], session="team/chat 7")
+    assert store_tier(deployment, "default/team/chat 7") != common_pb2.TIER_NONE
+    assert delete(deployment.gateway_url, "team%2Fchat%207")[0] == 200
+    assert wait_gone(deployment, "default/team/chat 7") == common_pb2.TIER_NONE
 
 
 @pytest.mark.parametrize("path, status, code", [

@@ -20,7 +20,7 @@ class SessionsApi:
         self.gateway = gateway
 
     def routes(self) -> list:
-        return [web.delete("/v1/sessions/{session}", self.end)]
+        return [web.delete("/v1/sessions/{session:.+}", self.end)]  # a named id may hold "/"
 
     async def end(self, request: web.Request) -> web.Response:
         gateway = self.gateway
