@@ -23,6 +23,7 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
         self.stats = scheduler_pb2.SchedulerStats(policy="fake", workers=1, stores=1,
                                                   awareness_connected=True)
         self.stats_calls = 0
+        self.ended: list[str] = []  # EndSession calls, in order
 
     def SubmitTurn(self, request, context):
         with self._lock:
@@ -60,6 +61,12 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
     def Stats(self, request, context):
         self.stats_calls += 1
         return self.stats
+
+    def EndSession(self, request, context):
+        with self._lock:
+            self.ended.append(request.session_id)
+            return scheduler_pb2.EndSessionReply(
+                known=self.stored.pop(request.session_id, None) is not None)
 
 
 def start_fake_scheduler() -> tuple[Server, FakeScheduler]:

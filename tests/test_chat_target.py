@@ -72,6 +72,21 @@ def test_a_scheduler_address_is_spoken_to_over_grpc(stack):
     assert fake.requests[before].session_id == "s-grpc"  # no tenant prefix: not the gateway
 
 
+def test_end_frees_the_session_after_the_last_message_over_http_and_grpc(stack):
+    server, fake, gw = stack
+    done = chat("--target", f"http://127.0.0.1:{gw.port}", "--api-key", KEY, "--session",
+                "s-end", "-m", "bye", "--end")
+    assert done.returncode == 0, done.stderr
+    assert fake.ended[-1] == "t1/s-end" and "session s-end ended" in done.stderr
+    done = chat("--target", f"127.0.0.1:{server.port}", "--session", "s-end-g", "-m", "bye",
+                "--end")
+    assert done.returncode == 0 and fake.ended[-1] == "s-end-g", done.stderr
+    done = chat("--target", f"http://127.0.0.1:{gw.port}", "--api-key", "wrong", "--session",
+                "s-gone", "-m", "x", "--end")
+    assert done.returncode == 1 and "401" in done.stderr  # the turn fails first: no end sent
+    assert fake.ended[-1] == "s-end-g"
+
+
 def test_the_gateway_port_given_as_host_port_says_to_use_the_url(stack):
     _, _, gw = stack
     done = chat("--target", f"127.0.0.1:{gw.port}", "-m", "hi")

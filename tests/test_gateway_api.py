@@ -13,6 +13,8 @@ import pytest
 from tests.background_gateway import BackgroundGateway
 from services.gateway.config import GatewayConfig
 from services.launch.launcher import free_port
+from services.runtime.gen import scheduler_pb2_grpc
+from services.runtime.grpc_util import Server
 from tests.fake_scheduler import start_fake_scheduler
 
 MODEL = "smollm2-135m"
@@ -233,9 +235,27 @@ def test_unknown_route_model_and_method(gateway):
     assert_error(status, body, 405)
 
 
-def test_ending_a_session_behind_a_scheduler_that_cannot_is_a_501(gateway):
-    # FakeScheduler has no EndSession: an older scheduler during a rolling upgrade
-    status, _, body = raw(gateway, "DELETE", "/v1/sessions/s1")
+def test_ending_a_session_maps_the_schedulers_answer(gateway, fake):
+    post(gateway, "/v1/chat/completions", chat_body("hi"), {"X-Session-Id": "to-end"})
+    status, _, body = raw(gateway, "DELETE", "/v1/sessions/to-end")
+    assert (status, body) == (200, {"id": "to-end", "object": "session.deleted",
+                                    "deleted": True})
+    assert fake[1].ended[-1] == "default/to-end"
+    status, _, body = raw(gateway, "DELETE", "/v1/sessions/to-end")
+    assert_error(status, body, 404, "to-end")
+
+
+def test_ending_a_session_behind_a_scheduler_that_cannot_is_a_501():
+    # a scheduler with no EndSession: an older version, during a rolling upgrade
+    server = Server("127.0.0.1:0", [(scheduler_pb2_grpc.add_SchedulerServicer_to_server,
+                                     scheduler_pb2_grpc.SchedulerServicer())],
+                    name="bidaw.v1.Scheduler", token="")
+    config = GatewayConfig(listen="127.0.0.1:0", scheduler=f"127.0.0.1:{server.port}")
+    try:
+        with BackgroundGateway(config) as gw:
+            status, _, body = raw(gw, "DELETE", "/v1/sessions/s1")
+    finally:
+        server.stop(0)
     assert_error(status, body, 501, "cannot end sessions")
     assert body["error"]["code"] == "not_implemented"
 

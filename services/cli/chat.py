@@ -26,6 +26,8 @@ def register(sub, groups) -> None:
                    help="a user message; repeat for several turns (default: read stdin lines)")
     p.add_argument("--max-tokens", type=positive_int, default=256, help="answer length limit")
     p.add_argument("--temperature", type=non_negative, default=0.0, help="0 is greedy")
+    p.add_argument("--end", action="store_true", help="end the session after the last "
+                   "message: the deployment frees its KV (DELETE /v1/sessions/{id})")
     p.add_argument("--json", action="store_true", help="one JSON object per turn")
     from services.runtime.tls import add_client_args
 
@@ -96,6 +98,29 @@ def run(args) -> int:
         else:
             print(f"\n  [KV from {result.tier}, {s.cached_tokens}/{s.prompt_tokens} prompt "
                   f"tokens reused, TTFT {s.ttft_s * 1000:.0f} ms]", flush=True)
+    if args.end:
+        return _end(client, conv.session_id, args.target)
+    return 0
+
+
+def _end(client, session_id: str, target: str) -> int:
+    """End the session; 1 with a message if the call failed."""
+    import grpc
+
+    from services.client.chat_client import grpc_hint
+    from services.client.http_chat_client import HttpError
+
+    try:
+        known = client.end(session_id)
+    except grpc.RpcError as exc:
+        print(f"error: {exc.code().name}: {grpc_hint(target, exc.details() or '')}",
+              file=sys.stderr)
+        return 1
+    except (HttpError, OSError) as exc:
+        print(f"error: ending session {session_id}: {exc}", file=sys.stderr)
+        return 1
+    print(f"session {session_id} {'ended: its KV is freed' if known else 'was not known'}",
+          file=sys.stderr)
     return 0
 
 

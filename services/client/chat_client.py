@@ -5,7 +5,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from services.runtime.gen import common_pb2, scheduler_pb2_grpc
+from services.runtime.gen import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from services.runtime.grpc_util import channel
 from services.runtime.wire_names import TIER_NAMES
 
@@ -74,6 +74,12 @@ class ChatClient:
             if event.HasField("summary"):
                 result.summary = event.summary
         return result
+
+    def end(self, session_id: str) -> bool:
+        """End the session (the scheduler's EndSession): its KV is freed; False if nothing
+        knew it."""
+        return self.stub.EndSession(scheduler_pb2.EndSessionRequest(session_id=session_id),
+                                    timeout=self.timeout).known
 
     def close(self) -> None:
         self._channel.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from typing import Callable
 
@@ -84,6 +85,21 @@ class HttpChatClient:
                     result.summary = _summary(chunk["usage"], chunk.get("bidaw") or {},
                                               (first or now) - start, now - start)
         return result
+
+    def end(self, session_id: str) -> bool:
+        """End the session (DELETE /v1/sessions/{id}): its KV is freed; False if the gateway
+        knew no such session."""
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        request = urllib.request.Request(
+            f"{self.base}/sessions/{urllib.parse.quote(session_id, safe='')}", headers=headers,
+            method="DELETE")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout):
+                return True
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return False
+            raise HttpError(exc.code, _message(exc.read())) from None
 
     def close(self) -> None:
         pass
