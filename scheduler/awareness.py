@@ -56,6 +56,8 @@ class AwarenessClient:
             session_id=session_id, answer_tokens=answer_tokens)))
 
     def session_end(self, session_id: str) -> None:
+        with self._lock:  # gone as far as we are concerned; the store's word follows
+            self.locations.pop(session_id, None)
         self._outbox.put(kv_store_pb2.ComputeEvent(
             session_end=kv_store_pb2.SessionEnd(session_id=session_id)))
 

@@ -13,6 +13,7 @@ import time
 
 import grpc
 
+from services.runtime import metrics
 from services.runtime.gen import scheduler_pb2, scheduler_pb2_grpc
 
 from scheduler.config import SchedulerConfig
@@ -90,6 +91,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         except TimeoutError:  # a turn of it is still running: nothing was ended
             context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
                           "a turn of this session is still running")
+        metrics.SESSION_ENDS.labels("ended" if known else "unknown").inc()
         return scheduler_pb2.EndSessionReply(known=known)
 
     def Stats(self, request, context):

@@ -111,6 +111,24 @@ def test_a_named_id_with_a_slash_ends_too(deployment):
     assert wait_gone(deployment, "default/team/chat 7") == common_pb2.TIER_NONE
 
 
+def test_the_scheduler_counts_ends_by_outcome(deployment):
+    import re
+
+    def counts() -> dict[str, float]:
+        text = urllib.request.urlopen(deployment.metrics_urls["scheduler"], timeout=10).read()
+        return {m[0]: float(m[1]) for m in re.findall(
+            r'^bidaw_scheduler_session_ends_total\{outcome="(\w+)"\} (\S+)$', text.decode(), re.M)}
+
+    before = counts()
+    converse(client(deployment.gateway_url), "counted", QUESTIONS[:1], session="counted-end")
+    assert delete(deployment.gateway_url, "counted-end")[0] == 200
+    assert wait_gone(deployment, "default/counted-end") == common_pb2.TIER_NONE
+    assert delete(deployment.gateway_url, "counted-end")[0] == 404
+    after = counts()
+    assert after["ended"] - before.get("ended", 0) == 1
+    assert after["unknown"] - before.get("unknown", 0) == 1
+
+
 @pytest.mark.parametrize("path, status, code", [
     ("/sessions/never-seen-" + "x" * 8, 404, "session_not_found"),
     ("/sessions/" + "s" * 200, 400, "invalid_value"),        # over --max-session-id (128)

@@ -41,6 +41,9 @@ RECOGNISED = Counter("bidaw_session_recognition", "Turns by how their session wa
                      ["how"])
 
 # -- scheduler ---------------------------------------------------------------------------------
+SESSION_ENDS = Counter("bidaw_scheduler_session_ends", "Conversations their client ended (EndSession, "
+                       "DELETE /v1/sessions): ended, or unknown (nothing knew the id)",
+                       ["outcome"])
 QUEUE_LENGTH = Gauge("bidaw_scheduler_queue_length", "Requests waiting now", ["queue"])
 RUNNING = Gauge("bidaw_scheduler_running", "Turns running on workers now")
 QUEUE_WAIT = Histogram("bidaw_scheduler_queue_seconds", "Time from arrival to leaving a queue",
