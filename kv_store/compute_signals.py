@@ -69,6 +69,8 @@ class ComputeSignals:
 
     def finish_ends(self) -> None:
         """Forget the ended sessions whose lease or write has finished since (housekeeping)."""
+        if not self._ending:  # the common case: no lock taken every half second
+            return
         with self._lock:
             for session_id in [s for s in self._ending if self._forget_if_free(s)]:
                 del self._ending[session_id]

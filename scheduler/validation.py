@@ -3,18 +3,19 @@ from __future__ import annotations
 
 from services.runtime.gen import common_pb2, scheduler_pb2
 from services.runtime.limits import MAX_SESSION_ID_BYTES
-from services.runtime.turn_bounds import TENANT_RE, turn_bounds_problem
+from services.runtime.turn_bounds import tenant_problem, turn_bounds_problem
 
 from scheduler.member_address import address_problem
 
 ROLES = ("system", "user", "assistant")
 MEMBER_KINDS = (scheduler_pb2.MEMBER_KIND_WORKER, scheduler_pb2.MEMBER_KIND_STORE)
+_TOO_LONG = f"session_id is longer than {MAX_SESSION_ID_BYTES} bytes"
 
 
 def turn_problem(turn: common_pb2.TurnRequest, max_tokens_limit: int) -> str | None:
     """The reason a turn is malformed, or None."""
     if len(turn.session_id.encode()) > MAX_SESSION_ID_BYTES:
-        return f"session_id is longer than {MAX_SESSION_ID_BYTES} bytes"
+        return _TOO_LONG
     if turn.messages and turn.prompt_token_ids:
         return "give messages or prompt_token_ids, not both"
     if not turn.messages and not turn.prompt_token_ids and not turn.raw_prompt:
@@ -36,12 +37,13 @@ def turn_problem(turn: common_pb2.TurnRequest, max_tokens_limit: int) -> str | N
 
 def end_problem(request: scheduler_pb2.EndSessionRequest) -> str | None:
     """The reason an EndSession names no session of its tenant, or None."""
-    if request.tenant and not TENANT_RE.fullmatch(request.tenant):
-        return f"tenant must match {TENANT_RE.pattern}"
+    problem = tenant_problem(request.tenant)
+    if problem:
+        return problem
     if not request.session_id:
         return "session_id is empty"
     if len(request.session_id.encode()) > MAX_SESSION_ID_BYTES:
-        return f"session_id is longer than {MAX_SESSION_ID_BYTES} bytes"
+        return _TOO_LONG
     if request.tenant and not request.session_id.startswith(request.tenant + "/"):
         return f"session_id is not in tenant {request.tenant}'s namespace ({request.tenant}/...)"
     return None

@@ -56,9 +56,8 @@ class HttpChatClient:
             body["max_tokens"] = max_tokens
         if self.model:
             body["model"] = self.model
-        headers = {"Content-Type": "application/json", "X-Session-Id": session_id}
-        if self.api_key:
-            headers["Authorization"] = f"Bearer {self.api_key}"
+        headers = {"Content-Type": "application/json", "X-Session-Id": session_id,
+                   **self._auth()}
         request = urllib.request.Request(f"{self.base}/chat/completions",
                                          json.dumps(body).encode(), headers)
         start, first, result = time.perf_counter(), None, TurnResult()
@@ -89,10 +88,9 @@ class HttpChatClient:
     def end(self, session_id: str) -> bool:
         """End the session (DELETE /v1/sessions/{id}): its KV is freed; False if the gateway
         knew no such session."""
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         request = urllib.request.Request(
-            f"{self.base}/sessions/{urllib.parse.quote(session_id, safe='')}", headers=headers,
-            method="DELETE")
+            f"{self.base}/sessions/{urllib.parse.quote(session_id, safe='')}",
+            headers=self._auth(), method="DELETE")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout):
                 return True
@@ -100,6 +98,9 @@ class HttpChatClient:
             if exc.code == 404:
                 return False
             raise HttpError(exc.code, _message(exc.read())) from None
+
+    def _auth(self) -> dict:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
     def close(self) -> None:
         pass

@@ -12,7 +12,8 @@ import grpc
 from aiohttp import web
 
 from services.gateway.auth import scoped_session
-from services.gateway.errors import ApiError, bad_request, from_grpc
+from services.gateway.errors import ApiError, from_grpc
+from services.gateway.turns import check_session_id
 
 
 class SessionsApi:
@@ -26,10 +27,7 @@ class SessionsApi:
         gateway = self.gateway
         tenant = gateway._tenant(request)
         session = request.match_info["session"]
-        limit = gateway.config.max_session_id
-        if len(session.encode()) > limit or not session.isprintable():
-            raise bad_request(f"the session id must be printable and at most {limit} bytes",
-                              "session")
+        check_session_id(session, gateway.config.max_session_id, "session")
         gateway._admit_tenant(tenant)  # the tenant's rate and concurrency, as for a turn
         try:
             known = await gateway.backend.end_session(tenant, scoped_session(tenant, session),

@@ -35,10 +35,14 @@ def session_of(request: web.Request, parsed: Parsed, limit: int) -> tuple[str, b
         session, source = parsed.user, "user"
     if not session:
         return "", False
-    if len(session.encode()) > limit or not session.isprintable():
-        raise bad_request(f"the session id ({source}) must be printable and at most {limit} "
-                          "bytes", source)
+    check_session_id(session, limit, source, f"the session id ({source})")
     return session, True
+
+
+def check_session_id(session: str, limit: int, param: str, what: str = "the session id") -> None:
+    """400 naming `param` unless `session` is printable and at most `limit` bytes."""
+    if len(session.encode()) > limit or not session.isprintable():
+        raise bad_request(f"{what} must be printable and at most {limit} bytes", param)
 
 
 def turn_request(parsed: Parsed, tenant: str, session: str) -> common_pb2.TurnRequest:

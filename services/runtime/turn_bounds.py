@@ -17,10 +17,18 @@ MAX_TENANT = 64
 TENANT_RE = re.compile(r"[A-Za-z0-9_.-]{1,%d}" % MAX_TENANT)
 
 
+def tenant_problem(tenant: str) -> str | None:
+    """Why `tenant` (empty: none) is not a tenant name the gateway could have sent, or None."""
+    if tenant and not TENANT_RE.fullmatch(tenant):
+        return f"tenant must match {TENANT_RE.pattern}"
+    return None
+
+
 def turn_bounds_problem(turn: common_pb2.TurnRequest) -> str | None:
     """The first field of `turn` outside its range, said by name; None if all are in range."""
-    if turn.tenant and not TENANT_RE.fullmatch(turn.tenant):
-        return f"tenant must match {TENANT_RE.pattern}"
+    problem = tenant_problem(turn.tenant)
+    if problem:
+        return problem
     bad = first_outside(turn.prompt_token_ids, 0, INT32_MAX)
     if bad is not None:
         return f"prompt_token_ids holds {bad}, outside [0, {INT32_MAX}]"
