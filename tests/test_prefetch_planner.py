@@ -6,6 +6,7 @@ import math
 import pytest
 
 from kv_store.eviction.bidaw_prefetch import BidawPrefetchPolicy
+from kv_store.eviction.evicted_wait import EvictedWait
 from kv_store.eviction.prefetch_planner import PrefetchPlanner
 
 
@@ -214,3 +215,68 @@ def test_a_disk_full_of_demand_reads_shortens_the_promotion_horizon():
     fixed = BidawPrefetchPolicy(horizon_s=30.0, loaded_horizon_s=None)
     fixed.observe_demand_read(-899.0, 1.0)
     assert fixed.prefetch_horizon(1.0) == 30.0
+
+
+def test_evicted_wait_is_the_geometric_mean_of_recent_waits():
+    w = EvictedWait(weight=0.5)
+    assert w.typical() is None
+    w.observe(100.0)
+    assert w.typical() == pytest.approx(100.0)
+    w.observe(25.0)                                   # halfway in logs: sqrt(100 * 25)
+    assert w.typical() == pytest.approx(50.0)
+    w.observe(0.001)                                  # due now counts as one second
+    assert w.typical() == pytest.approx(math.sqrt(50.0))
+    with pytest.raises(ValueError, match="weight"):
+        EvictedWait(weight=0.0)
+
+
+def _evict(pol: BidawPrefetchPolicy, now: float) -> tuple[str, float]:
+    """Evict the policy's victim at `now`, as a tier's room-making does; its expected wait."""
+    key = pol.victim(now)
+    wait = pol.expected_remaining(pol._sessions.get(key), now)
+    pol.remove(key)
+    return key, wait
+
+
+def test_scarce_dram_caps_the_horizon_at_half_the_wait_of_what_it_evicts():
+    pol = _policy()
+    for key in ("a", "b", "c"):
+        pol.admit(key, 100, 0.0)
+        pol.observe_answer(key, 8, 0.0)               # expected back within about 30 s
+    pol.remove("c")                                   # freed, not evicted: says nothing
+    assert pol.prefetch_horizon(5.0) == 30.0          # nothing evicted yet: the disk's horizon
+    size_of = {"a": 100, "b": 100}.get
+    pol.prefetch_victims("c", 5.0, 100, size_of)     # a look (weighs 'a', refuses): no eviction
+    pol.remove("b")
+    assert pol.prefetch_horizon(5.0) == 30.0
+    key, wait = _evict(pol, 5.0)
+    assert key == "a" and wait < 60.0
+    assert pol.prefetch_horizon(5.0) == pytest.approx(0.5 * wait)
+    off = BidawPrefetchPolicy(protect_queue=0, evicted_wait_share=None)
+    off.set_capacity(1000, 0)
+    off.admit("a", 100, 0.0)
+    off.observe_answer("a", 8, 0.0)
+    _evict(off, 5.0)
+    assert off.prefetch_horizon(5.0) == 30.0
+
+
+def test_an_entry_evicted_as_ended_says_nothing_of_dram_scarcity():
+    pol = _policy()
+    pol.admit("gone", 100, 0.0)
+    pol.observe_answer("gone", 8, 0.0)
+    key, _ = _evict(pol, 5000.0)                     # silent far past any return: ended
+    assert key == "gone"
+    assert pol.evicted_wait.typical() is None and pol.prefetch_horizon(5000.0) == 30.0
+
+
+def test_a_candidate_is_due_at_the_instant_eligible_at_names():
+    # expected - horizon == now while now + horizon < expected, in floating point: woken at
+    # eligible_at, a caller must find it due (the timed simulator re-armed at the same instant
+    # for ever)
+    horizon, now = 25.164003546972253, 5099.714174211174
+    expected = 5124.878177758147
+    assert expected - horizon == now and not expected <= now + horizon
+    p = PrefetchPlanner(horizon_s=30.0)
+    p.evicted("a", (expected, expected + 60.0), now=0.0)
+    assert p.eligible_at(horizon) == now
+    assert p.next(now, horizon_s=horizon) == "a"

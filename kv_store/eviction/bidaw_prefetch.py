@@ -43,6 +43,7 @@ from typing import Callable
 from kv_store.eviction.arrival_learning import ArrivalLearning
 from kv_store.eviction.base import Key
 from kv_store.eviction.bidaw_size import BidawSizePolicy
+from kv_store.eviction.evicted_wait import EvictedWait
 from kv_store.eviction.session_end_model import PACE_EDGES, SessionEndModel
 from kv_store.eviction.think_time_model import GAP_EDGES, GapStats, ThinkTimeModel
 
@@ -58,7 +59,8 @@ class BidawPrefetchPolicy(ArrivalLearning, BidawSizePolicy):
                  prefetch_tries: int = 8, loaded_horizon_s: float | None = 5.0,
                  end_answer_shrink: float | None = 20.0,
                  end_pace_edges: tuple[float, ...] | None = PACE_EDGES,
-                 access_share: float | None = 0.97, **kwargs) -> None:
+                 access_share: float | None = 0.97,
+                 evicted_wait_share: float | None = 0.5, **kwargs) -> None:
         if not 0.0 < return_quantile < high_quantile < 1.0:
             raise ValueError("bidaw-prefetch needs 0 < return_quantile < high_quantile < 1 "
                              f"(got {return_quantile}, {high_quantile})")
@@ -66,6 +68,11 @@ class BidawPrefetchPolicy(ArrivalLearning, BidawSizePolicy):
         self.horizon_s = horizon_s  # promote once the expected return is this close (PrefetchPlanner)
         # ... with an idle disk; towards this as demand reads fill it (None: fixed)
         self.loaded_horizon_s = loaded_horizon_s
+        # ... and at most this share of how far off the entries DRAM evicts are expected back
+        # (EvictedWait; None: no cap, the disk's load alone sets it)
+        self.evicted_wait_share = evicted_wait_share
+        self.evicted_wait = EvictedWait()
+        self._victim_wait: tuple[Key, float | None] | None = None
         self.return_quantile = return_quantile
         self.high_quantile = high_quantile
         # whether a session comes back at all (None: every one does, the first version), per
@@ -114,11 +121,16 @@ class BidawPrefetchPolicy(ArrivalLearning, BidawSizePolicy):
         (the share bidaw-size's β follows). A promoted session holds its DRAM from the read to
         its return; where demand reads fill the disk everything out of DRAM is read again, so
         DRAM is what is scarce and a promotion should hold it for less (the return's spread is
-        then covered by fewer, later reads). No demand reads reported: `horizon_s`."""
+        then covered by fewer, later reads). No demand reads reported: `horizon_s`. Whatever
+        the disk, at most `evicted_wait_share` of the wait the ranking's victims are expected
+        back in (EvictedWait): where DRAM is scarce a fast disk's idle time is spent late."""
         lo = self.loaded_horizon_s
-        if lo is None:
-            return self.horizon_s
-        return self.horizon_s + (lo - self.horizon_s) * self.demand.share(now)
+        h = (self.horizon_s if lo is None
+             else self.horizon_s + (lo - self.horizon_s) * self.demand.share(now))
+        typical, share = self.evicted_wait.typical(), self.evicted_wait_share
+        if share is not None and typical is not None:
+            h = min(h, share * typical)
+        return h
 
     def prefetch_cost(self, key: Key) -> float | None:
         """What promoting `key` costs per turn it may serve, for PrefetchPlanner to order due
@@ -220,13 +232,19 @@ class BidawPrefetchPolicy(ArrivalLearning, BidawSizePolicy):
     def victim(self, now: float, exclude: frozenset | set = frozenset()) -> Key | None:
         """bidaw-size's victim, but a promoted session still inside its return window goes only
         when nothing else can (it was read because it is due; its mean excess says otherwise)."""
+        k = None
         if self.keep_promoted and self._awaited:
             due = [k for k, latest in self._awaited.items() if latest > now]
             if due:
                 k = super().victim(now, set(exclude).union(due))
-                if k is not None:
-                    return k
-        return super().victim(now, exclude)
+        if k is None:
+            k = super().victim(now, exclude)
+        if k is not None:  # its wait, learnt if it is evicted (`_note_removal`), not looked at
+            s = self._sessions.get(k)
+            ended = k in self._stale and self._stale.priority(k)[0] <= now
+            self._victim_wait = (k, None if s is None or ended
+                                 else self.expected_remaining(s, now))
+        return k
 
     def _stale_idle(self, s, stats: GapStats, quantile: float) -> float:
         """bidaw-size's stale deadline, or sooner the idle time at which the session's chance of
@@ -260,6 +278,10 @@ class BidawPrefetchPolicy(ArrivalLearning, BidawSizePolicy):
 
     def _note_removal(self, key: Key) -> None:
         self._awaited.pop(key, None)
+        if key == self._victim and self._victim_wait is not None and self._victim_wait[0] == key:
+            wait = self._victim_wait[1]
+            if wait is not None:
+                self.evicted_wait.observe(wait)
         if key != self._victim and self.ends is not None:
             self.ends.forget(key)  # freed, not evicted: its end was announced
         super()._note_removal(key)

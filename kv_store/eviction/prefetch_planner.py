@@ -67,7 +67,10 @@ class PrefetchPlanner:
         candidate once due stays due if the horizon shrinks)."""
         horizon = self.horizon_s if horizon_s is None else horizon_s
         q, soonest, cheapest = self._queue, self._soonest, self._cheapest
-        while (key := q.peek()) is not None and q.priority(key)[0] <= now + horizon:
+        # `expected - horizon <= now`, the very sum `eligible_at` gives: `expected <= now +
+        # horizon` can differ in the last bit, and a caller woken at `eligible_at` would find
+        # nothing due and be woken again at the same instant, for ever
+        while (key := q.peek()) is not None and q.priority(key)[0] - horizon <= now:
             q.discard(key)
             soonest.set(key, self._window[key][0])
             cheapest.set(key, (self._cost[key], self._window[key][0]))
