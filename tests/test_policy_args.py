@@ -32,6 +32,10 @@ def refusal(arg: str) -> str:
     ("bidaw-size.nope=1", "'nope' is not a setting of BidawSizePolicy"),
     ("bidaw-prefetch.end_pace_edges=[a]", "is not a list of a finite number or null"),
     ("bidaw-prefetch.keep_promoted=3", "keep_promoted=3 is not true/false"),
+    # a negative horizon was a ValueError traceback from the planner; the others ran silently
+    ("bidaw-prefetch.horizon_s=-1", "horizon_s >= 0"),
+    ("bidaw-prefetch.loaded_horizon_s=-3", "loaded_horizon_s >= 0 or null"),
+    ("bidaw-prefetch.evicted_wait_share=0", "evicted_wait_share > 0 or null"),
 ])
 def test_a_bad_policy_arg_is_one_line_naming_it(arg, words):
     message = refusal(arg)

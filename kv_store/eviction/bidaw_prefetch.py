@@ -64,6 +64,12 @@ class BidawPrefetchPolicy(ArrivalLearning, BidawSizePolicy):
         if not 0.0 < return_quantile < high_quantile < 1.0:
             raise ValueError("bidaw-prefetch needs 0 < return_quantile < high_quantile < 1 "
                              f"(got {return_quantile}, {high_quantile})")
+        if horizon_s < 0 or (loaded_horizon_s is not None and loaded_horizon_s < 0):
+            raise ValueError("bidaw-prefetch needs horizon_s >= 0 and loaded_horizon_s >= 0 or "
+                             f"null (got {horizon_s}, {loaded_horizon_s})")
+        if evicted_wait_share is not None and evicted_wait_share <= 0:
+            raise ValueError("bidaw-prefetch needs evicted_wait_share > 0 or null "
+                             f"(got {evicted_wait_share})")
         super().__init__(**kwargs)
         self.horizon_s = horizon_s  # promote once the expected return is this close (PrefetchPlanner)
         # ... with an idle disk; towards this as demand reads fill it (None: fixed)
