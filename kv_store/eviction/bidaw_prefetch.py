@@ -78,7 +78,7 @@ class BidawPrefetchPolicy(ArrivalLearning, BidawSizePolicy):
         # (EvictedWait; None: no cap, the disk's load alone sets it)
         self.evicted_wait_share = evicted_wait_share
         self.evicted_wait = EvictedWait()
-        self._victim_wait: tuple[Key, float | None] | None = None
+        self._victim_wait: tuple[Key | None, float | None] = (None, None)
         self.return_quantile = return_quantile
         self.high_quantile = high_quantile
         # whether a session comes back at all (None: every one does, the first version), per
@@ -284,10 +284,9 @@ class BidawPrefetchPolicy(ArrivalLearning, BidawSizePolicy):
 
     def _note_removal(self, key: Key) -> None:
         self._awaited.pop(key, None)
-        if key == self._victim and self._victim_wait is not None and self._victim_wait[0] == key:
-            wait = self._victim_wait[1]
-            if wait is not None:
-                self.evicted_wait.observe(wait)
+        chosen, wait = self._victim_wait  # learnt when chosen; an eviction only now
+        if key == self._victim == chosen and wait is not None:
+            self.evicted_wait.observe(wait)
         if key != self._victim and self.ends is not None:
             self.ends.forget(key)  # freed, not evicted: its end was announced
         super()._note_removal(key)
