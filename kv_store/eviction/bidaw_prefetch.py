@@ -78,7 +78,7 @@ class BidawPrefetchPolicy(ArrivalLearning, BidawSizePolicy):
         # (EvictedWait; None: no cap, the disk's load alone sets it)
         self.evicted_wait_share = evicted_wait_share
         self.evicted_wait = EvictedWait()
-        self._victim_wait: tuple[Key | None, float | None] = (None, None)
+        self._chosen_at: tuple[Key | None, float] = (None, 0.0)  # the latest victim, and when
         self.return_quantile = return_quantile
         self.high_quantile = high_quantile
         # whether a session comes back at all (None: every one does, the first version), per
@@ -201,9 +201,7 @@ class BidawPrefetchPolicy(ArrivalLearning, BidawSizePolicy):
                 v = self.victim(now, seen)
                 if v is None:
                     return victims
-                stale = (self.stale_quantile is not None and v in self._stale
-                         and self._stale.priority(v)[0] <= now)
-                if not stale:
+                if not self.stale_at(v, now):
                     lost += self._worth(self._sessions.get(v), now)
                     if lost >= gain:
                         return None
@@ -240,16 +238,12 @@ class BidawPrefetchPolicy(ArrivalLearning, BidawSizePolicy):
         when nothing else can (it was read because it is due; its mean excess says otherwise)."""
         k = None
         if self.keep_promoted and self._awaited:
-            due = [k for k, latest in self._awaited.items() if latest > now]
+            due = [key for key, latest in self._awaited.items() if latest > now]
             if due:
                 k = super().victim(now, set(exclude).union(due))
         if k is None:
             k = super().victim(now, exclude)
-        if k is not None:  # its wait, learnt if it is evicted (`_note_removal`), not looked at
-            s = self._sessions.get(k)
-            ended = k in self._stale and self._stale.priority(k)[0] <= now
-            self._victim_wait = (k, None if s is None or ended
-                                 else self.expected_remaining(s, now))
+        self._chosen_at = (k, now)  # if it is evicted, its wait is learnt (`_note_removal`)
         return k
 
     def _stale_idle(self, s, stats: GapStats, quantile: float) -> float:
@@ -284,9 +278,10 @@ class BidawPrefetchPolicy(ArrivalLearning, BidawSizePolicy):
 
     def _note_removal(self, key: Key) -> None:
         self._awaited.pop(key, None)
-        chosen, wait = self._victim_wait  # learnt when chosen; an eviction only now
-        if key == self._victim == chosen and wait is not None:
-            self.evicted_wait.observe(wait)
+        chosen, at = self._chosen_at  # an eviction, not a look: how far off it was expected
+        s = self._sessions.get(key)
+        if key == self._victim == chosen and s is not None and not self.stale_at(key, at):
+            self.evicted_wait.observe(self.expected_remaining(s, at))
         if key != self._victim and self.ends is not None:
             self.ends.forget(key)  # freed, not evicted: its end was announced
         super()._note_removal(key)

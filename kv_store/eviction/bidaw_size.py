@@ -139,6 +139,11 @@ class BidawSizePolicy(AnswerRankedPolicy):
                 best, best_score = k, score
         return self._chose(best)
 
+    def stale_at(self, key: Key, now: float) -> bool:
+        """Whether `key` is past its stale deadline at `now` (counted as ended: goes first)."""
+        return (self.stale_quantile is not None and key in self._stale
+                and self._stale.priority(key)[0] <= now)
+
     def __contains__(self, key: object) -> bool:
         return key in self._entered
 
