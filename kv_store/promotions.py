@@ -33,11 +33,15 @@ class Promotions:
         self.hold_seconds = hold_seconds
 
     def promote(self, session_id: str) -> Location:
-        """Start an SSD -> DRAM load (bounded concurrency); LoadDone is published when done."""
+        """Start an SSD -> DRAM load (bounded concurrency); LoadDone is published when done.
+        KV in DRAM already is pinned there as a loaded one is: its turn is coming (a queued
+        turn, or a client's prepare: its user is typing)."""
         check_session_id(session_id)
         self.index.refresh(session_id)
         with self._lock:
             loc = self.index.location(session_id)
+            if loc.tier == Tier.DRAM:
+                self.reads.hold_promoted(session_id, self.hold_seconds)
             if loc.tier != Tier.SSD:
                 return loc
             self.promoter.request(session_id, loc.num_bytes)

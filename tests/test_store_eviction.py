@@ -65,6 +65,22 @@ def test_a_leased_session_is_not_evicted_until_the_lease_expires(store):
     assert lease and core.stats()["leases"] == 0
 
 
+def test_a_promote_of_kv_in_dram_pins_it_until_its_turn_reads_it(store):
+    # a client's prepare (its user is typing) reaches the store as a Promote: KV already in
+    # DRAM must then stay there for the turn, as KV the Promote loads does
+    client, core = store(eviction="lru", promotion_hold_seconds=0.5)
+    put(client, "typing")
+    put(client, "b")
+    reply = client.stub.Promote(kv_store_pb2.PromoteRequest(session_id="typing"))
+    assert reply.tier == DRAM
+    put(client, "c")  # "typing" is least recent, but pinned: b goes
+    assert client.lookup("typing").tier == DRAM and client.lookup("b").tier == SSD
+    client.read("typing")  # its turn reads it: the pin has done its job
+    put(client, "b")
+    put(client, "d")  # LRU again: "typing" is least recent now
+    assert client.lookup("typing").tier == SSD
+
+
 def test_session_end_frees_its_kv_once_no_reader_holds_it(store):
     client, core = store(eviction="lru")
     put(client, "done")

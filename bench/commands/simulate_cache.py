@@ -39,6 +39,10 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
                    help="with --ssd-gbps: the end oracle announces each conversation's end S "
                    "seconds of trace time after its last turn (default 0: at it), a bound on how "
                    "early a policy would need to know ends")
+    g.add_argument("--prepare-lead-s", type=non_negative, metavar="R",
+                   help="with --ssd-gbps: a client says each turn is coming R real seconds before "
+                   "it arrives (POST /v1/sessions/{id}/prepare when its user starts typing; "
+                   "never before the previous turn), and the store reads its KV into DRAM")
 
 
 def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float] | None,
@@ -64,6 +68,10 @@ def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float]
     if end_delay and (ssd is None or not end_oracle):
         raise SystemExit("bidaw simulate: --end-known-after needs --ssd-gbps and the end oracle "
                          "(not --no-end-oracle)")
+    lead = getattr(args, "prepare_lead_s", None)
+    if lead is not None and ssd is None:
+        raise SystemExit("bidaw simulate: --prepare-lead-s needs --ssd-gbps (a read must take time "
+                         "for a prepare to matter)")
     watermark = int(args.watermark_gib * GIB)
     runs = []
     replayed, seconds = 0, 0.0
@@ -79,7 +87,7 @@ def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float]
                              args.lookahead)
             else:
                 res = replay_bandwidth(log, policy, int(cap * GIB), ssd, scale, watermark, window,
-                                       end_oracle, args.lookahead, end_delay)
+                                       end_oracle, args.lookahead, end_delay, lead)
             seconds += time.perf_counter() - t0
             replayed += res.accesses
             policies[name] = res.as_dict()
@@ -90,6 +98,7 @@ def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float]
     bar.close()
     result: dict[str, Any] = {"turns": len(log), "end_oracle": end_oracle,
                               **({"end_known_after_s": end_delay} if end_delay else {}),
+                              **({"prepare_lead_s": lead} if lead is not None else {}),
                               **({"time_scale": scale} if ssds else {}),
                               "window": list(window) if window else None,
                               "turns_per_s": replayed / seconds if seconds > 0 else None}

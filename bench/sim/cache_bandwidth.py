@@ -3,37 +3,36 @@
 The replay of bench/sim/cache.py, with one change: KV that is not in DRAM is read from SSD, and
 a read takes time. Real time is trace time / X (X < 1: a slower pace), so a read of B bytes at
 G GB/s (10^9 bytes/s) lasts B·X / (G·10^9) trace seconds; the policies keep the trace's clock.
-- one queue of reads, one at a time, not preempted; demand reads first, FIFO; a speculative read
-  (promotion, `bidaw-prefetch` only) starts only when no demand read waits, so a demand read is
-  delayed by at most the one speculative read in flight when it arrives;
-- a policy with `observe_arrival` (bidaw-prefetch) hears every turn when it ARRIVES, at its
-  arrival time, before the turn's KV is looked up: as the live store does (KVStoreCore.on_arrival,
-  from the scheduler's arrival events), so its return model (think time, session end, the
-  chance of returning) learns the return then, not a queue wait later when a read completes;
+- one queue of reads, one at a time, not preempted: demand reads first (FIFO), then clients'
+  prepares, then promotions; so a demand read waits for at most the one read in flight;
+- a policy with `observe_arrival` (bidaw-prefetch) hears every turn when it ARRIVES, before its
+  KV is looked up, as the live store does (KVStoreCore.on_arrival): its return model learns the
+  return then, not a queue wait later when a read completes;
 - a turn is a hit only if its KV is in DRAM when it arrives; a miss queues a demand read (none if
-  its KV is already being read, e.g. by a promotion still in flight) and the KV enters DRAM when
-  the read completes (the policy then sees the access, at the turn's arrival time, and its
-  answer), evicting as in the replay; with the end oracle a read for a session that has ended is
-  still done (the turn needed it) but the KV is freed at once (the arrival was heard already);
-  with an end delay D (`--end-known-after D`, a bound: how early ends must be known) the oracle
-  announces each end D trace seconds after the last turn, when the next turn at or after then
-  arrives;
-- promotion: when the SSD is idle, the planner's candidate (PrefetchPlanner: an evicted session
-  expected back within the horizon) is read if the policy lets it take DRAM; if not, the next
-  candidate, up to the policy's `prefetch_tries` refused, after which a refusal waits for the
-  next turn;
+  its KV is being read already) and the KV enters DRAM when the read completes (the policy then
+  sees the access, at the turn's arrival time, and its answer), evicting as in the replay; with
+  the end oracle a read for a session that has ended is still done but its KV freed at once;
+  with `--end-known-after D` (a bound: how early ends must be known) the oracle announces each
+  end D trace seconds after the last turn, when the next turn at or after then arrives;
+- a client's prepare (`--prepare-lead-s R`: the user started typing, R real seconds before the
+  turn, bench/sim/prepare_hints.py) queues a read of the session's KV if it is on SSD, for
+  every policy; the KV enters DRAM as a promotion's does; if the turn arrives before the read
+  has begun, it is a demand read;
+- promotion (`bidaw-prefetch`): when the SSD is idle, the planner's candidate (an evicted session
+  expected back within the horizon) is read if the policy lets it take DRAM; if not, the next,
+  up to the policy's `prefetch_tries` refused, after which a refusal waits for the next turn;
 - a policy with `observe_demand_read` hears each demand read's busy time when it completes (how
-  full the disk is of demand reads: bidaw-prefetch's ranking weighs hits per byte more then, and
-  its promotion horizon, `prefetch_horizon`, shrinks);
+  full the disk is: bidaw-prefetch weighs hits per byte more, and its horizon shrinks);
 - bytes are counted for reads started inside the window.
 """
 from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
 
-from bench.sim.cache import AccessLog, CacheResult
+from bench.sim.cache import AccessLog
+from bench.sim.prepare_hints import prepare_schedule
+from bench.sim.ssd_reads import BandwidthResult, SsdRead
 from kv_store.eviction.base import EvictionPolicy
 from kv_store.eviction.bidaw_prefetch import BidawPrefetchPolicy
 from kv_store.eviction.ledger import TierLedger
@@ -42,42 +41,15 @@ from kv_store.eviction.prefetch_planner import PrefetchPlanner
 GB = 1e9
 
 
-@dataclass
-class BandwidthResult(CacheResult):
-    ssd_read_bytes: int = 0            # demand + speculative
-    speculative_read_bytes: int = 0
-    prefetches: int = 0
-    prefetch_hits: int = 0             # turns that hit KV promoted before they arrived
-    prefetch_hit_bytes: int = 0
-
-    def as_dict(self) -> dict:
-        return {**super().as_dict(), "ssd_read_bytes": self.ssd_read_bytes,
-                "speculative_read_bytes": self.speculative_read_bytes,
-                "demand_read_bytes": self.ssd_read_bytes - self.speculative_read_bytes,
-                "prefetches": self.prefetches, "prefetch_hits": self.prefetch_hits,
-                "prefetch_hit_bytes": self.prefetch_hit_bytes}
-
-
-class _Read:
-    __slots__ = ("key", "size", "start", "done", "speculative", "arrival", "answer")
-
-    def __init__(self, key, size: int, speculative: bool) -> None:
-        self.key, self.size, self.speculative = key, size, speculative
-        self.start = self.done = 0.0
-        self.arrival: float | None = None   # the turn that needed it (None: nobody yet)
-        self.answer = 0
-
-
 class _SsdReplay:
     """The replay's state: DRAM (the ledger), the SSD's read queue, the planner if any."""
 
     def __init__(self, log: AccessLog, policy: EvictionPolicy, dram_bytes: int, per_byte: float,
                  watermark: int, window: tuple[float, float], end_oracle: bool, lookahead: int,
-                 end_delay: float = 0.0):
+                 end_delay: float = 0.0, prepare_lead: float | None = None):
         self.log, self.policy, self.per_byte = log, policy, per_byte
         self.start, self.end = window
-        self.end_oracle, self.lookahead = end_oracle, lookahead
-        self.end_delay = end_delay
+        self.end_oracle, self.lookahead, self.end_delay = end_oracle, lookahead, end_delay
         self.ends_due: deque = deque()  # (when announced, key), in time order (end_delay > 0)
         self.dram = TierLedger(policy, dram_bytes, watermark)
         self.limit = dram_bytes - watermark
@@ -87,12 +59,17 @@ class _SsdReplay:
         self.evicted: dict = {}      # key -> bytes on SSD (its next turn is a miss)
         self.stored: dict = {}       # key -> KV bytes its latest turn saved (prefetch only)
         self.ended: set = set()      # ended (end oracle) while a read for it was pending
-        self.reads: dict = {}        # key -> its _Read, queued or in flight
-        self.demand: deque = deque()
-        self.busy: _Read | None = None
+        self.reads: dict = {}        # key -> its SsdRead, queued or in flight
+        self.demand: deque = deque()  # demand reads not begun; then `prepared`'s
+        self.busy: SsdRead | None = None
         self.free_at = float("-inf")  # when the SSD last became idle
         self.refused = False          # a promotion was refused: wait for the next turn
         self.unused: set = set()      # promoted, not hit yet
+        self.prepares = [] if prepare_lead is None else prepare_schedule(log, prepare_lead)
+        self.said = 0                 # prepares heard so far
+        self.prepared: deque = deque()
+        self.pinned: dict = {}        # key -> bytes in DRAM by a prepare, turn not here yet
+        self.held: set = set()        # in DRAM when its prepare was said: not evicted till then
         self.clock = 0.0              # the time of the event being handled
         self.tries = getattr(policy, "prefetch_tries", 1)  # candidates weighed per idle disk
         self.demand_read = getattr(policy, "observe_demand_read", None)  # the disk's load
@@ -109,19 +86,16 @@ class _SsdReplay:
 
     def make_room(self, now: float) -> None:
         if self.dram.used > self.limit:
-            self.dram.make_room(0, now, on_evict=self.on_evict)
+            self.dram.make_room(0, now, self.held, on_evict=self.on_evict)
 
     # ---- the SSD --------------------------------------------------------------------------
-    def begin(self, r: _Read, at: float) -> None:
+    def begin(self, r: SsdRead, at: float) -> None:
         r.start, r.done = at, at + r.size * self.per_byte
         self.busy = r
         if self.start <= at < self.end:
-            self.res.ssd_read_bytes += r.size
-            if r.speculative:
-                self.res.speculative_read_bytes += r.size
-                self.res.prefetches += 1
+            self.res.count_read(r)
 
-    def finish(self, r: _Read) -> None:
+    def finish(self, r: SsdRead) -> None:
         k, t = r.key, r.done
         self.clock = t
         self.busy, self.free_at = None, t
@@ -132,7 +106,10 @@ class _SsdReplay:
         if k in self.ended:
             self.ended.discard(k)
             return
-        if r.arrival is None:                    # nobody asked yet: a promotion
+        if r.prepared and r.arrival is None:     # a client said it is coming: pinned till then
+            self.pinned[k] = r.size
+            self.dram.used += r.size
+        elif r.arrival is None:                  # nobody asked yet: a promotion
             self.policy.admit_prefetched(k, r.size, t)
             self.dram.sizes[k] = r.size          # the ledger's admit would count an access
             self.dram.used += r.size
@@ -158,9 +135,28 @@ class _SsdReplay:
                 self.refused = True
                 return False
         self.planner.promoted(k)
-        r = self.reads[k] = _Read(k, size, True)
+        r = self.reads[k] = SsdRead(k, size, True)
         self.begin(r, at)
         return True
+
+    def hear_prepares(self, now: float) -> None:
+        """Each client's prepare said before `now`, at its time: a session on SSD is read next
+        after the demand reads, one in DRAM stays there (the store pins both till the turn)."""
+        while self.said < len(self.prepares) and self.prepares[self.said][0] < now:
+            t, u, size = self.prepares[self.said]
+            self.said += 1
+            self.advance(t)
+            if u in self.dram.sizes:
+                self.held.add(u)
+            if u not in self.evicted or u in self.reads or u in self.pinned:
+                continue
+            if self.planner is not None:
+                self.planner.returned(u)  # announced: no longer a guess
+            self.prepared.append(r := SsdRead(u, size, prepared=True))
+            self.reads[u] = r
+            if self.busy is None:
+                self.free_at = max(self.free_at, t)
+                self.advance(t)
 
     def advance(self, t: float) -> None:
         """Run the SSD up to `t`: complete reads, start the next (demand first)."""
@@ -173,6 +169,9 @@ class _SsdReplay:
             if self.demand:
                 self.begin(self.demand.popleft(), self.free_at)
                 continue
+            if self.prepared:
+                self.begin(self.prepared.popleft(), self.free_at)
+                continue
             if self.planner is None or self.refused:
                 return
             horizon = self.policy.prefetch_horizon(t)  # one value: `e` is due at it
@@ -184,10 +183,12 @@ class _SsdReplay:
                 return
 
     def announce_end(self, u) -> None:
-        """The end oracle: `u`'s conversation is over, its KV freed (a read in flight for it
-        still completes, then frees it)."""
+        """The end oracle: `u`'s conversation is over, its KV freed (a read of it in flight
+        completes, then frees it)."""
         if u in self.reads:
             self.ended.add(u)
+        self.dram.used -= self.pinned.pop(u, 0)
+        self.held.discard(u)
         self.dram.remove(u)
         self.evicted.pop(u, None)
         if self.planner is not None:
@@ -207,6 +208,7 @@ class _SsdReplay:
             now = times[i]
             if now >= self.end:
                 break
+            self.hear_prepares(now)
             self.advance(now)
             while self.ends_due and self.ends_due[0][0] <= now:
                 self.announce_end(self.ends_due.popleft()[1])
@@ -222,7 +224,17 @@ class _SsdReplay:
                 self.stored[u] = sizes[nexts[i]] if nexts[i] < n else size
                 planner.returned(u)
             pending = reads.get(u)
-            if u in resident:
+            self.held.discard(u)
+            if u in self.pinned:  # its prepare brought it in: a hit, and the pin ends
+                dram.used -= self.pinned.pop(u)
+                if counted:
+                    res.hits += 1
+                    res.hit_bytes += size
+                    res.prepare_hits += 1
+                    res.prepare_hit_bytes += size
+                dram.admit(u, size, now)
+                policy.observe_answer(u, answers[i], now)
+            elif u in resident:
                 if counted:
                     res.hits += 1
                     res.hit_bytes += size
@@ -237,8 +249,12 @@ class _SsdReplay:
                     res.misses += 1
                     res.miss_bytes += size
                 if pending is None:
-                    pending = reads[u] = _Read(u, size, False)
+                    pending = reads[u] = SsdRead(u, size)
                     self.demand.append(pending)
+                elif pending.prepared and pending is not self.busy:  # a demand read now
+                    self.prepared.remove(pending)
+                    self.demand.append(pending)
+                    pending.prepared = False
                 pending.arrival, pending.answer = now, answers[i]
             else:
                 if counted:
@@ -252,7 +268,7 @@ class _SsdReplay:
                     self.announce_end(u)
             if dram.used > self.limit:
                 policy.observe_queue(users[i + 1:i + 1 + self.lookahead], now)
-                dram.make_room(0, now, on_evict=self.on_evict)
+                self.make_room(now)
             if self.busy is None:
                 self.free_at = max(self.free_at, now)
                 self.advance(now)
@@ -264,15 +280,18 @@ class _SsdReplay:
 def replay_bandwidth(log: AccessLog, policy: EvictionPolicy, dram_bytes: int, ssd_gbps: float,
                      time_scale: float = 1.0, watermark_bytes: int = 2 << 30,
                      window: tuple[float, float] | None = None, end_oracle: bool = True,
-                     lookahead: int = 30, end_delay: float = 0.0) -> BandwidthResult:
+                     lookahead: int = 30, end_delay: float = 0.0,
+                     prepare_lead_s: float | None = None) -> BandwidthResult:
     """Replay `log` through `policy` with DRAM of `dram_bytes` and an SSD of `ssd_gbps` GB/s at
     the trace's pace / `time_scale`; counts inside `window`; the end oracle, if on, announces
-    each end `end_delay` trace seconds after the conversation's last turn."""
+    each end `end_delay` trace seconds after the conversation's last turn; a client says each
+    turn is coming `prepare_lead_s` real seconds before it arrives (None: no client does)."""
     if ssd_gbps <= 0 or time_scale <= 0:
         raise ValueError(f"--ssd-gbps and --time-scale must be > 0 (got {ssd_gbps}, {time_scale})")
     per_byte = time_scale / (ssd_gbps * GB)      # trace seconds per byte read
     win = window if window is not None else (float("-inf"), float("inf"))
     if end_delay < 0:
         raise ValueError(f"--end-known-after must be >= 0 seconds (got {end_delay})")
+    lead = None if prepare_lead_s is None else prepare_lead_s * time_scale  # in trace seconds
     return _SsdReplay(log, policy, dram_bytes, per_byte, watermark_bytes, win, end_oracle,
-                      lookahead, end_delay).run()
+                      lookahead, end_delay, lead).run()
