@@ -48,6 +48,20 @@ def test_a_promoted_session_that_does_not_return_is_blocked_until_it_does():
     assert p.next(145.0) == "a"
 
 
+def test_a_session_whose_client_announces_its_turns_is_never_guessed_again():
+    p = PrefetchPlanner(horizon_s=10.0)
+    p.evicted("a", (20.0, 40.0), now=0.0)
+    p.evicted("b", (25.0, 40.0), now=0.0)
+    p.announced("a")  # its client said a turn was coming (a prepare)
+    assert p.next(15.0) == "b"
+    p.returned("a")
+    p.evicted("a", (50.0, 90.0), now=30.0)  # pushed out again after its turn: still no guess
+    assert "a" not in p and p.next(45.0) is None
+    p.forget("a")  # the conversation ended; a new one under the same id is guessed again
+    p.evicted("a", (70.0, 90.0), now=60.0)
+    assert p.next(65.0) == "a"
+
+
 def test_once_the_soonest_is_overdue_the_cheapest_due_goes_first():
     p = PrefetchPlanner(horizon_s=10.0)
     p.evicted("big", (20.0, 90.0), now=0.0, cost=500.0)

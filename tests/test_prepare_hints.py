@@ -39,6 +39,19 @@ def test_the_schedule_says_each_turn_lead_seconds_early_but_never_before_the_pre
         prepare_schedule(log, -1.0)
 
 
+def test_a_share_of_users_have_clients_that_prepare_a_fixed_draw_per_user():
+    turns = [Turn(u, 10 * r + u / 1000, 1, 1, r) for u in range(1000) for r in range(2)]
+    log = _log(sorted(turns, key=lambda t: t.time))
+    assert prepare_schedule(log, 1.0, 0.0) == []
+    everyone = {u for _, u, _ in prepare_schedule(log, 1.0)}
+    half = {u for _, u, _ in prepare_schedule(log, 1.0, 0.5)}
+    assert everyone == set(range(1000)) and half < everyone
+    assert 430 < len(half) < 570  # about half, drawn by user id
+    assert half == {u for _, u, _ in prepare_schedule(log, 5.0, 0.5)}
+    with pytest.raises(ValueError, match="--prepare-share"):
+        prepare_schedule(log, 1.0, 1.5)
+
+
 def test_a_prepare_early_enough_turns_the_miss_into_a_hit():
     plain = _replay(_evict_then_return(), 0.1, None)
     assert (plain.hits, plain.misses, plain.prepared_read_bytes) == (3, 1, 0)

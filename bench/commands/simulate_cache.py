@@ -43,6 +43,8 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
                    help="with --ssd-gbps: a client says each turn is coming R real seconds before "
                    "it arrives (POST /v1/sessions/{id}/prepare when its user starts typing; "
                    "never before the previous turn), and the store reads its KV into DRAM")
+    g.add_argument("--prepare-share", type=non_negative, default=1.0, metavar="F",
+                   help="with --prepare-lead-s: the share of users whose clients do (0-1)")
 
 
 def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float] | None,
@@ -68,10 +70,12 @@ def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float]
     if end_delay and (ssd is None or not end_oracle):
         raise SystemExit("bidaw simulate: --end-known-after needs --ssd-gbps and the end oracle "
                          "(not --no-end-oracle)")
-    lead = getattr(args, "prepare_lead_s", None)
+    lead, share = getattr(args, "prepare_lead_s", None), getattr(args, "prepare_share", 1.0)
     if lead is not None and ssd is None:
         raise SystemExit("bidaw simulate: --prepare-lead-s needs --ssd-gbps (a read must take time "
                          "for a prepare to matter)")
+    if share > 1:
+        raise SystemExit(f"bidaw simulate: --prepare-share {share:g} must be within [0, 1]")
     watermark = int(args.watermark_gib * GIB)
     runs = []
     replayed, seconds = 0, 0.0
@@ -87,7 +91,7 @@ def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float]
                              args.lookahead)
             else:
                 res = replay_bandwidth(log, policy, int(cap * GIB), ssd, scale, watermark, window,
-                                       end_oracle, args.lookahead, end_delay, lead)
+                                       end_oracle, args.lookahead, end_delay, lead, share)
             seconds += time.perf_counter() - t0
             replayed += res.accesses
             policies[name] = res.as_dict()
@@ -98,7 +102,8 @@ def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float]
     bar.close()
     result: dict[str, Any] = {"turns": len(log), "end_oracle": end_oracle,
                               **({"end_known_after_s": end_delay} if end_delay else {}),
-                              **({"prepare_lead_s": lead} if lead is not None else {}),
+                              **({"prepare_lead_s": lead, "prepare_share": share}
+                                 if lead is not None else {}),
                               **({"time_scale": scale} if ssds else {}),
                               "window": list(window) if window else None,
                               "turns_per_s": replayed / seconds if seconds > 0 else None}

@@ -4,7 +4,8 @@ The replay of bench/sim/cache.py, with one change: KV that is not in DRAM is rea
 a read takes time. Real time is trace time / X (X < 1: a slower pace), so a read of B bytes at
 G GB/s (10^9 bytes/s) lasts B·X / (G·10^9) trace seconds; the policies keep the trace's clock.
 - one queue of reads, one at a time, not preempted: demand reads first (FIFO), then clients'
-  prepares, then promotions; so a demand read waits for at most the one read in flight;
+  prepares, then promotions; so a demand read waits for at most the one read in flight; bytes
+  are counted for reads begun inside the window;
 - a policy with `observe_arrival` (bidaw-prefetch) hears every turn when it ARRIVES, before its
   KV is looked up, as the live store does (KVStoreCore.on_arrival): its return model learns the
   return then, not a queue wait later when a read completes;
@@ -16,14 +17,13 @@ G GB/s (10^9 bytes/s) lasts B·X / (G·10^9) trace seconds; the policies keep th
   end D trace seconds after the last turn, when the next turn at or after then arrives;
 - a client's prepare (`--prepare-lead-s R`: the user started typing, R real seconds before the
   turn, bench/sim/prepare_hints.py) queues a read of the session's KV if it is on SSD, for
-  every policy; the KV enters DRAM as a promotion's does; if the turn arrives before the read
-  has begun, it is a demand read;
+  every policy, and is pinned in DRAM till its turn; a turn arriving before its read has begun
+  makes it a demand read; bidaw-prefetch no longer guesses for that session;
 - promotion (`bidaw-prefetch`): when the SSD is idle, the planner's candidate (an evicted session
   expected back within the horizon) is read if the policy lets it take DRAM; if not, the next,
   up to the policy's `prefetch_tries` refused, after which a refusal waits for the next turn;
 - a policy with `observe_demand_read` hears each demand read's busy time when it completes (how
-  full the disk is: bidaw-prefetch weighs hits per byte more, and its horizon shrinks);
-- bytes are counted for reads started inside the window.
+  full the disk is: bidaw-prefetch weighs hits per byte more, and its horizon shrinks).
 """
 from __future__ import annotations
 
@@ -46,7 +46,8 @@ class _SsdReplay:
 
     def __init__(self, log: AccessLog, policy: EvictionPolicy, dram_bytes: int, per_byte: float,
                  watermark: int, window: tuple[float, float], end_oracle: bool, lookahead: int,
-                 end_delay: float = 0.0, prepare_lead: float | None = None):
+                 end_delay: float = 0.0, prepare_lead: float | None = None,
+                 prepare_share: float = 1.0):
         self.log, self.policy, self.per_byte = log, policy, per_byte
         self.start, self.end = window
         self.end_oracle, self.lookahead, self.end_delay = end_oracle, lookahead, end_delay
@@ -65,7 +66,8 @@ class _SsdReplay:
         self.free_at = float("-inf")  # when the SSD last became idle
         self.refused = False          # a promotion was refused: wait for the next turn
         self.unused: set = set()      # promoted, not hit yet
-        self.prepares = [] if prepare_lead is None else prepare_schedule(log, prepare_lead)
+        self.prepares = ([] if prepare_lead is None else
+                         prepare_schedule(log, prepare_lead, prepare_share))
         self.said = 0                 # prepares heard so far
         self.prepared: deque = deque()
         self.pinned: dict = {}        # key -> bytes in DRAM by a prepare, turn not here yet
@@ -146,12 +148,12 @@ class _SsdReplay:
             t, u, size = self.prepares[self.said]
             self.said += 1
             self.advance(t)
+            if self.planner is not None:
+                self.planner.announced(u)  # never a guess again
             if u in self.dram.sizes:
                 self.held.add(u)
             if u not in self.evicted or u in self.reads or u in self.pinned:
                 continue
-            if self.planner is not None:
-                self.planner.returned(u)  # announced: no longer a guess
             self.prepared.append(r := SsdRead(u, size, prepared=True))
             self.reads[u] = r
             if self.busy is None:
@@ -183,8 +185,7 @@ class _SsdReplay:
                 return
 
     def announce_end(self, u) -> None:
-        """The end oracle: `u`'s conversation is over, its KV freed (a read of it in flight
-        completes, then frees it)."""
+        """The end oracle: `u` is over, its KV freed (a read of it in flight completes first)."""
         if u in self.reads:
             self.ended.add(u)
         self.dram.used -= self.pinned.pop(u, 0)
@@ -281,17 +282,19 @@ def replay_bandwidth(log: AccessLog, policy: EvictionPolicy, dram_bytes: int, ss
                      time_scale: float = 1.0, watermark_bytes: int = 2 << 30,
                      window: tuple[float, float] | None = None, end_oracle: bool = True,
                      lookahead: int = 30, end_delay: float = 0.0,
-                     prepare_lead_s: float | None = None) -> BandwidthResult:
+                     prepare_lead_s: float | None = None,
+                     prepare_share: float = 1.0) -> BandwidthResult:
     """Replay `log` through `policy` with DRAM of `dram_bytes` and an SSD of `ssd_gbps` GB/s at
     the trace's pace / `time_scale`; counts inside `window`; the end oracle, if on, announces
     each end `end_delay` trace seconds after the conversation's last turn; a client says each
-    turn is coming `prepare_lead_s` real seconds before it arrives (None: no client does)."""
+    turn is coming `prepare_lead_s` real seconds before it arrives (None: no client does), the
+    clients of `prepare_share` of the users."""
     if ssd_gbps <= 0 or time_scale <= 0:
         raise ValueError(f"--ssd-gbps and --time-scale must be > 0 (got {ssd_gbps}, {time_scale})")
     per_byte = time_scale / (ssd_gbps * GB)      # trace seconds per byte read
     win = window if window is not None else (float("-inf"), float("inf"))
     if end_delay < 0:
         raise ValueError(f"--end-known-after must be >= 0 seconds (got {end_delay})")
-    lead = None if prepare_lead_s is None else prepare_lead_s * time_scale  # in trace seconds
+    lead = None if prepare_lead_s is None else prepare_lead_s * time_scale  # trace seconds
     return _SsdReplay(log, policy, dram_bytes, per_byte, watermark_bytes, win, end_oracle,
-                      lookahead, end_delay, lead).run()
+                      lookahead, end_delay, lead, prepare_share).run()

@@ -12,6 +12,8 @@ under overload serves the most value per unit of work. Without a cost: soonest f
 One past its latest plausible return is dropped. A session promoted but evicted again before
 coming back is a candidate again only while that latest plausible return is still ahead: once
 it has passed without a return, the session is blocked until it does return (`returned`).
+A session whose client announces its turns (`announced`: a prepare, its user typing) is never
+a candidate again: its client will say when it is needed, and a guess would only cost reads.
 
 The caller owns the I/O (the read queue, demand reads first) and asks the policy whether the
 DRAM may be taken. Pure: no clocks, time is an argument; O(log n) per operation.
@@ -34,12 +36,13 @@ class PrefetchPlanner:
         self._cost: dict[Key, float] = {}
         self._promoted: dict[Key, float] = {}    # promoted, not back yet: key -> latest return
         self._blocked: set[Key] = set()
+        self._announcing: set[Key] = set()      # their clients say when they come back
 
     def evicted(self, key: Key, window: tuple[float, float] | None, now: float,
                 cost: float | None = None) -> None:
         """`key` left DRAM for SSD at `now`; `window` its (expected, latest) return, if known;
         `cost` orders it among the due candidates once the disk is behind (lowest first)."""
-        if window is None or key in self._blocked:
+        if window is None or key in self._blocked or key in self._announcing:
             return
         if window[1] <= now:
             if key in self._promoted:
@@ -56,9 +59,15 @@ class PrefetchPlanner:
         self._promoted.pop(key, None)
         self._blocked.discard(key)
 
+    def announced(self, key: Key) -> None:
+        """`key`'s client said its next turn is coming (and will again): never a candidate."""
+        self._drop(key)
+        self._announcing.add(key)
+
     def forget(self, key: Key) -> None:
         """`key`'s session ended (its KV freed): never a candidate."""
         self.returned(key)
+        self._announcing.discard(key)
 
     def next(self, now: float, exclude: frozenset | set = frozenset(),
              horizon_s: float | None = None) -> Key | None:
