@@ -5,7 +5,9 @@ session's lock — turns of one session run one at a time, so a session's KV is 
 two turns at once — and relays it (relay.py), waiting in its handler thread until the dispatcher
 core (dispatcher.py) hands it a worker. EndSession takes the same lock (a running turn finishes
 and saves its KV first), then the index forgets the session and its store shard frees its KV.
-Register/Deregister go to members.py; Stats reads all.
+PrepareSession takes no lock (a running turn must not delay it): it asks the session's store
+shard to promote its KV from SSD to DRAM and answers at once. Register/Deregister go to
+members.py; Stats reads all.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import time
 import grpc
 
 from services.runtime import metrics
-from services.runtime.gen import scheduler_pb2, scheduler_pb2_grpc
+from services.runtime.gen import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 from scheduler.config import SchedulerConfig
 from scheduler.conversation_journal import ConversationJournal
@@ -26,8 +28,13 @@ from scheduler.recognition import Recognition
 from scheduler.relay import Relay
 from scheduler.restore_chooser import LiveRestoreChooser
 from scheduler.session_locks import SessionLocks
-from scheduler.validation import end_problem, turn_problem
+from scheduler.validation import session_problem, turn_problem
 from scheduler.workers import WorkerPool
+
+# The store's Promote answers the tier at arrival -> (the outcome counted, the tier after it).
+PREPARED = {common_pb2.TIER_SSD: ("promoted", common_pb2.TIER_LOADING),
+            common_pb2.TIER_LOADING: ("in_dram", common_pb2.TIER_LOADING),
+            common_pb2.TIER_DRAM: ("in_dram", common_pb2.TIER_DRAM)}
 
 
 class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
@@ -79,7 +86,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             yield from turn.relay(self.relay.serve(turn.request, context, arrival))
 
     def EndSession(self, request, context):
-        problem = end_problem(request)
+        problem = session_problem(request)
         if problem:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         session = request.session_id
@@ -93,6 +100,23 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                           "a turn of this session is still running")
         metrics.SESSION_ENDS.labels("ended" if known else "unknown").inc()
         return scheduler_pb2.EndSessionReply(known=known)
+
+    def PrepareSession(self, request, context):
+        problem = session_problem(request)
+        if problem:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        try:
+            was = self.stores.promote_tier(request.session_id,
+                                           min(5.0, context.time_remaining() or 5.0))
+        except LookupError:  # no store shard: nothing holds its KV
+            was = common_pb2.TIER_NONE
+        except grpc.RpcError as exc:  # the store refused the id, or did not answer
+            code = exc.code()
+            context.abort(code if code == grpc.StatusCode.INVALID_ARGUMENT else
+                          grpc.StatusCode.UNAVAILABLE, f"the KV store: {exc.details()}")
+        outcome, tier = PREPARED.get(was, ("unknown", common_pb2.TIER_NONE))
+        metrics.SESSION_PREPARES.labels(outcome).inc()
+        return scheduler_pb2.PrepareSessionReply(known=tier != common_pb2.TIER_NONE, tier=tier)
 
     def Stats(self, request, context):
         lengths = self.dispatcher.lengths()

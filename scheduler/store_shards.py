@@ -62,16 +62,22 @@ class StoreShards:
         will report the load's end (LoadFinished on the Awareness stream); False when there is
         nothing to wait for: it is in DRAM already, or the call failed (the worker will read
         the SSD itself)."""
-        owner = self._owner(session_id)
         try:
-            if owner is None:
-                raise LookupError("no KV store shard")
-            reply = owner[0].Promote(kv_store_pb2.PromoteRequest(session_id=session_id),
-                                     timeout=5.0)
-            return reply.tier in (common_pb2.TIER_SSD, common_pb2.TIER_LOADING)
+            tier = self.promote_tier(session_id)
         except (grpc.RpcError, LookupError) as exc:
             log.warning("promotion of %r failed: %s", session_id, exc)
             return False
+        return tier in (common_pb2.TIER_SSD, common_pb2.TIER_LOADING)
+
+    def promote_tier(self, session_id: str, timeout: float = 5.0) -> int:
+        """The owning shard's Promote: the session's tier when it arrived (TIER_SSD: a load
+        started now; TIER_NONE: the shard holds nothing). LookupError with no shard, and the
+        RPC's error when it fails."""
+        owner = self._owner(session_id)
+        if owner is None:
+            raise LookupError("no KV store shard")
+        return owner[0].Promote(kv_store_pb2.PromoteRequest(session_id=session_id),
+                                timeout=timeout).tier
 
     def location(self, session_id: str) -> kv_store_pb2.SessionLocation | None:
         owner = self._owner(session_id)

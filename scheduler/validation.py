@@ -35,8 +35,9 @@ def turn_problem(turn: common_pb2.TurnRequest, max_tokens_limit: int) -> str | N
     return None
 
 
-def end_problem(request: scheduler_pb2.EndSessionRequest) -> str | None:
-    """The reason an EndSession names no session of its tenant, or None."""
+def session_problem(request: scheduler_pb2.EndSessionRequest |
+                    scheduler_pb2.PrepareSessionRequest) -> str | None:
+    """The reason an EndSession or a PrepareSession names no session of its tenant, or None."""
     problem = tenant_problem(request.tenant)
     if problem:
         return problem

@@ -24,6 +24,8 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
                                                   awareness_connected=True)
         self.stats_calls = 0
         self.ended: list[str] = []  # EndSession calls, in order
+        self.prepared: list[tuple[str, str]] = []  # PrepareSession calls: (tenant, session)
+        self.warm: set[str] = set()  # sessions "promoted": a second prepare finds them in DRAM
 
     def SubmitTurn(self, request, context):
         with self._lock:
@@ -67,6 +69,18 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
             self.ended.append(request.session_id)
             return scheduler_pb2.EndSessionReply(
                 known=self.stored.pop(request.session_id, None) is not None)
+
+    def PrepareSession(self, request, context):
+        """The first prepare of a stored session "starts a load" (LOADING), later ones find
+        it in DRAM; an unknown one is not known."""
+        with self._lock:
+            self.prepared.append((request.tenant, request.session_id))
+            if request.session_id not in self.stored:
+                return scheduler_pb2.PrepareSessionReply(known=False)
+            tier = common_pb2.TIER_DRAM if request.session_id in self.warm else \
+                common_pb2.TIER_LOADING
+            self.warm.add(request.session_id)
+            return scheduler_pb2.PrepareSessionReply(known=True, tier=tier)
 
 
 def start_fake_scheduler() -> tuple[Server, FakeScheduler]:

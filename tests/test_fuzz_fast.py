@@ -39,7 +39,8 @@ def test_fast_fuzz_tiny(deployment):
         assert set(out["http"][cls]["statuses"]) <= {"400", "401", "404", "413", "429"}, cls
     methods = set(out["grpc"])
     assert {"KVStore.WriteKV", "KVStore.Awareness", "ComputeWorker.RunTurn",
-            "Scheduler.SubmitTurn", "Scheduler.Register", "Health.Check"} <= methods
+            "Scheduler.SubmitTurn", "Scheduler.Register", "Scheduler.PrepareSession",
+            "Health.Check"} <= methods
     assert out["grpc_unknown_internal_or_hang"] == 0, {k: v["first_crashes"]
                                                       for k, v in out["grpc"].items()
                                                       if v["crashes"]}

@@ -260,6 +260,71 @@ def test_ending_a_session_behind_a_scheduler_that_cannot_is_a_501():
     assert body["error"]["code"] == "not_implemented"
 
 
+def test_preparing_a_session_answers_202_with_where_its_kv_is(gateway, fake):
+    post(gateway, "/v1/chat/completions", chat_body("hi"), {"X-Session-Id": "to-warm"})
+    status, _, body = raw(gateway, "POST", "/v1/sessions/to-warm/prepare")
+    assert (status, body) == (202, {"id": "to-warm", "object": "session.prepare",
+                                    "kv_tier": "loading"})
+    assert fake[1].prepared[-1] == ("default", "default/to-warm")
+    status, _, body = raw(gateway, "POST", "/v1/sessions/to-warm/prepare")
+    assert (status, body) == (202, {"id": "to-warm", "object": "session.prepare",
+                                    "kv_tier": "dram"})
+    status, _, body = raw(gateway, "POST", "/v1/sessions/never-seen/prepare")
+    assert_error(status, body, 404, "never-seen")
+    assert body["error"]["code"] == "session_not_found" and body["error"]["param"] == "session"
+
+
+def test_the_http_client_prepares_a_session(gateway, fake):
+    from services.client.http_chat_client import HttpChatClient
+
+    post(gateway, "/v1/chat/completions", chat_body("hi"), {"X-Session-Id": "team/warm 1"})
+    c = HttpChatClient(gateway.url)
+    assert c.prepare("team/warm 1") == "loading"  # the "/" and " " quoted in the path
+    assert c.prepare("team/warm 1") == "dram"
+    assert fake[1].prepared[-1] == ("default", "default/team/warm 1")
+    assert c.prepare("nobody") is None
+
+
+@pytest.mark.parametrize("path", ["/v1/sessions/" + "s" * 200 + "/prepare",  # > max_session_id
+                                  "/v1/sessions/a%01b/prepare"])              # not printable
+def test_preparing_a_bad_session_id_is_a_400(gateway, fake, path):
+    calls = len(fake[1].prepared)
+    status, _, body = raw(gateway, "POST", path)
+    assert_error(status, body, 400)
+    assert body["error"]["code"] == "invalid_value" and len(fake[1].prepared) == calls
+
+
+def test_a_prepare_is_scoped_to_the_callers_tenant(fake):
+    server, scheduler = fake
+    config = GatewayConfig(listen="127.0.0.1:0", scheduler=f"127.0.0.1:{server.port}",
+                           api_keys="acme:sk-acme-1,globex:sk-globex-1")
+    with BackgroundGateway(config) as gw:
+        acme = {"Authorization": "Bearer sk-acme-1"}
+        post(gw, "/v1/chat/completions", chat_body("hi"), {"X-Session-Id": "shared", **acme})
+        status, _, body = raw(gw, "POST", "/v1/sessions/shared/prepare", headers=acme)
+        assert status == 202 and body["kv_tier"] == "loading"
+        assert scheduler.prepared[-1] == ("acme", "acme/shared")
+        status, _, body = raw(gw, "POST", "/v1/sessions/shared/prepare",
+                              headers={"Authorization": "Bearer sk-globex-1"})
+        assert_error(status, body, 404)  # globex's own "shared": never seen
+        assert scheduler.prepared[-1] == ("globex", "globex/shared")
+        assert raw(gw, "POST", "/v1/sessions/shared/prepare")[0] == 401
+
+
+def test_preparing_a_session_behind_a_scheduler_that_cannot_is_a_501():
+    server = Server("127.0.0.1:0", [(scheduler_pb2_grpc.add_SchedulerServicer_to_server,
+                                     scheduler_pb2_grpc.SchedulerServicer())],
+                    name="bidaw.v1.Scheduler", token="")
+    config = GatewayConfig(listen="127.0.0.1:0", scheduler=f"127.0.0.1:{server.port}")
+    try:
+        with BackgroundGateway(config) as gw:
+            status, _, body = raw(gw, "POST", "/v1/sessions/s1/prepare")
+    finally:
+        server.stop(0)
+    assert_error(status, body, 501, "cannot prepare sessions")
+    assert body["error"]["code"] == "not_implemented"
+
+
 def test_scheduler_errors_map_to_http(gateway):
     status, headers, body = post(gateway, "/v1/chat/completions", chat_body("!invalid"))
     assert_error(status, body, 400, "max_tokens 99999 exceeds the limit")

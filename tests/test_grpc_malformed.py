@@ -88,6 +88,7 @@ UNPARSABLE_SCHEDULER = [
     ("SubmitTurn", US, blob(1, b"s") + blob(2, blob(1, b"user") + blob(2, BAD_UTF8))),
     ("Stats", UU, TRUNCATED), ("Register", UU, uint(1, 1) + blob(2, BAD_UTF8)),
     ("Deregister", UU, uint(1, 1) + blob(2, BAD_UTF8)),
+    ("PrepareSession", UU, blob(2, BAD_UTF8)), ("PrepareSession", UU, TRUNCATED),
 ]
 
 
@@ -228,6 +229,8 @@ OUT_OF_RANGE_SCHEDULER = [
     ("Register", UU, uint(1, 7) + blob(2, b"127.0.0.1:1"), {INVALID}),
     ("Register", UU, uint(1, 1) + blob(2, HUGE_ID), CLEAR),
     ("Deregister", UU, uint(1, 2) + blob(2, b"not an address"), CLEAR),
+    ("PrepareSession", UU, blob(2, HUGE_ID), {INVALID}),
+    ("PrepareSession", UU, blob(1, b"t") + blob(2, b"u/x"), {INVALID}),  # another tenant's
 ]
 
 

@@ -34,7 +34,8 @@ def test_an_outsider_is_refused_on_every_method_and_changes_nothing(deployment):
     results = attack(_targets(deployment), victim, deployment.worker_target)
 
     methods = sum(len(s.methods) for s in SERVICES.values())
-    assert methods >= 16 and len(results) == 2 * methods  # each without and with a guess
+    assert methods >= 18 and len(results) == 2 * methods  # each without and with a guess
+    assert results["Scheduler/PrepareSession (no token)"] == "UNAUTHENTICATED"
     assert refused(results) == []
     time.sleep(7)  # past the membership TTL (3 heartbeats of 2 s): a fake member would show
     assert snapshot(deployment.scheduler_target, deployment.store_target, victim) == before

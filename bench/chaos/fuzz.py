@@ -146,8 +146,9 @@ def _turn_st(cheap: bool):
 
 def fuzz_scheduler(target: str, examples: int = 100, register: bool = True,
                    submit: bool = True) -> Tally:
-    """SubmitTurn (and, with `register`, Register/Deregister: only against a scheduler of its
-    own, as accepted registrations join the pool)."""
+    """SubmitTurn (and, with `register`, Register/Deregister and the session RPCs EndSession
+    and PrepareSession: only against a scheduler of its own, as accepted registrations join
+    the pool and an end frees a conversation)."""
     stub = scheduler_pb2_grpc.SchedulerStub(channel(target))
     tally = Tally()
 
@@ -175,10 +176,22 @@ def fuzz_scheduler(target: str, examples: int = 100, register: bool = True,
             tally.crashes.append(f"a refused Register({kind}, {address!r}) changed membership")
         judge(tally, "Scheduler.Deregister", code_of(lambda: stub.Deregister(reg, timeout=20)))
 
+    @settings(max_examples=examples, **SETTINGS)
+    @given(tenant=st.one_of(st.just(""), st.sampled_from(ADVERSARIAL_IDS), st.text(max_size=40)),
+           sid=session_ids, scoped=st.booleans())
+    def sessions(tenant, sid, scoped):
+        sid = f"{tenant}/{sid}" if scoped else sid  # in its tenant's namespace, or not
+        for name, make in (("EndSession", scheduler_pb2.EndSessionRequest),
+                           ("PrepareSession", scheduler_pb2.PrepareSessionRequest)):
+            request = make(tenant=tenant, session_id=sid)
+            judge(tally, f"Scheduler.{name}({tenant[:20]!r}, {sid[:40]!r})",
+                  code_of(lambda rpc=getattr(stub, name), r=request: rpc(r, timeout=20)))
+
     if submit:  # needs a worker: with none a valid turn waits (queued) until its deadline
         submit_turns()
     if register:
         registration()
+        sessions()
     judge(tally, "Scheduler health after fuzzing",
            code_of(lambda: stub.Stats(scheduler_pb2.SchedulerStatsRequest(), timeout=20)))
     return tally

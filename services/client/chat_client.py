@@ -81,6 +81,14 @@ class ChatClient:
         return self.stub.EndSession(scheduler_pb2.EndSessionRequest(session_id=session_id),
                                     timeout=self.timeout).known
 
+    def prepare(self, session_id: str) -> str | None:
+        """Say the session's next turn is coming (the scheduler's PrepareSession): its KV is
+        promoted from SSD to DRAM meanwhile. The tier then, "dram" or "loading"; None if the
+        store holds no KV of it."""
+        reply = self.stub.PrepareSession(
+            scheduler_pb2.PrepareSessionRequest(session_id=session_id), timeout=self.timeout)
+        return TIER_NAMES[reply.tier] if reply.known else None
+
     def close(self) -> None:
         self._channel.close()
 

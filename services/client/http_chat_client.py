@@ -99,6 +99,21 @@ class HttpChatClient:
                 return False
             raise HttpError(exc.code, _message(exc.read())) from None
 
+    def prepare(self, session_id: str) -> str | None:
+        """Say the session's next turn is coming (POST /v1/sessions/{id}/prepare): its KV is
+        promoted from SSD to DRAM meanwhile. The KV's tier then, "dram" or "loading"; None if
+        the gateway knew no such session."""
+        request = urllib.request.Request(
+            f"{self.base}/sessions/{urllib.parse.quote(session_id, safe='')}/prepare",
+            data=b"", headers=self._auth(), method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as reply:
+                return json.loads(reply.read())["kv_tier"]
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise HttpError(exc.code, _message(exc.read())) from None
+
     def _auth(self) -> dict:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 

@@ -77,7 +77,7 @@ class Gateway:
             web.get("/version", self.version),
             web.get("/metrics", self.metrics),
             *NativeApi(self).routes(),  # SGLang's /generate and its helpers
-            *SessionsApi(self).routes(),  # DELETE /v1/sessions/{session}
+            *SessionsApi(self).routes(),  # DELETE /v1/sessions/{session}, POST .../prepare
         ])
         self.app.on_cleanup.append(lambda _: self.backend.close())
         if tracing.enabled():

@@ -1,4 +1,4 @@
-"""The gateway's asynchronous client of the Scheduler API (SubmitTurn, health)."""
+"""The gateway's asynchronous client of the Scheduler API (SubmitTurn, sessions, health)."""
 from __future__ import annotations
 
 import grpc
@@ -100,6 +100,14 @@ class Backend:
             scheduler_pb2.EndSessionRequest(tenant=tenant, session_id=session_id),
             timeout=timeout)
         return reply.known
+
+    async def prepare_session(self, tenant: str, session_id: str,
+                              timeout: float) -> scheduler_pb2.PrepareSessionReply:
+        """The scheduler starts promoting the session's KV to DRAM (see SessionsApi)."""
+        self._open()
+        return await self._stub.PrepareSession(
+            scheduler_pb2.PrepareSessionRequest(tenant=tenant, session_id=session_id),
+            timeout=timeout)
 
     async def close(self) -> None:
         if self._channel is not None:

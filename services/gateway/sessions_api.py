@@ -1,10 +1,13 @@
-"""DELETE /v1/sessions/{session}: a client ends a conversation, and its KV goes.
+"""/v1/sessions/{session}: a client ends a conversation (DELETE), or says its next turn is coming
+(POST .../prepare).
 
 The id is the one a turn's `x-bidaw-session` header named (the client's own X-Session-Id, or
 the id the scheduler gave a conversation it recognised), inside the caller's tenant: one tenant
-can never end another's. The scheduler waits for a turn of the session that is running, then
-forgets the conversation and tells the store shard to free its KV from DRAM and SSD. The answer
-is OpenAI's deletion object; an id nothing knows (never seen, or ended already) is a 404.
+can never end or warm another's. DELETE: the scheduler waits for a turn of the session that is
+running, then forgets the conversation and tells the store shard to free its KV from DRAM and
+SSD; the answer is OpenAI's deletion object. Prepare: the scheduler asks the store shard to
+promote the KV from SSD to DRAM and answers at once, before the load ends (a chat front end may
+send it at every typing start). An id nothing knows (never seen, or ended already) is a 404.
 """
 from __future__ import annotations
 
@@ -14,6 +17,11 @@ from aiohttp import web
 from services.gateway.auth import scoped_session
 from services.gateway.errors import ApiError, from_grpc
 from services.gateway.turns import check_session_id
+from services.runtime.gen import common_pb2
+
+KV_TIERS = {common_pb2.TIER_DRAM: "dram", common_pb2.TIER_LOADING: "loading"}
+TIMEOUTS = {"end": "a turn of this session is still running; retry once it has finished",
+            "prepare": "the scheduler did not answer in time; retry later"}
 
 
 class SessionsApi:
@@ -21,28 +29,46 @@ class SessionsApi:
         self.gateway = gateway
 
     def routes(self) -> list:
-        return [web.delete("/v1/sessions/{session:.+}", self.end)]  # a named id may hold "/"
+        return [web.delete("/v1/sessions/{session:.+}", self.end),  # a named id may hold "/"
+                web.post("/v1/sessions/{session:.+}/prepare", self.prepare)]
 
     async def end(self, request: web.Request) -> web.Response:
+        session = request.match_info["session"]
+        known = await self._call(request, session, "end", self.gateway.backend.end_session)
+        if not known:
+            raise _not_found(session)
+        return web.json_response({"id": session, "object": "session.deleted", "deleted": True})
+
+    async def prepare(self, request: web.Request) -> web.Response:
+        session = request.match_info["session"]
+        reply = await self._call(request, session, "prepare",
+                                 self.gateway.backend.prepare_session)
+        if not reply.known or reply.tier not in KV_TIERS:
+            raise _not_found(session)
+        return web.json_response({"id": session, "object": "session.prepare",
+                                  "kv_tier": KV_TIERS[reply.tier]}, status=202)
+
+    async def _call(self, request: web.Request, session: str, verb: str, rpc):
+        """`rpc(tenant, scoped session, timeout)` under the tenant's limits, as for a turn; its
+        gRPC errors as HTTP ones."""
         gateway = self.gateway
         tenant = gateway._tenant(request)
-        session = request.match_info["session"]
         check_session_id(session, gateway.config.max_session_id, "session")
         gateway._admit_tenant(tenant)  # the tenant's rate and concurrency, as for a turn
         try:
-            known = await gateway.backend.end_session(tenant, scoped_session(tenant, session),
-                                                      gateway.config.request_timeout_s)
+            return await rpc(tenant, scoped_session(tenant, session),
+                             gateway.config.request_timeout_s)
         except grpc.RpcError as exc:
             if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                raise ApiError(504, "a turn of this session is still running; retry once it "
-                               "has finished", None, "timeout") from None
+                raise ApiError(504, TIMEOUTS[verb], None, "timeout") from None
             if exc.code() == grpc.StatusCode.UNIMPLEMENTED:  # an older scheduler behind us
-                raise ApiError(501, "the scheduler behind this gateway cannot end sessions "
+                raise ApiError(501, f"the scheduler behind this gateway cannot {verb} sessions "
                                "(an older version)", None, "not_implemented") from None
             raise from_grpc(exc, gateway.config.retry_after_s) from None
         finally:
             gateway.tenant_in_flight.leave(tenant)
-        if not known:
-            raise ApiError(404, f"no session {session[:200]!r} (ended already, or never seen)",
-                           "session", "session_not_found")
-        return web.json_response({"id": session, "object": "session.deleted", "deleted": True})
+
+
+def _not_found(session: str) -> ApiError:
+    return ApiError(404, f"no session {session[:200]!r} (ended already, or never seen)",
+                    "session", "session_not_found")

@@ -44,6 +44,11 @@ RECOGNISED = Counter("bidaw_session_recognition", "Turns by how their session wa
 SESSION_ENDS = Counter("bidaw_scheduler_session_ends", "Conversations their client ended (EndSession, "
                        "DELETE /v1/sessions): ended, or unknown (nothing knew the id)",
                        ["outcome"])
+SESSION_PREPARES = Counter("bidaw_scheduler_session_prepares", "Conversations their client "
+                           "said would continue soon (PrepareSession, POST /v1/sessions/{id}/"
+                           "prepare): promoted (an SSD->DRAM load started), in_dram (in DRAM or "
+                           "loading already), or unknown (the store holds no KV of it)",
+                           ["outcome"])
 QUEUE_LENGTH = Gauge("bidaw_scheduler_queue_length", "Requests waiting now", ["queue"])
 RUNNING = Gauge("bidaw_scheduler_running", "Turns running on workers now")
 QUEUE_WAIT = Histogram("bidaw_scheduler_queue_seconds", "Time from arrival to leaving a queue",
