@@ -18,7 +18,7 @@ G GB/s (10^9 bytes/s) lasts B·X / (G·10^9) trace seconds; the policies keep th
 - a client's prepare (`--prepare-lead-s R`: the user started typing, R real seconds before the
   turn, bench/sim/prepare_hints.py) queues a read of the session's KV if it is on SSD, for
   every policy, and is pinned in DRAM till its turn; a turn arriving before its read has begun
-  makes it a demand read; bidaw-prefetch no longer guesses for that session;
+  makes it a demand read; bidaw-prefetch no longer guesses for a session whose client prepares;
 - promotion (`bidaw-prefetch`): when the SSD is idle, the planner's candidate (an evicted session
   expected back within the horizon) is read if the policy lets it take DRAM; if not, the next,
   up to the policy's `prefetch_tries` refused, after which a refusal waits for the next turn;
@@ -149,7 +149,7 @@ class _SsdReplay:
             self.said += 1
             self.advance(t)
             if self.planner is not None:
-                self.planner.announced(u)  # never a guess again
+                self.planner.announced(u)  # its client says when: no more guesses
             if u in self.dram.sizes:
                 self.held.add(u)
             if u not in self.evicted or u in self.reads or u in self.pinned:
@@ -229,19 +229,12 @@ class _SsdReplay:
             if u in self.pinned:  # its prepare brought it in: a hit, and the pin ends
                 dram.used -= self.pinned.pop(u)
                 if counted:
-                    res.hits += 1
-                    res.hit_bytes += size
-                    res.prepare_hits += 1
-                    res.prepare_hit_bytes += size
+                    res.count_hit(size, prepared=True)
                 dram.admit(u, size, now)
                 policy.observe_answer(u, answers[i], now)
             elif u in resident:
                 if counted:
-                    res.hits += 1
-                    res.hit_bytes += size
-                    if u in self.unused:
-                        res.prefetch_hits += 1
-                        res.prefetch_hit_bytes += size
+                    res.count_hit(size, prefetched=u in self.unused)
                 self.unused.discard(u)
                 dram.touch(u, now, size)
                 policy.observe_answer(u, answers[i], now)

@@ -18,6 +18,18 @@ class BandwidthResult(CacheResult):
     prepare_hits: int = 0              # turns that hit KV a client's prepare brought in
     prepare_hit_bytes: int = 0
 
+    def count_hit(self, size: int, prefetched: bool = False, prepared: bool = False) -> None:
+        """A turn inside the window found its KV in DRAM (brought in by a promotion or a
+        client's prepare, or neither)."""
+        self.hits += 1
+        self.hit_bytes += size
+        if prefetched:
+            self.prefetch_hits += 1
+            self.prefetch_hit_bytes += size
+        if prepared:
+            self.prepare_hits += 1
+            self.prepare_hit_bytes += size
+
     def count_read(self, r: "SsdRead") -> None:
         """A read begun inside the window."""
         self.ssd_read_bytes += r.size
