@@ -91,6 +91,10 @@ class Prefetcher:
             metrics.PREFETCH_HITS.inc()
         self._poke.set()
 
+    def announced(self, session_id: Key) -> None:
+        """The session's client says when its turns come (a prepare): no more guesses."""
+        self.planner.announced(session_id)
+
     def ended(self, session_id: Key) -> None:
         """The session ended: never a candidate again."""
         self.planner.forget(session_id)

@@ -191,7 +191,7 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
     @_status
     def Promote(self, request, context):
         with tracing.span("kv_store.promote", session=request.session_id) as span:
-            loc = self.store.promote(request.session_id)
+            loc = self.store.promote(request.session_id, request.announced)
             span.set_attributes({"bidaw.tier": loc.tier.value,
                                  "bidaw.kv_bytes": loc.num_bytes,
                                  "bidaw.load_estimate_s": loc.load_estimate_s})

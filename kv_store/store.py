@@ -191,8 +191,14 @@ class KVStore:
     def release_payload(self, payload) -> None:
         self.writes.release_payload(payload)
 
-    def promote(self, session_id: str):
-        return self.promotions.promote(session_id)
+    def promote(self, session_id: str, announced: bool = False):
+        """An SSD -> DRAM load for a turn that is coming; `announced`: its client said so (a
+        prepare), and will again, so the prefetcher stops guessing for it."""
+        loc = self.promotions.promote(session_id)
+        if announced and self.prefetcher is not None:
+            with self._lock:
+                self.prefetcher.announced(session_id)
+        return loc
 
     def on_arrival(self, session_id: str) -> None:
         self.signals.on_arrival(session_id)

@@ -107,7 +107,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         try:
             was = self.stores.promote_tier(request.session_id,
-                                           min(5.0, context.time_remaining() or 5.0))
+                                           min(5.0, context.time_remaining() or 5.0),
+                                           announced=True)
         except LookupError:  # no store shard: nothing holds its KV
             was = common_pb2.TIER_NONE
         except grpc.RpcError as exc:  # the store refused the id, or did not answer

@@ -69,14 +69,15 @@ class StoreShards:
             return False
         return tier in (common_pb2.TIER_SSD, common_pb2.TIER_LOADING)
 
-    def promote_tier(self, session_id: str, timeout: float = 5.0) -> int:
+    def promote_tier(self, session_id: str, timeout: float = 5.0, announced: bool = False) -> int:
         """The owning shard's Promote: the session's tier when it arrived (TIER_SSD: a load
-        started now; TIER_NONE: the shard holds nothing). LookupError with no shard, and the
-        RPC's error when it fails."""
+        started now; TIER_NONE: the shard holds nothing). `announced`: a client's prepare, not
+        a queued turn. LookupError with no shard, and the RPC's error when it fails."""
         owner = self._owner(session_id)
         if owner is None:
             raise LookupError("no KV store shard")
-        return owner[0].Promote(kv_store_pb2.PromoteRequest(session_id=session_id),
+        return owner[0].Promote(kv_store_pb2.PromoteRequest(session_id=session_id,
+                                                            announced=announced),
                                 timeout=timeout).tier
 
     def location(self, session_id: str) -> kv_store_pb2.SessionLocation | None:

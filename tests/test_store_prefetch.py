@@ -71,6 +71,28 @@ def test_a_session_expected_back_soon_is_promoted_while_the_disk_is_idle(store):
             counter("bidaw_kv_prefetch_hits_total") - before[2]) == (1, file_bytes, 1)
 
 
+def test_a_session_whose_client_prepares_its_turns_is_not_promoted_on_a_guess(store):
+    # a client's prepare (PrepareSession -> Promote, announced) says when the session is
+    # needed; once one has come, a predicted return no longer moves it
+    client, core = store(dram_bytes=8 * MIB)
+    answered(client, core, "typing", SOON)
+    answered(client, core, "guessed", SOON)
+    reply = client.stub.Promote(kv_store_pb2.PromoteRequest(session_id="typing", announced=True))
+    assert reply.tier == DRAM
+    client.read("typing")  # its turn came (the prepare's pin ends)
+    core.on_arrival("typing")
+    answered(client, core, "typing", SOON)
+    for sid in ("typing", "guessed"):
+        evict(core, sid)
+    assert eventually(lambda: client.lookup("guessed").tier == DRAM, timeout=5)
+    time.sleep(0.3)
+    assert client.lookup("typing").tier == SSD and stat(core, "prefetches") == 1
+    # its next prepare reads it at once, as a demand promotion
+    client.stub.Promote(kv_store_pb2.PromoteRequest(session_id="typing", announced=True))
+    assert eventually(lambda: client.lookup("typing").tier == DRAM, timeout=5)
+    assert stat(core, "prefetches") == 1
+
+
 def test_other_policies_never_prefetch(store):
     client, core = store(eviction="bidaw-size", dram_bytes=8 * MIB)
     answered(client, core, "soon", SOON)
