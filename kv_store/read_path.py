@@ -188,6 +188,12 @@ class ReadPath:
             self._promoted[session_id] = self.parts.leases.acquire(session_id, time.monotonic(),
                                                              seconds)
 
+    def drop_promoted_hold(self, session_id: str) -> None:
+        """The session ended: its promotion's pin has no turn left to wait for."""
+        hold = self._promoted.pop(session_id, None)
+        if hold is not None:
+            self.parts.leases.release(hold)
+
     def release_hold(self, lease_id: str) -> None:
         handle = self._holds.pop(lease_id, None)
         if handle is not None:

@@ -210,6 +210,8 @@ class KVStore:
         self.signals.on_turn_complete(session_id, answer_tokens)
 
     def on_session_end(self, session_id: str) -> None:
+        with self._lock:  # a prepare's or a queued turn's pin must not keep an ended session
+            self.reads.drop_promoted_hold(session_id)
         self.signals.on_session_end(session_id)
         if self.prefetcher is not None:
             with self._lock:

@@ -81,6 +81,21 @@ def test_a_promote_of_kv_in_dram_pins_it_until_its_turn_reads_it(store):
     assert client.lookup("typing").tier == SSD
 
 
+def test_a_session_end_frees_kv_a_promote_pinned_at_once(store):
+    # prepared (its user was typing), then the client ended the conversation instead: the pin
+    # waits for a turn that will not come, so it must not keep the KV
+    client, core = store(eviction="lru", promotion_hold_seconds=60)
+    put(client, "prepared")
+    client.stub.Promote(kv_store_pb2.PromoteRequest(session_id="prepared", announced=True))
+    stream = AwarenessStream(client.stub)
+    stream.next("snapshot")
+    stream.send(session_end=kv_store_pb2.SessionEnd(session_id="prepared"))
+    gone = stream.next("location", where=lambda e: e.session_id == "prepared")
+    assert gone.tier == common_pb2.TIER_NONE
+    assert client.lookup("prepared").tier == common_pb2.TIER_NONE and core.stats()["leases"] == 0
+    stream.close()
+
+
 def test_session_end_frees_its_kv_once_no_reader_holds_it(store):
     client, core = store(eviction="lru")
     put(client, "done")
