@@ -245,18 +245,21 @@ def test_ending_a_session_maps_the_schedulers_answer(gateway, fake):
     assert_error(status, body, 404, "to-end")
 
 
-def test_ending_a_session_behind_a_scheduler_that_cannot_is_a_501():
-    # a scheduler with no EndSession: an older version, during a rolling upgrade
+@pytest.mark.parametrize("method, path, words", [
+    ("DELETE", "/v1/sessions/s1", "cannot end sessions"),
+    ("POST", "/v1/sessions/s1/prepare", "cannot prepare sessions")])
+def test_a_session_call_behind_a_scheduler_that_cannot_is_a_501(method, path, words):
+    # a scheduler with no EndSession / PrepareSession: an older version, in a rolling upgrade
     server = Server("127.0.0.1:0", [(scheduler_pb2_grpc.add_SchedulerServicer_to_server,
                                      scheduler_pb2_grpc.SchedulerServicer())],
                     name="bidaw.v1.Scheduler", token="")
     config = GatewayConfig(listen="127.0.0.1:0", scheduler=f"127.0.0.1:{server.port}")
     try:
         with BackgroundGateway(config) as gw:
-            status, _, body = raw(gw, "DELETE", "/v1/sessions/s1")
+            status, _, body = raw(gw, method, path)
     finally:
         server.stop(0)
-    assert_error(status, body, 501, "cannot end sessions")
+    assert_error(status, body, 501, words)
     assert body["error"]["code"] == "not_implemented"
 
 
@@ -309,20 +312,6 @@ def test_a_prepare_is_scoped_to_the_callers_tenant(fake):
         assert_error(status, body, 404)  # globex's own "shared": never seen
         assert scheduler.prepared[-1] == ("globex", "globex/shared")
         assert raw(gw, "POST", "/v1/sessions/shared/prepare")[0] == 401
-
-
-def test_preparing_a_session_behind_a_scheduler_that_cannot_is_a_501():
-    server = Server("127.0.0.1:0", [(scheduler_pb2_grpc.add_SchedulerServicer_to_server,
-                                     scheduler_pb2_grpc.SchedulerServicer())],
-                    name="bidaw.v1.Scheduler", token="")
-    config = GatewayConfig(listen="127.0.0.1:0", scheduler=f"127.0.0.1:{server.port}")
-    try:
-        with BackgroundGateway(config) as gw:
-            status, _, body = raw(gw, "POST", "/v1/sessions/s1/prepare")
-    finally:
-        server.stop(0)
-    assert_error(status, body, 501, "cannot prepare sessions")
-    assert body["error"]["code"] == "not_implemented"
 
 
 def test_scheduler_errors_map_to_http(gateway):

@@ -156,16 +156,17 @@ def test_get_on_a_session_is_not_allowed(deployment):
     ("erin", "fred/c-1", "not in tenant erin's namespace"),
     ("erin", "erin/" + "s" * 300, "longer than"),
 ])
-def test_end_session_over_grpc_refuses_what_names_no_session_of_its_tenant(
-        deployment, tenant, session, words):
+@pytest.mark.parametrize("rpc", ["EndSession", "PrepareSession"])
+def test_session_rpcs_refuse_what_names_no_session_of_its_tenant(
+        deployment, rpc, tenant, session, words):
     import grpc
 
     from services.runtime.gen import scheduler_pb2, scheduler_pb2_grpc
 
+    request = getattr(scheduler_pb2, rpc + "Request")(tenant=tenant, session_id=session)
     with channel(deployment.scheduler_target) as ch:
         with pytest.raises(grpc.RpcError) as err:
-            scheduler_pb2_grpc.SchedulerStub(ch).EndSession(
-                scheduler_pb2.EndSessionRequest(tenant=tenant, session_id=session), timeout=10)
+            getattr(scheduler_pb2_grpc.SchedulerStub(ch), rpc)(request, timeout=10)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert words in err.value.details()
 
