@@ -4,6 +4,7 @@ last user message can ask it to fail in a chosen way ("!invalid", "!exhausted", 
 from __future__ import annotations
 
 import threading
+import time
 
 import grpc
 
@@ -26,10 +27,16 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
         self.ended: list[str] = []  # EndSession calls, in order
         self.prepared: list[tuple[str, str]] = []  # PrepareSession calls: (tenant, session)
         self.warm: set[str] = set()  # sessions "promoted": a second prepare finds them in DRAM
+        # every SubmitTurn, PrepareSession and EndSession as it arrived: (rpc, session,
+        # time.monotonic()), in order
+        self.calls: list[tuple[str, str, float]] = []
+        self.prepare_delay_s = 0.0  # a slow store: PrepareSession answers this late
+        self.prepare_error: grpc.StatusCode | None = None  # else PrepareSession fails so
 
     def SubmitTurn(self, request, context):
         with self._lock:
             self.requests.append(request)
+            self.calls.append(("SubmitTurn", request.session_id, time.monotonic()))
         last = request.messages[-1].content if request.messages else request.raw_prompt
         if last == "!invalid":
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, "max_tokens 99999 exceeds the limit")
@@ -67,6 +74,7 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
     def EndSession(self, request, context):
         with self._lock:
             self.ended.append(request.session_id)
+            self.calls.append(("EndSession", request.session_id, time.monotonic()))
             return scheduler_pb2.EndSessionReply(
                 known=self.stored.pop(request.session_id, None) is not None)
 
@@ -75,6 +83,11 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
         it in DRAM; an unknown one is not known."""
         with self._lock:
             self.prepared.append((request.tenant, request.session_id))
+            self.calls.append(("PrepareSession", request.session_id, time.monotonic()))
+        time.sleep(self.prepare_delay_s)
+        if self.prepare_error is not None:
+            context.abort(self.prepare_error, "the fake refuses prepares")
+        with self._lock:
             if request.session_id not in self.stored:
                 return scheduler_pb2.PrepareSessionReply(known=False)
             tier = common_pb2.TIER_DRAM if request.session_id in self.warm else \

@@ -6,7 +6,8 @@ import argparse
 import json
 import sys
 
-from services.runtime.arg_types import non_negative, non_negative_int, positive, positive_int
+from services.runtime.arg_types import non_negative, non_negative_int, positive, positive_int, \
+    unit_fraction
 
 # Defaults sized for the 2-core CPU box with SmolLM2-135M (see docs/replay.md); on a GPU raise
 # --users / --max-rounds / --time-scale and pass --model and --bytes-per-token.
@@ -65,6 +66,13 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     p.add_argument("--end-sessions-after", type=non_negative, default=None, metavar="S",
                    help="each user ends its sessions S replay seconds after its last answer "
                    "(as DELETE /v1/sessions does; default: never, the store must guess)")
+    p.add_argument("--prepare-lead-s", type=non_negative, default=None, metavar="R",
+                   help="each user's client says a continuing turn is coming R replay seconds "
+                   "before sending it, never before the previous answer's end (as POST "
+                   "/v1/sessions/{id}/prepare does when its user starts typing; default: never)")
+    p.add_argument("--prepare-share", type=unit_fraction, default=1.0, metavar="F",
+                   help="with --prepare-lead-s: the share of users whose clients do (0-1, drawn "
+                   "by user id as the simulator does; default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="DIR", help="write PNG figures (all systems overlaid)")
     p.add_argument("--records-dir", metavar="DIR", help="write SYSTEM.jsonl per-turn records")
@@ -118,7 +126,8 @@ def _run(args: argparse.Namespace) -> int:
         f"{sizes.ssd_read_gbps_cap * 1e3:.1f} MB/s")
     opts = LiveOptions(model=args.model, dtype=args.dtype, max_loads=args.max_loads, max_batch=args.max_batch,
                        min_step_ms=args.min_step_ms, deadline_s=args.deadline,
-                       data_dir=args.data_dir, end_after_s=args.end_sessions_after)
+                       data_dir=args.data_dir, end_after_s=args.end_sessions_after,
+                       prepare_lead_s=args.prepare_lead_s, prepare_share=args.prepare_share)
     per_run, runs = _run_all(names, plan, sizes, opts, args.repeat, args.records_dir, say)
     rows = {name: combine_repeats(per_run[name]) for name in names}
     for name in names:
@@ -137,7 +146,8 @@ def _run(args: argparse.Namespace) -> int:
         "dram_bytes": sizes.dram_bytes, "ideal_dram_bytes": sizes.ideal_dram_bytes,
         "ssd_read_gbps_cap": sizes.ssd_read_gbps_cap, "model": args.model, "dtype": args.dtype,
         "max_batch": args.max_batch, "min_step_ms": args.min_step_ms, "load_s": args.load_s,
-        "end_sessions_after_s": args.end_sessions_after}}
+        "end_sessions_after_s": args.end_sessions_after,
+        "prepare_lead_s": args.prepare_lead_s, "prepare_share": args.prepare_share}}
     if args.repeat > 1:
         out["ratios_per_repeat"] = [ratios({n: per_run[n][i] for n in names})
                                     for i in range(args.repeat)]

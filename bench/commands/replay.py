@@ -6,7 +6,7 @@ import json
 import sys
 import time
 
-from services.runtime.arg_types import non_negative
+from services.runtime.arg_types import non_negative, unit_fraction
 
 
 def register(sub: argparse._SubParsersAction, groups: dict) -> None:
@@ -28,6 +28,13 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     p.add_argument("--end-sessions-after", type=non_negative, default=None, metavar="S",
                    help="each user ends its sessions S seconds after its last answer (as "
                    "DELETE /v1/sessions does; default: never)")
+    p.add_argument("--prepare-lead-s", type=non_negative, default=None, metavar="R",
+                   help="each user's client says a continuing turn is coming R seconds before "
+                   "sending it, never before the previous answer's end (the scheduler's "
+                   "PrepareSession, as POST /v1/sessions/{id}/prepare; default: never)")
+    p.add_argument("--prepare-share", type=unit_fraction, default=1.0, metavar="F",
+                   help="with --prepare-lead-s: the share of users whose clients do (0-1, drawn "
+                   "by user id; default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="DIR", help="write PNG figures here")
     p.add_argument("--records", metavar="FILE.jsonl", help="write the per-turn records here")
@@ -64,6 +71,7 @@ def _run(args: argparse.Namespace) -> int:
     bar = tqdm(total=plan.turns, unit="turn", file=sys.stderr, dynamic_ncols=True)
     result = Replayer(args.target, plan, store_target=args.store, session_prefix=prefix,
                       deadline_s=args.deadline, end_after_s=args.end_sessions_after,
+                      prepare_lead_s=args.prepare_lead_s, prepare_share=args.prepare_share,
                       on_record=lambda r: bar.update()).run()
     bar.close()
     summary = summarize(result.records, result.samples)
@@ -75,7 +83,10 @@ def _run(args: argparse.Namespace) -> int:
         write_all({"replay": (result.records, result.samples)}, args.plot)
     if args.json:
         print(json.dumps({"summary": summary, "window": plan.window, "users": len(plan.users),
-                          "planned_turns": plan.turns}))
+                          "planned_turns": plan.turns,
+                          "end_sessions_after_s": args.end_sessions_after,
+                          "prepare_lead_s": args.prepare_lead_s,
+                          "prepare_share": args.prepare_share}))
     else:
         print(render({"replay": summary}))
     return 0

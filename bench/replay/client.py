@@ -2,6 +2,9 @@
 users cost no threads. A user's first turn goes out at its scripted start; each next turn
 think_s after the previous answer's last token. A failed turn ends that user's script (its
 conversation can no longer be continued as planned); turns past the deadline are not sent.
+With `prepare_lead_s` a user's client says its next turn is coming (PrepareSession, as
+POST /v1/sessions/{id}/prepare does when its user starts typing) that long before sending it,
+never before the previous answer's end, and never for a turn that starts a new session.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import grpc
 from bench.replay.plan import Plan, ScriptedTurn, UserScript
 from bench.replay.records import ANSWERED, FAILED, QueueSample, TurnRecord
 from bench.replay.tokens import query_tokens
+from bench.sim.prepare_hints import prepares
 from services.runtime.grpc_util import aio_channel
 from services.runtime.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc, scheduler_pb2, \
     scheduler_pb2_grpc
@@ -26,6 +30,7 @@ TIERS = {common_pb2.TIER_NONE: "none", common_pb2.TIER_DRAM: "dram",
          common_pb2.TIER_SSD: "ssd", common_pb2.TIER_LOADING: "loading",
          common_pb2.TIER_UNSPECIFIED: "none"}
 _OPTIONS = [("grpc.max_receive_message_length", 64 << 20)]
+PREPARE_TIMEOUT_S = 10.0  # a prepare runs beside its turn, which never waits for it
 
 
 @dataclass
@@ -46,6 +51,7 @@ class Replayer:
     def __init__(self, target: str, plan: Plan, *, store_target: str = "",
                  session_prefix: str = "", deadline_s: float = 0.0, turn_timeout_s: float = 900.0,
                  stats_interval_s: float = 0.5, end_after_s: float | None = None,
+                 prepare_lead_s: float | None = None, prepare_share: float = 1.0,
                  on_record: Callable[[TurnRecord], None] | None = None):
         self.target = target
         self.plan = plan
@@ -57,6 +63,15 @@ class Replayer:
         # the client ends each user's sessions this long after its last answer (EndSession, as
         # DELETE /v1/sessions does); None: never, the store must guess
         self.end_after_s = end_after_s
+        # the client says each continuing turn is coming this long before it sends it
+        # (PrepareSession); None: never. Only the `prepare_share` of users whose clients do
+        # (the simulator's draw by user id, bench/sim/prepare_hints.py).
+        if prepare_lead_s is not None and prepare_lead_s < 0:
+            raise ValueError(f"--prepare-lead-s must be >= 0 seconds (got {prepare_lead_s})")
+        if not 0 <= prepare_share <= 1:
+            raise ValueError(f"--prepare-share must be within [0, 1] (got {prepare_share})")
+        self.prepare_lead_s = prepare_lead_s
+        self.prepare_share = prepare_share
         self.on_record = on_record or (lambda r: None)
 
     def run(self) -> ReplayResult:
@@ -95,10 +110,16 @@ class Replayer:
         self.records.extend(recs)
         history: list[int] = []
         prev_end = 0.0
+        prepares_turns = self.prepare_lead_s is not None and prepares(u.user, self.prepare_share)
+        said: list[asyncio.Task] = []
         for t, rec in zip(u.turns, recs):
             if t.index > 0:
                 rec.scheduled_s = prev_end + t.think_s
                 rec.prev_end_s = prev_end
+                if prepares_turns and t.history_tokens > 0 and not (
+                        self.deadline_s and rec.scheduled_s > self.deadline_s):
+                    await self._sleep_until(max(prev_end, rec.scheduled_s - self.prepare_lead_s))
+                    said.append(asyncio.create_task(self._prepare(rec)))
             await self._sleep_until(rec.scheduled_s)
             if self.deadline_s and self._now() > self.deadline_s:
                 break
@@ -112,6 +133,7 @@ class Replayer:
                 break
             history = prompt + generated
             prev_end = rec.end_s
+        await asyncio.gather(*said)  # each records its own reply or failure
         for rec in recs:  # the rest were never sent
             if rec.status not in (ANSWERED, FAILED):
                 self.on_record(rec)
@@ -126,6 +148,17 @@ class Replayer:
                                         timeout=self.turn_timeout_s)
         except grpc.aio.AioRpcError as exc:  # costs hit rate, not a turn
             log.warning("ending session %s failed: %s", session, exc.code().name)
+
+    async def _prepare(self, rec: TurnRecord) -> None:
+        rec.prepared_s = self._now()
+        try:
+            reply = await self._stub.PrepareSession(
+                scheduler_pb2.PrepareSessionRequest(session_id=rec.session),
+                timeout=PREPARE_TIMEOUT_S)
+            rec.prepared_tier = TIERS.get(reply.tier, "none")
+        except grpc.aio.AioRpcError as exc:  # costs hit rate, not a turn
+            rec.prepared_tier = "error"
+            log.warning("preparing session %s failed: %s", rec.session, exc.code().name)
 
     async def _turn(self, rec: TurnRecord, prompt: list[int]) -> list[int]:
         if self._store is not None:

@@ -30,6 +30,8 @@ class LiveOptions:
     min_step_ms: float = 0.0     # worker's step floor (0: none)
     deadline_s: float = 0.0      # per system: no turn is sent after this (0: none)
     end_after_s: float | None = None  # users end their sessions this long after (None: never)
+    prepare_lead_s: float | None = None  # clients prepare each turn this long before (None: never)
+    prepare_share: float = 1.0   # the share of users whose clients prepare
     data_dir: str = ""           # deployments' files (default: a temporary directory)
     start_timeout_s: float = 300.0
 
@@ -85,6 +87,7 @@ def run_system(name: str, system: System, plan: Plan, sizes: TierSizes, opts: Li
             started = time.monotonic() - t
             result = Replayer(dep.scheduler_target, plan, store_target=dep.store_target,
                               deadline_s=opts.deadline_s, end_after_s=opts.end_after_s,
-                              on_record=on_record).run()
+                              prepare_lead_s=opts.prepare_lead_s,
+                              prepare_share=opts.prepare_share, on_record=on_record).run()
             stats = _store_stats(dep.store_target) if system.use_store else {}
         return SystemRun(name, result, stats, started)

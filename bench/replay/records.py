@@ -35,6 +35,10 @@ class TurnRecord:
     error: str = ""
     tier_at_arrival: str = ""  # none | dram | ssd | loading | "" (not looked up)
     kv_bytes_at_arrival: int = 0
+    # The client's PrepareSession for this turn (--prepare-lead-s): when it was sent (0: none)
+    # and the tier it answered: dram | loading | none | error (failed) | "" (none was sent)
+    prepared_s: float = 0.0
+    prepared_tier: str = ""
     # From the TurnSummary (server clocks):
     prompt_tokens: int = 0
     cached_tokens: int = 0

@@ -15,12 +15,17 @@ COLUMNS = (  # (header, summary key, format)
     ("SSD MB demand", "ssd_demand_mb", "{:.0f}"),
     ("SSD MB spec.", "ssd_speculative_mb", "{:.0f}"),
 )
+PREPARED = (  # shown when a client prepared its turns (--prepare-lead-s)
+    ("prepared", "prepared_turns", "{:d}"),
+    ("prep. DRAM", "prepared_dram_hits", "{:d}"),
+)
 
 
 def render(rows: dict[str, dict]) -> str:
     """One line per system (name -> summary), aligned columns."""
-    header = ["system", *(c[0] for c in COLUMNS)]
-    body = [[name, *(fmt.format(s.get(key, 0)) for _, key, fmt in COLUMNS)]
+    columns = COLUMNS + (PREPARED if any(s.get("prepared_turns") for s in rows.values()) else ())
+    header = ["system", *(c[0] for c in columns)]
+    body = [[name, *(fmt.format(s.get(key, 0)) for _, key, fmt in columns)]
             for name, s in rows.items()]
     widths = [max(len(r[i]) for r in [header, *body]) for i in range(len(header))]
     line = lambda cells: "  ".join(c.ljust(w) if i == 0 else c.rjust(w)  # noqa: E731
