@@ -217,3 +217,19 @@ def test_bench_live_passes_the_options_to_each_run_and_records_them(monkeypatch,
     row = out["systems"]["bidaw"]
     assert (row["prepared_turns"], row["prepared_dram_hits"]) == (1, 1)
     assert row["prepared_lead_mean"] == pytest.approx(0.5)
+
+
+def test_a_turn_scheduled_past_the_deadline_is_not_waited_for(fake):
+    # user 2's second turn is due 30 s after its first answer, far past a 1 s deadline: the
+    # replay ends at once instead of sleeping until then to find it may not send it
+    import time
+
+    target, _ = fake
+    plan = Plan(config=PlanConfig(), window=(0.0, 1.0), users=(UserScript(user=2, start_s=0.0,
+                turns=(_turn(0, "u2", 0, 0.0), _turn(1, "u2", 10, 30.0))),))
+    start = time.monotonic()
+    records = Replayer(target, plan, session_prefix=f"dl-{uuid.uuid4().hex[:6]}-",
+                       deadline_s=1.0, stats_interval_s=0.2, prepare_lead_s=LEAD).run().records
+    assert time.monotonic() - start < 10
+    assert [r.status == ANSWERED for r in records] == [True, False]
+    assert records[1].prepared_s == 0.0 and records[1].sent_s == 0.0

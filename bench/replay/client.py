@@ -116,10 +116,11 @@ class Replayer:
             if t.index > 0:
                 rec.scheduled_s = prev_end + t.think_s
                 rec.prev_end_s = prev_end
-                if prepares_turns and t.history_tokens > 0 and not (
-                        self.deadline_s and rec.scheduled_s > self.deadline_s):
-                    await self._sleep_until(max(prev_end, rec.scheduled_s - self.prepare_lead_s))
-                    said.append(asyncio.create_task(self._prepare(rec)))
+            if self.deadline_s and rec.scheduled_s > self.deadline_s:
+                break  # never sent: no need to wait for it
+            if t.index > 0 and prepares_turns and t.history_tokens > 0:
+                await self._sleep_until(max(prev_end, rec.scheduled_s - self.prepare_lead_s))
+                said.append(asyncio.create_task(self._prepare(rec)))
             await self._sleep_until(rec.scheduled_s)
             if self.deadline_s and self._now() > self.deadline_s:
                 break
