@@ -6,8 +6,7 @@ import argparse
 import json
 import sys
 
-from services.runtime.arg_types import non_negative, non_negative_int, positive, positive_int, \
-    unit_fraction
+from services.runtime.arg_types import non_negative, non_negative_int, positive, positive_int
 
 # Defaults sized for the 2-core CPU box with SmolLM2-135M (see docs/replay.md); on a GPU raise
 # --users / --max-rounds / --time-scale and pass --model and --bytes-per-token.
@@ -16,7 +15,7 @@ SMOLLM2_KV_BYTES_PER_TOKEN = 46_080  # float32 K/V on CPU: 30 layers x 2 x 3 hea
 
 
 def register(sub: argparse._SubParsersAction, groups: dict) -> None:
-    from bench.replay.args import add_plan_args
+    from bench.replay.args import add_client_signal_args, add_plan_args
     from bench.replay.systems import ABLATIONS, BASELINE_VARIANTS, DEFAULT_SYSTEMS
 
     p = groups["bench"].add_parser(
@@ -63,16 +62,7 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     p.add_argument("--deadline", type=non_negative, default=150.0,
                    help="per system: send no turn after this many seconds (0: none)")
     p.add_argument("--data-dir", default="", help="where deployments keep files (default: tmp)")
-    p.add_argument("--end-sessions-after", type=non_negative, default=None, metavar="S",
-                   help="each user ends its sessions S replay seconds after its last answer "
-                   "(as DELETE /v1/sessions does; default: never, the store must guess)")
-    p.add_argument("--prepare-lead-s", type=non_negative, default=None, metavar="R",
-                   help="each user's client says a continuing turn is coming R replay seconds "
-                   "before sending it, never before the previous answer's end (as POST "
-                   "/v1/sessions/{id}/prepare does when its user starts typing; default: never)")
-    p.add_argument("--prepare-share", type=unit_fraction, default=1.0, metavar="F",
-                   help="with --prepare-lead-s: the share of users whose clients do (0-1, drawn "
-                   "by user id as the simulator does; default 1)")
+    add_client_signal_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="DIR", help="write PNG figures (all systems overlaid)")
     p.add_argument("--records-dir", metavar="DIR", help="write SYSTEM.jsonl per-turn records")

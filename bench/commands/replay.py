@@ -6,11 +6,11 @@ import json
 import sys
 import time
 
-from services.runtime.arg_types import non_negative, unit_fraction
+from services.runtime.arg_types import non_negative
 
 
 def register(sub: argparse._SubParsersAction, groups: dict) -> None:
-    from bench.replay.args import add_plan_args
+    from bench.replay.args import add_client_signal_args, add_plan_args
 
     p = sub.add_parser(
         "replay", help="replay a trace against a live deployment (open loop)",
@@ -25,16 +25,7 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
                    help="prefix of session ids (default: unique per run)")
     p.add_argument("--deadline", type=non_negative, default=0.0,
                    help="send no turn after this many seconds (0: none)")
-    p.add_argument("--end-sessions-after", type=non_negative, default=None, metavar="S",
-                   help="each user ends its sessions S seconds after its last answer (as "
-                   "DELETE /v1/sessions does; default: never)")
-    p.add_argument("--prepare-lead-s", type=non_negative, default=None, metavar="R",
-                   help="each user's client says a continuing turn is coming R seconds before "
-                   "sending it, never before the previous answer's end (the scheduler's "
-                   "PrepareSession, as POST /v1/sessions/{id}/prepare; default: never)")
-    p.add_argument("--prepare-share", type=unit_fraction, default=1.0, metavar="F",
-                   help="with --prepare-lead-s: the share of users whose clients do (0-1, drawn "
-                   "by user id; default 1)")
+    add_client_signal_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", metavar="DIR", help="write PNG figures here")
     p.add_argument("--records", metavar="FILE.jsonl", help="write the per-turn records here")

@@ -6,6 +6,7 @@ import argparse
 from bench.replay.plan import PlanConfig
 from bench.replay.source import FORMATS
 from bench.traces.window import parse_window
+from services.runtime.arg_types import non_negative, unit_fraction
 
 
 def add_plan_args(p: argparse.ArgumentParser, *, users: int, time_scale: float, max_rounds: int,
@@ -30,6 +31,20 @@ def add_plan_args(p: argparse.ArgumentParser, *, users: int, time_scale: float, 
     p.add_argument("--token-range", default="100:32000",
                    help="query token ids are drawn from LO:HI (no special tokens)")
     p.add_argument("--seed", type=int, default=0, help="user sampling and query tokens")
+
+
+def add_client_signal_args(p: argparse.ArgumentParser) -> None:
+    """What the replayed clients tell the deployment besides their turns (default: nothing)."""
+    p.add_argument("--end-sessions-after", type=non_negative, default=None, metavar="S",
+                   help="each user ends its sessions S replay seconds after its last answer "
+                   "(as DELETE /v1/sessions does; default: never, the store must guess)")
+    p.add_argument("--prepare-lead-s", type=non_negative, default=None, metavar="R",
+                   help="each user's client says a continuing turn is coming R replay seconds "
+                   "before sending it, never before the previous answer's end (as POST "
+                   "/v1/sessions/{id}/prepare does when its user starts typing; default: never)")
+    p.add_argument("--prepare-share", type=unit_fraction, default=1.0, metavar="F",
+                   help="with --prepare-lead-s: the share of users whose clients do (0-1, drawn "
+                   "by user id as the simulator does; default 1)")
 
 
 def plan_config(args: argparse.Namespace) -> PlanConfig:
