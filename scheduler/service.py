@@ -93,7 +93,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         try:
             with self._session_locks.hold(session, context.time_remaining()):
                 known = self.recognition.end(session)
-                known = self.stores.location(session) is not None or known
+                known = self.stores.holds(session) or known
                 self.stores.session_end(session)
         except TimeoutError:  # a turn of it is still running: nothing was ended
             context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,

@@ -84,6 +84,22 @@ class StoreShards:
         owner = self._owner(session_id)
         return None if owner is None else owner[1].location(session_id)
 
+    def holds(self, session_id: str, timeout: float = 5.0) -> bool:
+        """Whether the owning shard holds KV of the session: the Awareness view, else the
+        shard's own answer (the view lags a write by the stream's delay: a turn that has just
+        saved its KV may not be in it yet). False when no shard could say."""
+        owner = self._owner(session_id)
+        if owner is None:
+            return False
+        if owner[1].location(session_id) is not None:
+            return True
+        try:
+            return owner[0].Lookup(kv_store_pb2.LookupRequest(session_id=session_id),
+                                   timeout=timeout).tier != common_pb2.TIER_NONE
+        except grpc.RpcError as exc:
+            log.warning("lookup of %r failed: %s", session_id, exc.code())
+            return False
+
     def tier(self, session_id: str) -> int:
         owner = self._owner(session_id)
         return common_pb2.TIER_NONE if owner is None else owner[1].tier(session_id)
