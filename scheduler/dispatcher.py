@@ -106,6 +106,8 @@ class Dispatcher:
             self.queue.add(pending.seq, kv_session, pending.seq, arrival, queued_as,
                            loc.num_bytes if loc is not None else 0)
             self._pending[pending.seq] = pending
+            if queued_as == "loading":  # a load someone else started (a client's prepare): its
+                self._loading[pending.seq] = (kv_session, arrival)  # end readies this turn
             self._cond.notify_all()
         if announce:
             self.stores.arrival(session_id)
