@@ -19,7 +19,12 @@ from tests.test_conversations_e2e import (QUESTIONS, chat, client, converse, rec
 
 def delete(base_url: str, session: str, key: str | None = None) -> tuple[int, dict]:
     """DELETE {base_url}/sessions/{session} (base_url ends in /v1): (status, JSON body)."""
-    req = urllib.request.Request(f"{base_url}/sessions/{session}", method="DELETE")
+    return session_call("DELETE", f"{base_url}/sessions/{session}", key)
+
+
+def session_call(method: str, url: str, key: str | None = None) -> tuple[int, dict]:
+    """`method` `url` with the caller's key, if any: (status, JSON body)."""
+    req = urllib.request.Request(url, data=b"" if method == "POST" else None, method=method)
     if key:
         req.add_header("Authorization", f"Bearer {key}")
     try:

@@ -5,10 +5,8 @@ answers at once, is idempotent, stays inside its tenant, and the scheduler's RPC
 cluster token."""
 from __future__ import annotations
 
-import json
 import re
 import time
-import urllib.error
 import urllib.request
 
 import grpc
@@ -20,7 +18,7 @@ from services.runtime.gen import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from services.runtime.grpc_util import channel
 from tests.test_conversations_e2e import (MODEL, QUESTIONS, client, converse, recompute,
                                           two_tenants)  # noqa: F401 (two_tenants: a fixture)
-from tests.test_session_end_e2e import store_tier
+from tests.test_session_end_e2e import session_call, store_tier
 
 FILLER = "Please list, one by one, every colour of the rainbow, and say why each one matters."
 
@@ -39,15 +37,7 @@ def lru_deployment(deployment, tmp_path_factory):
 
 def prepare(base_url: str, session: str, key: str | None = None) -> tuple[int, dict]:
     """POST {base_url}/sessions/{session}/prepare (base_url ends in /v1): (status, JSON body)."""
-    req = urllib.request.Request(f"{base_url}/sessions/{session}/prepare", data=b"",
-                                 method="POST")
-    if key:
-        req.add_header("Authorization", f"Bearer {key}")
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    return session_call("POST", f"{base_url}/sessions/{session}/prepare", key)
 
 
 def wait_tier(deployment, scoped: str, tier: int, timeout: float = 30.0) -> int:
