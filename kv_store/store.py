@@ -212,10 +212,9 @@ class KVStore:
     def on_session_end(self, session_id: str) -> None:
         with self._lock:  # a prepare's or a queued turn's pin must not keep an ended session
             self.reads.drop_promoted_hold(session_id)
-        self.signals.on_session_end(session_id)
-        if self.prefetcher is not None:
-            with self._lock:
+            if self.prefetcher is not None:
                 self.prefetcher.ended(session_id)
+        self.signals.on_session_end(session_id)
 
     # -- for benchmarks and tests ------------------------------------------------------------
 

@@ -10,7 +10,8 @@ from bench.sim.cache import GIB, prepare_accesses, replay
 from bench.sim.cache_bandwidth import replay_bandwidth
 from bench.traces.turn import Turn
 from kv_store.eviction.registry import NEEDS_SSD_TIME, POLICY_NAMES, make_policy
-from services.runtime.arg_types import non_negative, non_negative_int, positive_int, positive_list
+from services.runtime.arg_types import non_negative, non_negative_int, positive_int, positive_list, \
+    unit_fraction
 
 CACHE_ONLY_POLICIES = "fifo,lru,queue-aware,bidaw,bidaw-size,belady"
 
@@ -43,7 +44,7 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
                    help="with --ssd-gbps: a client says each turn is coming R real seconds before "
                    "it arrives (POST /v1/sessions/{id}/prepare when its user starts typing; "
                    "never before the previous turn), and the store reads its KV into DRAM")
-    g.add_argument("--prepare-share", type=non_negative, default=1.0, metavar="F",
+    g.add_argument("--prepare-share", type=unit_fraction, default=1.0, metavar="F",
                    help="with --prepare-lead-s: the share of users whose clients do (0-1)")
 
 
@@ -74,8 +75,6 @@ def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float]
     if lead is not None and ssd is None:
         raise SystemExit("bidaw simulate: --prepare-lead-s needs --ssd-gbps (a read must take time "
                          "for a prepare to matter)")
-    if share > 1:
-        raise SystemExit(f"bidaw simulate: --prepare-share {share:g} must be within [0, 1]")
     watermark = int(args.watermark_gib * GIB)
     runs = []
     replayed, seconds = 0, 0.0

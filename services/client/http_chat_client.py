@@ -88,27 +88,23 @@ class HttpChatClient:
     def end(self, session_id: str) -> bool:
         """End the session (DELETE /v1/sessions/{id}): its KV is freed; False if the gateway
         knew no such session."""
-        request = urllib.request.Request(
-            f"{self.base}/sessions/{urllib.parse.quote(session_id, safe='')}",
-            headers=self._auth(), method="DELETE")
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout):
-                return True
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                return False
-            raise HttpError(exc.code, _message(exc.read())) from None
+        return self._session_call("DELETE", session_id, "") is not None
 
     def prepare(self, session_id: str) -> str | None:
         """Say the session's next turn is coming (POST /v1/sessions/{id}/prepare): its KV is
         promoted from SSD to DRAM meanwhile. The KV's tier then, "dram" or "loading"; None if
         the gateway knew no such session."""
+        body = self._session_call("POST", session_id, "/prepare")
+        return None if body is None else body["kv_tier"]
+
+    def _session_call(self, method: str, session_id: str, suffix: str) -> dict | None:
+        """`method` /v1/sessions/{id}{suffix}: its JSON body; None for a 404 (no such session)."""
         request = urllib.request.Request(
-            f"{self.base}/sessions/{urllib.parse.quote(session_id, safe='')}/prepare",
-            data=b"", headers=self._auth(), method="POST")
+            f"{self.base}/sessions/{urllib.parse.quote(session_id, safe='')}{suffix}",
+            data=b"" if method == "POST" else None, headers=self._auth(), method=method)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as reply:
-                return json.loads(reply.read())["kv_tier"]
+                return json.loads(reply.read())
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
                 return None
