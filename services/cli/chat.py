@@ -28,6 +28,9 @@ def register(sub, groups) -> None:
     p.add_argument("--temperature", type=non_negative, default=0.0, help="0 is greedy")
     p.add_argument("--end", action="store_true", help="end the session after the last "
                    "message: the deployment frees its KV (DELETE /v1/sessions/{id})")
+    p.add_argument("--no-prepare", action="store_true", help="on a terminal, do not tell the "
+                   "deployment when you start typing (it then brings the session's KV from "
+                   "SSD back to DRAM meanwhile: POST /v1/sessions/{id}/prepare)")
     p.add_argument("--json", action="store_true", help="one JSON object per turn")
     from services.runtime.tls import add_client_args
 
@@ -59,7 +62,7 @@ def run(args) -> int:
         return 2
     conv = Conversation(client, args.session or f"chat-{uuid.uuid4().hex[:8]}", args.system)
     interactive = not args.message and sys.stdin.isatty()
-    lines = args.message or sys.stdin
+    lines = args.message or (_typed(client, conv, args) if interactive else sys.stdin)
     if interactive:
         print(f"session {conv.session_id}; empty line or Ctrl-D to quit", file=sys.stderr)
     for n, line in enumerate(lines, 1):
@@ -101,6 +104,18 @@ def run(args) -> int:
     if args.end:
         return _end(client, conv.session_id, args.target)
     return 0
+
+
+def _typed(client, conv, args):
+    """The terminal's lines; once the session has had a turn, each first key says the next
+    one is coming, unless --no-prepare."""
+    from services.cli.typing_signal import typed_lines
+
+    def typing() -> None:
+        if conv.messages and conv.messages[-1]["role"] == "assistant" and not args.no_prepare:
+            client.prepare(conv.session_id)
+
+    return typed_lines(typing)
 
 
 def _end(client, session_id: str, target: str) -> int:

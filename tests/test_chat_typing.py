@@ -1,0 +1,120 @@
+"""`bidaw chat` on a terminal says when its user starts typing the next message: the first key
+sends POST /v1/sessions/{id}/prepare before the line is finished, and the key stays in the
+message. Real processes: the `bidaw` CLI on a real pseudo-terminal, a real gateway and a gRPC
+scheduler (the fake one, no model)."""
+from __future__ import annotations
+
+import os
+import pty
+import select
+import subprocess
+import sys
+import time
+
+import pytest
+
+from services.gateway.config import GatewayConfig
+from tests.background_gateway import BackgroundGateway
+from tests.fake_scheduler import start_fake_scheduler
+
+KEY = "sk-typing-test-1"
+
+
+@pytest.fixture(scope="module")
+def stack():
+    server, fake = start_fake_scheduler()
+    config = GatewayConfig(listen="127.0.0.1:0", scheduler=f"127.0.0.1:{server.port}",
+                           api_keys=f"t1:{KEY}", request_timeout_s=30)
+    with BackgroundGateway(config) as gw:
+        yield fake, gw
+    server.stop(0)
+
+
+class Terminal:
+    """`bidaw chat` with a pseudo-terminal as its stdin, stdout and stderr."""
+
+    def __init__(self, gw, session: str, *flags: str):
+        self.master, slave = pty.openpty()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "services.cli.main", "chat", "--target",
+             f"http://127.0.0.1:{gw.port}/v1", "--api-key", KEY, "--session", session, *flags],
+            stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+        os.close(slave)
+        self.seen = b""
+
+    def type(self, data: bytes) -> None:
+        os.write(self.master, data)
+
+    def wait_for(self, text: bytes, timeout: float = 30.0) -> None:
+        end = time.monotonic() + timeout
+        while text not in self.seen:
+            assert time.monotonic() < end, f"no {text!r} on the terminal: {self.seen!r}"
+            if select.select([self.master], [], [], 0.1)[0]:
+                self.seen += os.read(self.master, 4096)
+
+    def close(self) -> int:
+        self.type(b"\x04")  # Ctrl-D on an empty line
+        code = self.proc.wait(timeout=30)
+        os.close(self.master)
+        return code
+
+
+def until(check, timeout: float = 10.0) -> bool:
+    end = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_the_first_key_of_a_later_message_prepares_the_session_and_stays_in_it(stack):
+    fake, gw = stack
+    term = Terminal(gw, "typing-1")
+    term.wait_for(b"Ctrl-D to quit")
+    term.type(b"hello there\n")
+    term.wait_for(b"echo: hello there")
+    term.wait_for(b"[KV from")
+    asked = len(fake.requests)
+    assert ("t1", "t1/typing-1") not in fake.prepared  # a first message has nothing to prepare
+    term.type("é".encode())  # one key, a two-byte character: the line is not finished
+    assert until(lambda: ("t1", "t1/typing-1") in fake.prepared), fake.prepared
+    assert len(fake.requests) == asked  # said before the message was sent
+    term.type(b"t\x1b[A\x1b[B encore\n")  # up and down arrows: history, and back
+    term.wait_for("echo: ét encore".encode())
+    assert [m.content for m in fake.requests[-1].messages][-1] == "ét encore"
+    assert term.close() == 0
+
+
+def test_an_arrow_key_first_prepares_without_typing_its_bytes(stack):
+    fake, gw = stack
+    term = Terminal(gw, "typing-2")
+    term.type(b"one\n")
+    term.wait_for(b"[KV from")
+    term.type(b"\x1b[D")  # left arrow: the user is at the keyboard, nothing is typed
+    assert until(lambda: ("t1", "t1/typing-2") in fake.prepared), fake.prepared
+    term.type(b"two\n")
+    term.wait_for(b"echo: two")
+    assert fake.requests[-1].messages[-1].content == "two"
+    assert term.close() == 0
+
+
+def test_no_prepare_keeps_the_typing_to_itself(stack):
+    fake, gw = stack
+    term = Terminal(gw, "typing-3", "--no-prepare")
+    term.type(b"one\n")
+    term.wait_for(b"[KV from")
+    term.type(b"two\n")
+    term.wait_for(b"echo: two")
+    assert term.close() == 0
+    assert ("t1", "t1/typing-3") not in fake.prepared
+
+
+def test_enter_alone_still_quits(stack):
+    _, gw = stack
+    term = Terminal(gw, "typing-4")
+    term.type(b"one\n")
+    term.wait_for(b"[KV from")
+    term.type(b"\n")
+    assert term.proc.wait(timeout=30) == 0
+    os.close(term.master)
