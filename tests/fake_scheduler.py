@@ -3,6 +3,7 @@ last user message can ask it to fail in a chosen way ("!invalid", "!exhausted", 
 "!midstream", "!block" waits until `release` is set)."""
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -102,3 +103,20 @@ def start_fake_scheduler() -> tuple[Server, FakeScheduler]:
     server = Server("127.0.0.1:0", [(scheduler_pb2_grpc.add_SchedulerServicer_to_server, fake)],
                     name="bidaw.v1.Scheduler", token="")
     return server, fake
+
+
+@contextlib.contextmanager
+def gateway_over_fake(api_keys: str):
+    """A real gateway (`api_keys` as its flag takes them) in front of a fake scheduler:
+    (the scheduler's server, the fake, the gateway)."""
+    from services.gateway.config import GatewayConfig
+    from tests.background_gateway import BackgroundGateway
+
+    server, fake = start_fake_scheduler()
+    config = GatewayConfig(listen="127.0.0.1:0", scheduler=f"127.0.0.1:{server.port}",
+                           api_keys=api_keys, request_timeout_s=30)
+    try:
+        with BackgroundGateway(config) as gw:
+            yield server, fake, gw
+    finally:
+        server.stop(0)

@@ -11,21 +11,15 @@ import sys
 
 import pytest
 
-from tests.background_gateway import BackgroundGateway
-from services.gateway.config import GatewayConfig
-from tests.fake_scheduler import start_fake_scheduler
+from tests.fake_scheduler import gateway_over_fake
 
 KEY = "sk-chat-test-1"
 
 
 @pytest.fixture(scope="module")
 def stack():
-    server, fake = start_fake_scheduler()
-    config = GatewayConfig(listen="127.0.0.1:0", scheduler=f"127.0.0.1:{server.port}",
-                           api_keys=f"t1:{KEY}", request_timeout_s=30)
-    with BackgroundGateway(config) as gw:
-        yield server, fake, gw
-    server.stop(0)
+    with gateway_over_fake(f"t1:{KEY}") as running:
+        yield running
 
 
 def chat(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:

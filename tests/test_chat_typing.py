@@ -13,21 +13,15 @@ import time
 
 import pytest
 
-from services.gateway.config import GatewayConfig
-from tests.background_gateway import BackgroundGateway
-from tests.fake_scheduler import start_fake_scheduler
+from tests.fake_scheduler import gateway_over_fake
 
 KEY = "sk-typing-test-1"
 
 
 @pytest.fixture(scope="module")
 def stack():
-    server, fake = start_fake_scheduler()
-    config = GatewayConfig(listen="127.0.0.1:0", scheduler=f"127.0.0.1:{server.port}",
-                           api_keys=f"t1:{KEY}", request_timeout_s=30)
-    with BackgroundGateway(config) as gw:
+    with gateway_over_fake(f"t1:{KEY}") as (_, fake, gw):
         yield fake, gw
-    server.stop(0)
 
 
 class Terminal:
