@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from typing import Callable
 
 from kv_store.catalog.base import Catalog, CatalogEntry
 from kv_store.eviction.ledger import TierLedger
@@ -43,6 +44,7 @@ class SessionIndex:
         # not kept here: the SSD tier's files are the truth of its bytes (TierSpace counts them).
         self.ssd_order = TierLedger(UpperTierLast(make_policy("lru"), dram), ssd_bytes)
         self._accesses = itertools.count()
+        self.on_forget: Callable[[str], None] | None = None  # the prefetcher's, if any
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -96,6 +98,8 @@ class SessionIndex:
         self.metas.pop(session_id, None)
         self.versions.pop(session_id, None)
         self.ssd_order.remove(session_id)
+        if self.on_forget is not None:
+            self.on_forget(session_id)
         self.events.publish(Location(session_id, Tier.NONE, 0, 0, 0.0))
 
     def revert(self, session_id: str) -> None:

@@ -99,6 +99,8 @@ class KVStore:
         self.promoter.start(self.promotions.load)
         self.prefetcher = (Prefetcher(self.policy, space, self.reads, self.promoter, self._lock)
                            if isinstance(self.policy, PrefetchingPolicy) else None)
+        if self.prefetcher is not None:  # a session gone from every tier is no candidate
+            self.index.on_forget = self.prefetcher.ended
         for entry in self.catalog.load(self.ssd):
             self.index.adopt(entry)
         log.info("index (%s) holds %d sessions, %d bytes on SSD; DRAM regions in %s",

@@ -93,6 +93,22 @@ def test_a_session_whose_client_prepares_its_turns_is_not_promoted_on_a_guess(st
     assert stat(core, "prefetches") == 1
 
 
+def test_a_session_gone_from_every_tier_leaves_nothing_in_the_plan(store):
+    # a long-running store must not keep every session its clients ever prepared (or it
+    # promoted in vain): one that falls out of the SSD tier is forgotten by the planner too
+    client, core = store(dram_bytes=8 * MIB, ssd_bytes=3 * MIB)
+    planner = core.prefetcher.planner
+    answered(client, core, "typing", LATE)
+    client.stub.Promote(kv_store_pb2.PromoteRequest(session_id="typing", announced=True))
+    client.read("typing")
+    evict(core, "typing")
+    assert planner.remembers("typing")
+    for n in range(3):  # newer sessions push the oldest out of the 3 MiB SSD tier
+        answered(client, core, f"newer-{n}", LATE)
+    assert eventually(lambda: client.lookup("typing").tier == common_pb2.TIER_NONE, timeout=5)
+    assert not planner.remembers("typing")
+
+
 def test_other_policies_never_prefetch(store):
     client, core = store(eviction="bidaw-size", dram_bytes=8 * MIB)
     answered(client, core, "soon", SOON)

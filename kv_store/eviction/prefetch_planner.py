@@ -120,3 +120,9 @@ class PrefetchPlanner:
 
     def __contains__(self, key: object) -> bool:
         return key in self._window
+
+    def remembers(self, key: Key) -> bool:
+        """Whether anything of `key` is kept (a candidate, promoted, blocked or announcing):
+        what `forget` frees."""
+        return (key in self._window or key in self._promoted or key in self._blocked
+                or key in self._announcing)
