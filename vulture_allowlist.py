@@ -54,3 +54,7 @@ _.simulate_policies
 # yielded to demand, or was taken over by one; the tests read them.
 _.yields
 _.adoptions
+
+# Whether the promotion planner keeps anything of a session (kv_store/eviction/prefetch_planner.py):
+# the test that a session gone from every tier leaves nothing behind reads it.
+_.remembers

@@ -9,7 +9,7 @@ from bench.commands import simulate_cache, simulate_timed
 from bench.traces.loaders import FORMATS
 from bench.traces.turn import Turn
 from bench.traces.window import parse_window
-from services.runtime.arg_types import share
+from services.runtime.arg_types import non_negative, share, unit_fraction
 
 
 def register(sub: argparse._SubParsersAction, groups: dict) -> None:
@@ -30,6 +30,13 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
     p.add_argument("--plot", metavar="DIR", help="write PNG plots here (cache-only: hit rates; "
                    "timed: latency CDF and queueing)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--prepare-lead-s", type=non_negative, metavar="R",
+                   help="a client says each turn is coming R real seconds before it arrives "
+                   "(POST /v1/sessions/{id}/prepare when its user starts typing; never before "
+                   "the previous turn), and the store reads its KV into DRAM (cache-only: with "
+                   "--ssd-gbps)")
+    p.add_argument("--prepare-share", type=unit_fraction, default=1.0, metavar="F",
+                   help="with --prepare-lead-s: the share of users whose clients do (0-1)")
     simulate_cache.add_arguments(p.add_argument_group("cache-only replay"))
     simulate_timed.add_arguments(p.add_argument_group("timed simulation"))
     p.set_defaults(func=_run)

@@ -10,8 +10,7 @@ from bench.sim.cache import GIB, prepare_accesses, replay
 from bench.sim.cache_bandwidth import replay_bandwidth
 from bench.traces.turn import Turn
 from kv_store.eviction.registry import NEEDS_SSD_TIME, POLICY_NAMES, make_policy
-from services.runtime.arg_types import non_negative, non_negative_int, positive_int, positive_list, \
-    unit_fraction
+from services.runtime.arg_types import non_negative, non_negative_int, positive_int, positive_list
 
 CACHE_ONLY_POLICIES = "fifo,lru,queue-aware,bidaw,bidaw-size,belady"
 
@@ -40,12 +39,6 @@ def add_arguments(g: argparse._ArgumentGroup) -> None:
                    help="with --ssd-gbps: the end oracle announces each conversation's end S "
                    "seconds of trace time after its last turn (default 0: at it), a bound on how "
                    "early a policy would need to know ends")
-    g.add_argument("--prepare-lead-s", type=non_negative, metavar="R",
-                   help="with --ssd-gbps: a client says each turn is coming R real seconds before "
-                   "it arrives (POST /v1/sessions/{id}/prepare when its user starts typing; "
-                   "never before the previous turn), and the store reads its KV into DRAM")
-    g.add_argument("--prepare-share", type=unit_fraction, default=1.0, metavar="F",
-                   help="with --prepare-lead-s: the share of users whose clients do (0-1)")
 
 
 def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float] | None,

@@ -65,8 +65,10 @@ def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float]
     except ValueError as exc:
         raise SystemExit(f"bidaw simulate: --systems: {exc}") from None
     end_oracle = not args.no_end_oracle
+    lead, share = args.prepare_lead_s, args.prepare_share  # clients that say a turn is coming
     common = dict(window=window, sample_users=args.sample_users, arrival_mode=args.arrivals,
-                  end_oracle=end_oracle, tail_s=args.tail, policy_kwargs=policy_kwargs)
+                  end_oracle=end_oracle, tail_s=args.tail, policy_kwargs=policy_kwargs,
+                  prepare_lead_s=lead, prepare_share=share)
     workload = build_workload(turns, window, args.sample_users, args.time_scale, args.arrivals,
                               args.tail)
     logs: dict[str, TurnLog] = {}
@@ -75,6 +77,7 @@ def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float]
         "tensor": cost.tensors.tensor,
         "time_scale": args.time_scale,
         "end_oracle": end_oracle,
+        **({"prepare_lead_s": lead, "prepare_share": share} if lead is not None else {}),
         "measured_turns": workload.measured_count,
         "users_per_min": round(workload.new_users_per_min(), 3),
         "systems": simulate(turns, names, cost, time_scale=args.time_scale,

@@ -9,7 +9,8 @@ from bench.sim.job import Job
 
 def finish_turn(sim: Any, job: Job, now: float) -> None:
     """A turn's last token: its figures, its new KV appended on SSD and written back to DRAM
-    (freed at once if the end oracle says the conversation is over), the user's next turn."""
+    (freed at once if the end oracle says the conversation is over), the user's next turn and
+    its client's prepare (bench.sim.prepared)."""
     w, store, i = sim.w, sim.store, job.i
     sim.gpu_used, sim.ctx_sum = sim.gpu_used - job.gpu_bytes, sim.ctx_sum - job.ctx
     del sim.jobs[i]
@@ -36,4 +37,7 @@ def finish_turn(sim: Any, job: Job, now: float) -> None:
         sim.evict(now)
         sim.start_loads(now)
     if (j := w.next_turn[i]) >= 0:
-        sim.events.push(w.next_arrival(i, j, now), ARRIVAL, j)
+        at = w.next_arrival(i, j, now)
+        sim.events.push(at, ARRIVAL, j)  # first: a prepare said at the arrival itself is late
+        if sim.prepared is not None:  # its client says it is coming (its user starts typing)
+            sim.prepared.schedule(j, now, at)

@@ -7,34 +7,38 @@ scheduling queue (scheduler.policy) decides which load starts and who is dispatc
 eviction policy (kv_store.eviction) decides what leaves DRAM. Consecutive decode steps are fused
 into one event up to the first step that ends after the next pending event or finishes a
 request, which is exact at step granularity: nothing could have changed the batch earlier.
-Per system: load, recompute or split a KV on SSD (bench.sim.restore; a reversed split's
-recomputed beginning: .beginnings); promote it (.promote).
+A turn's arrival: bench.sim.arrival. Per system: load, recompute or split a KV on SSD
+(bench.sim.restore; a reversed split's recomputed beginning: .beginnings); promote it (.promote);
+read it when a client says its user is typing (.prepared).
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
+from bench.sim.arrival import arrive
 from bench.sim.beginnings import Beginnings
 from bench.sim.completion import finish_turn
 from bench.sim.cost_profile import CostModel
 from bench.sim.events import ARRIVAL, GPU_DONE, LOAD_DONE, EventHeap
 from bench.sim.job import Job
 from bench.sim.metrics import TurnLog
+from bench.sim.prepared import PREPARE, PREPARED, Preparer
 from bench.sim.promote import PROMOTE, Promoter
-from bench.sim.restore import RestoreChooser, where_on_arrival
+from bench.sim.restore import RestoreChooser
 from bench.sim.ssd import SharedBandwidth
 from bench.sim.systems import SystemSpec, make_tiers, system_spec
-from bench.sim.tiers import DRAM, SSD
+from bench.sim.tiers import DRAM
 from bench.sim.workload import Workload
 from compute_worker.tensor_choice import TENSOR6
-from scheduler.policy import KV_DRAM, KV_LOADING, KV_NONE, KV_SSD, QueueConfig
+from scheduler.policy import KV_NONE, QueueConfig
 
 
 class TimedSimulation:
     def __init__(self, workload: Workload, cost: CostModel, spec: SystemSpec,
                  end_oracle: bool = False, max_concurrent_loads: int | None = None,
                  policy_kwargs: dict | None = None,
-                 progress: Callable[[int], None] | None = None) -> None:
+                 progress: Callable[[int], None] | None = None,
+                 prepare_lead_s: float | None = None, prepare_share: float = 1.0) -> None:
         self.w, self.cost, self.spec, self.end_oracle = workload, cost, spec, end_oracle
         self.progress = progress  # called with 1 per measured turn done
         loads = max_concurrent_loads or cost.max_concurrent_loads
@@ -54,6 +58,9 @@ class TimedSimulation:
         self.now = self.gpu_free_at = 0.0  # gpu_free_at: when the GPU step in progress ends
         self.chooser = RestoreChooser(self) if spec.restore_choice else None  # counts in log
         self.promoter = Promoter(self) if spec.promote else None
+        tiered = self.store is not None and self.store.ssd is not None  # a client's prepare
+        self.prepared = (Preparer(self, prepare_lead_s, prepare_share)  # reads SSD -> DRAM
+                         if prepare_lead_s is not None and tiered else None)
 
     # ---- driver ------------------------------------------------------------------------------
     def run(self) -> TurnLog:
@@ -64,46 +71,19 @@ class TimedSimulation:
             now, _, kind, payload = events.pop()
             self.now = now
             if kind == ARRIVAL:
-                self._arrive(payload, now)
+                arrive(self, payload, now)
             elif kind == LOAD_DONE:
                 if payload == self.ssd_version:
                     self._loads_done(now)
             elif kind == PROMOTE:
                 self.promoter.timer(now)
+            elif kind == PREPARE:
+                self.prepared.said(payload, now)
             else:
                 self._gpu_done(payload, now)
         return self.log
 
-    # ---- arrivals and loads ------------------------------------------------------------------
-    def _arrive(self, i: int, now: float) -> None:
-        w, cost, store = self.w, self.cost, self.store
-        user = w.user[i]
-        job = Job(i, user, now)
-        job.hist = hist = min(w.history[i], cost.max_kv_tokens)
-        where = KV_NONE
-        adopted = self.promoter is not None and self.promoter.arrived(job)
-        if hist > 0 and store is not None:
-            loc = store.location(user)
-            if loc == DRAM:
-                where = KV_DRAM
-                store.hit(user, now)
-            elif loc == SSD:
-                where = where_on_arrival(self, job, adopted, now)
-            if w.measured[i]:
-                job.hit = loc == DRAM
-                self.log.hits += job.hit
-                self.log.misses += not job.hit
-            if self.spec.pin_queued:
-                store.pinned.add(user)
-        elif hist > 0 and w.measured[i]:
-            self.log.misses += 1  # recompute: nothing cached
-        self.jobs[i] = self.queued[user] = job
-        self.seq += 1
-        kv_bytes = store.size(user) if where in (KV_SSD, KV_LOADING) else 0
-        self.queue.add(i, user, self.seq, now, where, kv_bytes)
-        self.start_loads(now)
-        self._schedule_gpu(now)
-
+    # ---- loads -------------------------------------------------------------------------------
     def start_loads(self, now: float) -> None:
         started = False
         while True:
@@ -132,6 +112,8 @@ class TimedSimulation:
             started = True
         if started:
             self.arm_ssd()
+        if self.prepared is not None:  # a client's prepared read: after the demand loads
+            self.prepared.maybe_start(now)
         if self.promoter is not None:
             self.promoter.maybe_start(now)
 
@@ -143,9 +125,11 @@ class TimedSimulation:
 
     def _loads_done(self, now: float) -> None:
         for rid in self.ssd.finish_due(now):
-            if isinstance(rid, tuple):  # a write (it only took bandwidth) or a promotion
+            if isinstance(rid, tuple):  # a write (it only took bandwidth), a promotion, a prepare
                 if rid[0] == "p":
                     self.promoter.finished(now)
+                elif rid[0] == PREPARED:
+                    self.prepared.finished(now)
                 continue
             self.reads_in_flight -= 1
             job = self.jobs[rid]
@@ -159,7 +143,7 @@ class TimedSimulation:
         self.evict(now)
         self.arm_ssd()
         self.start_loads(now)
-        self._schedule_gpu(now)
+        self.schedule_gpu(now)
 
     def evict(self, now: float) -> None:
         """Evict to the DRAM limit; a queued DRAM hit that lost its KV must now load it again."""
@@ -176,7 +160,7 @@ class TimedSimulation:
                 self.log.misses += 1
 
     # ---- the GPU -----------------------------------------------------------------------------
-    def _schedule_gpu(self, now: float) -> None:
+    def schedule_gpu(self, now: float) -> None:
         if self.gpu_busy:
             return
         batch = self._take_prefill_batch(now)
@@ -287,7 +271,7 @@ class TimedSimulation:
             self.running = still
         for job in finished:
             finish_turn(self, job, now)
-        self._schedule_gpu(now)
+        self.schedule_gpu(now)
 
 
 def simulate_system(workload: Workload, cost: CostModel, name: str, end_oracle: bool = True,

@@ -18,6 +18,7 @@ class TurnLog:
     load_s: list[float] = field(default_factory=list)       # SSD load durations (measured turns)
     restore_choices: dict[str, int] | None = None  # bidaw-restore: measured turns per choice
     promotions: dict[str, int] | None = None  # bidaw-prefetch: bench.sim.promote's counts
+    prepares: dict[str, int] | None = None  # --prepare-lead-s: bench.sim.prepared's counts
 
     def add(self, arrival: float, dispatch: float, first_token: float, done: float) -> None:
         self.arrival.append(arrival)
@@ -60,4 +61,6 @@ class TurnLog:
             out["restore_choices"] = dict(self.restore_choices)
         if self.promotions is not None:
             out.update(self.promotions)
+        if self.prepares is not None:
+            out.update(self.prepares)
         return out

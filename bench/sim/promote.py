@@ -7,8 +7,9 @@ the evicted session expected back soonest (within the policy's horizon) and
 whether its KV is worth the DRAM it would push out (`prefetch_allowed`) and takes it in without
 counting an access (`admit_prefetched`). This file owns the I/O, as the store does:
 - one promotion at a time, started only while no demand load is in flight (the queue's loads
-  go first; a demand load that starts during a promotion shares the disk with it, so it is
-  delayed by at most that one read), on the simulation's shared SSD bandwidth;
+  go first; a demand load that starts during a promotion pauses it: bench.sim.ssd) and no
+  client's prepared read is queued or in flight (bench.sim.prepared), on the simulation's
+  shared SSD bandwidth;
 - a refusal (`prefetch_allowed` false) waits for the next arrival, as in the cache-only mode;
 - a turn that arrives while its own KV is being promoted waits for that read (its request is
   queued LOADING) instead of starting a second one, unless the restore choice, given the read's
@@ -84,9 +85,11 @@ class Promoter:
 
     # ---- the I/O ----------------------------------------------------------------------------
     def maybe_start(self, now: float) -> None:
-        """Start the next promotion if the disk has no demand load and nothing is promoted."""
+        """Start the next promotion if the disk has no demand load, no client's prepared read
+        (queued or in flight: a turn is known to come) and nothing is promoted."""
         sim = self.sim
-        if self.reading is not None or sim.reads_in_flight or self.refused:
+        if self.reading is not None or sim.reads_in_flight or self.refused or (
+                sim.prepared is not None and sim.prepared.busy):
             return
         store, dram = sim.store, sim.store.dram
         horizon = self.policy.prefetch_horizon(now)

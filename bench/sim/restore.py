@@ -52,15 +52,16 @@ CHOICE_NAMES = {WAIT_FOR_LOAD: "wait", RECOMPUTE: "recompute", SPLIT: "split",
                 SPLIT_REVERSED: "reversed"}
 
 
-def where_on_arrival(sim: Any, job: Any, adopted: bool, now: float) -> str:
+def where_on_arrival(sim: Any, job: Any, reader: Any, now: float) -> str:
     """Where a turn arriving with its KV on SSD is queued: KV_SSD (its load is decided when it
-    would start), KV_LOADING (`adopted`: it waits for the promotion of its KV in flight) or
-    KV_NONE (`choose_at_arrival`: recomputed at once, as if its KV were lost)."""
+    would start), KV_LOADING (`reader`, not None: it waits for the read of its KV in flight, a
+    promotion or a client's prepared read) or KV_NONE (`choose_at_arrival`: recomputed at once,
+    as if its KV were lost)."""
     if sim.spec.choose_at_arrival and sim.chooser.recompute_at_arrival(
-            job, sim.store.size(job.user), now, sim.promoter.left_s(now) if adopted else None):
+            job, sim.store.size(job.user), now, reader.left_s(now) if reader else None):
         return KV_NONE
-    if adopted:
-        sim.promoter.wait_for(job)
+    if reader is not None:
+        reader.wait_for(job)
         return KV_LOADING
     return KV_SSD
 
