@@ -29,9 +29,9 @@ history, its KV not being in DRAM); SPLIT at k reads k tokens' share of the byte
 computes the other n − k with k tokens restored; the partial KV is not admitted to DRAM (the full
 one enters at write-back). SPLIT_REVERSED at k (`suffix_loads`, bidaw-prefetch) reads the
 last n − k tokens' share of the bytes while the engine recomputes the first k as a GPU piece of
-their own (bench.sim.engine); the turn is READY when both are done. The live store's ReadKV
-reads a prefix only (`max_tokens`), so the live scheduler does not offer it: it is the
-simulator's model of a store that can also read a history's end.
+their own (bench.sim.engine); the turn is READY when both are done. The live store reads a
+history's end too (`ReadKVRequest.start_token`) and the live scheduler offers this split
+(scheduler/restore_chooser.py), without the piggyback: there the beginning is a prefill of its own.
 Due pieces count in W (they take the GPU's next prefill step, after the READY turns), unless
 they ride on the decode steps (`piggyback`, turns running): the decision is then given σ, the
 tokens per second the running batch's decode step computes for free (CostModel's
