@@ -177,6 +177,7 @@ def test_the_commands_refuse_a_bad_lead_or_share_by_flag(command, flags, error, 
 
 
 def test_the_commands_take_the_options():
+    from bench.replay.args import check_prepare_share
     from services.cli.main import build_parser
 
     for command in (["bench", "live"], ["replay", "--target", "127.0.0.1:1"]):
@@ -184,6 +185,7 @@ def test_the_commands_take_the_options():
                                           "--prepare-share", "0.5"])
         assert (args.prepare_lead_s, args.prepare_share) == (5.0, 0.5)
         args = build_parser().parse_args(command)
+        check_prepare_share(args, command[0])  # each command's first step: the default share
         assert (args.prepare_lead_s, args.prepare_share) == (None, 1.0)
 
 

@@ -191,3 +191,16 @@ def test_the_command_reports_the_prepares(tmp_path, capsys):
     # the cache-only mode still wants a disk's time for a prepare to matter
     with pytest.raises(SystemExit, match="--prepare-lead-s needs --ssd-gbps"):
         main([*base, "--cache-only", "--prepare-lead-s", "5"])
+
+
+@pytest.mark.parametrize("name, command", [
+    ("simulate", ["simulate"]), ("simulate", ["simulate", "--cache-only"]),
+    ("replay", ["replay", "--target", "127.0.0.1:1"]),
+    ("bench live", ["bench", "live", "--systems", "bidaw"])])
+def test_a_share_without_a_lead_is_refused_naming_both(name, command):
+    from services.cli.main import main
+
+    with pytest.raises(SystemExit) as err:  # before any trace is read or deployment started
+        main([*command, "--trace", "/nonexistent/trace.txt", "--prepare-share", "0.5"])
+    assert str(err.value) == (f"bidaw {name}: --prepare-share needs --prepare-lead-s (it is "
+                              "the share of users whose clients prepare)")

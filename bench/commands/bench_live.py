@@ -81,7 +81,7 @@ def _systems(text: str) -> list[str]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from bench.replay.args import describe, plan_config
+    from bench.replay.args import check_prepare_share, describe, plan_config
     from bench.replay.live import LiveOptions
     from bench.replay.plan import make_plan
     from bench.replay.report import combine_repeats, ratios
@@ -90,6 +90,8 @@ def _run(args: argparse.Namespace) -> int:
     from bench.traces.turn import TraceError
     from bench.replay.table import render, render_ratios
     from services.runtime.config import parse_size
+
+    check_prepare_share(args, "bench live")
 
     names = _systems(args.systems)
     try:

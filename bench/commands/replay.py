@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
 def _run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from bench.replay.args import describe, plan_config
+    from bench.replay.args import check_prepare_share, describe, plan_config
     from bench.replay.client import Replayer
     from bench.replay.plan import make_plan
     from bench.replay.records import write_jsonl
@@ -48,6 +48,7 @@ def _run(args: argparse.Namespace) -> int:
     from bench.traces.turn import TraceError
     from services.runtime.tls import configure_client
 
+    check_prepare_share(args, "replay")
     configure_client(args, "replay")
     try:  # the trace first: a file's fault needs no deployment to be found
         plan = make_plan(load_turns(args.trace, args.format, args.seed), plan_config(args))

@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
                    "(POST /v1/sessions/{id}/prepare when its user starts typing; never before "
                    "the previous turn), and the store reads its KV into DRAM (cache-only: with "
                    "--ssd-gbps)")
-    p.add_argument("--prepare-share", type=unit_fraction, default=1.0, metavar="F",
+    p.add_argument("--prepare-share", type=unit_fraction, default=None, metavar="F",
                    help="with --prepare-lead-s: the share of users whose clients do (0-1)")
     simulate_cache.add_arguments(p.add_argument_group("cache-only replay"))
     simulate_timed.add_arguments(p.add_argument_group("timed simulation"))
@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from bench.replay.args import check_prepare_share
+
+    check_prepare_share(args, "simulate")
     try:
         window = parse_window(args.window)
         policy_kwargs = parse_policy_args(args.policy_arg)

@@ -42,9 +42,18 @@ def add_client_signal_args(p: argparse.ArgumentParser) -> None:
                    help="each user's client says a continuing turn is coming R replay seconds "
                    "before sending it, never before the previous answer's end (as POST "
                    "/v1/sessions/{id}/prepare does when its user starts typing; default: never)")
-    p.add_argument("--prepare-share", type=unit_fraction, default=1.0, metavar="F",
+    p.add_argument("--prepare-share", type=unit_fraction, default=None, metavar="F",
                    help="with --prepare-lead-s: the share of users whose clients do (0-1, drawn "
                    "by user id as the simulator does; default 1)")
+
+
+def check_prepare_share(args: argparse.Namespace, command: str) -> None:
+    """--prepare-share means something only beside --prepare-lead-s; its default is 1."""
+    if args.prepare_share is not None and args.prepare_lead_s is None:
+        raise SystemExit(f"bidaw {command}: --prepare-share needs --prepare-lead-s (it is the "
+                         "share of users whose clients prepare)")
+    if args.prepare_share is None:
+        args.prepare_share = 1.0
 
 
 def plan_config(args: argparse.Namespace) -> PlanConfig:
