@@ -27,12 +27,13 @@ def stack():
 class Terminal:
     """`bidaw chat` with a pseudo-terminal as its stdin, stdout and stderr."""
 
-    def __init__(self, gw, session: str, *flags: str):
+    def __init__(self, gw, session: str, *flags: str, env: dict | None = None):
         self.master, slave = pty.openpty()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "services.cli.main", "chat", "--target",
              f"http://127.0.0.1:{gw.port}/v1", "--api-key", KEY, "--session", session, *flags],
-            stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+            stdin=slave, stdout=slave, stderr=slave, close_fds=True,
+            env={**os.environ, **(env or {})})
         os.close(slave)
         self.seen = b""
 
@@ -112,3 +113,18 @@ def test_enter_alone_still_quits(stack):
     term.type(b"\n")
     assert term.proc.wait(timeout=30) == 0
     os.close(term.master)
+
+
+def test_a_python_without_readline_keeps_the_first_key_too(stack, tmp_path):
+    fake, gw = stack
+    (tmp_path / "sitecustomize.py").write_text('import sys\nsys.modules["readline"] = None\n')
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    term = Terminal(gw, "typing-5", env={"PYTHONPATH": path})
+    term.type(b"one\n")
+    term.wait_for(b"[KV from")
+    term.type(b"t")
+    assert until(lambda: ("t1", "t1/typing-5") in fake.prepared), fake.prepared
+    term.type(b"wo\n")
+    term.wait_for(b"echo: two")
+    assert fake.requests[-1].messages[-1].content == "two"
+    assert term.close() == 0

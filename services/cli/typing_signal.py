@@ -25,8 +25,6 @@ def typed_lines(on_typing: Callable[[], None]) -> Iterator[str]:
     """Lines typed on this process's terminal (stdin and stdout), without their newline; an
     empty line for Enter alone; ends at Ctrl-D. `on_typing` runs on its own thread at each
     line's first key; what it raises is ignored (it is a hint)."""
-    import readline  # input() then edits the line, and the first key can be put back
-
     fd = sys.stdin.fileno()
     while True:
         first = _first_key(fd)
@@ -36,14 +34,26 @@ def typed_lines(on_typing: Callable[[], None]) -> Iterator[str]:
             yield ""
             continue
         threading.Thread(target=_quietly, args=(on_typing,), daemon=True).start()
-        readline.set_startup_hook(lambda: readline.insert_text(first))
         try:
-            line = input()
+            line = _rest_of_line(first)
         except EOFError:
             return
-        finally:
-            readline.set_startup_hook(None)
         yield line
+
+
+def _rest_of_line(first: str) -> str:
+    """The line whose first key was `first`: with readline, that key is put back into the line
+    being edited; a Python without readline echoes it and reads on (it can no longer be erased)."""
+    try:
+        import readline
+    except ImportError:
+        print(first, end="", flush=True)
+        return first + input()
+    readline.set_startup_hook(lambda: readline.insert_text(first))
+    try:
+        return input()
+    finally:
+        readline.set_startup_hook(None)
 
 
 def _first_key(fd: int) -> str | None:
