@@ -14,6 +14,7 @@ import time
 import pytest
 
 from tests.fake_scheduler import gateway_over_fake
+from tests.store_helpers import eventually
 
 KEY = "sk-typing-test-1"
 
@@ -54,26 +55,26 @@ class Terminal:
         return code
 
 
-def until(check, timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.05)
-    return True
+def talked_once(gw, session: str, *flags: str, env: dict | None = None) -> Terminal:
+    """`bidaw chat` on a terminal, its first message ("one") answered."""
+    term = Terminal(gw, session, *flags, env=env)
+    term.type(b"one\n")
+    term.wait_for(b"[KV from")
+    return term
+
+
+def prepared(fake, session: str) -> bool:
+    return ("t1", f"t1/{session}") in fake.prepared
 
 
 def test_the_first_key_of_a_later_message_prepares_the_session_and_stays_in_it(stack):
     fake, gw = stack
-    term = Terminal(gw, "typing-1")
-    term.wait_for(b"Ctrl-D to quit")
-    term.type(b"hello there\n")
-    term.wait_for(b"echo: hello there")
-    term.wait_for(b"[KV from")
+    term = talked_once(gw, "typing-1")
+    assert b"Ctrl-D to quit" in term.seen and b"echo: one" in term.seen
     asked = len(fake.requests)
-    assert ("t1", "t1/typing-1") not in fake.prepared  # a first message has nothing to prepare
+    assert not prepared(fake, "typing-1")  # a first message has nothing to prepare
     term.type("é".encode())  # one key, a two-byte character: the line is not finished
-    assert until(lambda: ("t1", "t1/typing-1") in fake.prepared), fake.prepared
+    assert eventually(lambda: prepared(fake, "typing-1")), fake.prepared
     assert len(fake.requests) == asked  # said before the message was sent
     term.type(b"t\x1b[A\x1b[B encore\n")  # up and down arrows: history, and back
     term.wait_for("echo: ét encore".encode())
@@ -83,11 +84,9 @@ def test_the_first_key_of_a_later_message_prepares_the_session_and_stays_in_it(s
 
 def test_an_arrow_key_first_prepares_without_typing_its_bytes(stack):
     fake, gw = stack
-    term = Terminal(gw, "typing-2")
-    term.type(b"one\n")
-    term.wait_for(b"[KV from")
+    term = talked_once(gw, "typing-2")
     term.type(b"\x1b[D")  # left arrow: the user is at the keyboard, nothing is typed
-    assert until(lambda: ("t1", "t1/typing-2") in fake.prepared), fake.prepared
+    assert eventually(lambda: prepared(fake, "typing-2")), fake.prepared
     term.type(b"two\n")
     term.wait_for(b"echo: two")
     assert fake.requests[-1].messages[-1].content == "two"
@@ -96,20 +95,16 @@ def test_an_arrow_key_first_prepares_without_typing_its_bytes(stack):
 
 def test_no_prepare_keeps_the_typing_to_itself(stack):
     fake, gw = stack
-    term = Terminal(gw, "typing-3", "--no-prepare")
-    term.type(b"one\n")
-    term.wait_for(b"[KV from")
+    term = talked_once(gw, "typing-3", "--no-prepare")
     term.type(b"two\n")
     term.wait_for(b"echo: two")
     assert term.close() == 0
-    assert ("t1", "t1/typing-3") not in fake.prepared
+    assert not prepared(fake, "typing-3")
 
 
 def test_enter_alone_still_quits(stack):
     _, gw = stack
-    term = Terminal(gw, "typing-4")
-    term.type(b"one\n")
-    term.wait_for(b"[KV from")
+    term = talked_once(gw, "typing-4")
     term.type(b"\n")
     assert term.proc.wait(timeout=30) == 0
     os.close(term.master)
@@ -119,11 +114,9 @@ def test_a_python_without_readline_keeps_the_first_key_too(stack, tmp_path):
     fake, gw = stack
     (tmp_path / "sitecustomize.py").write_text('import sys\nsys.modules["readline"] = None\n')
     path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
-    term = Terminal(gw, "typing-5", env={"PYTHONPATH": path})
-    term.type(b"one\n")
-    term.wait_for(b"[KV from")
+    term = talked_once(gw, "typing-5", env={"PYTHONPATH": path})
     term.type(b"t")
-    assert until(lambda: ("t1", "t1/typing-5") in fake.prepared), fake.prepared
+    assert eventually(lambda: prepared(fake, "typing-5")), fake.prepared
     term.type(b"wo\n")
     term.wait_for(b"echo: two")
     assert fake.requests[-1].messages[-1].content == "two"
