@@ -19,7 +19,7 @@ import grpc
 from bench.replay.plan import Plan, ScriptedTurn, UserScript
 from bench.replay.records import ANSWERED, FAILED, QueueSample, TurnRecord
 from bench.replay.tokens import query_tokens
-from bench.sim.prepare_hints import prepares
+from bench.sim.prepare_hints import check_prepare, prepares
 from services.runtime.grpc_util import aio_channel
 from services.runtime.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc, scheduler_pb2, \
     scheduler_pb2_grpc
@@ -66,10 +66,7 @@ class Replayer:
         # the client says each continuing turn is coming this long before it sends it
         # (PrepareSession); None: never. Only the `prepare_share` of users whose clients do
         # (the simulator's draw by user id, bench/sim/prepare_hints.py).
-        if prepare_lead_s is not None and prepare_lead_s < 0:
-            raise ValueError(f"--prepare-lead-s must be >= 0 seconds (got {prepare_lead_s})")
-        if not 0 <= prepare_share <= 1:
-            raise ValueError(f"--prepare-share must be within [0, 1] (got {prepare_share})")
+        check_prepare(prepare_lead_s, prepare_share)
         self.prepare_lead_s = prepare_lead_s
         self.prepare_share = prepare_share
         self.on_record = on_record or (lambda r: None)

@@ -41,12 +41,6 @@ def hit_counts(records: Sequence[TurnRecord]) -> tuple[int, int]:
     return sum(arrival_tier(r) == "dram" for r in stored), len(stored)
 
 
-def prepared_counts(records: Sequence[TurnRecord]) -> tuple[int, int]:
-    """(DRAM hits at arrival, turns) among answered turns whose client sent a prepare."""
-    prepared = [r for r in records if r.status == ANSWERED and r.prepared_tier]
-    return sum(arrival_tier(r) == "dram" for r in prepared), len(prepared)
-
-
 def by_arrival_tier(answered: Sequence[TurnRecord]) -> dict[str, dict]:
     """Turns, mean latency and mean queueing per tier the KV was in on arrival: where a
     scheduler hides (or pays for) SSD loads."""
@@ -62,7 +56,7 @@ def by_arrival_tier(answered: Sequence[TurnRecord]) -> dict[str, dict]:
 def summarize(records: Sequence[TurnRecord], samples: Sequence[QueueSample] = ()) -> dict:
     ok = [r for r in records if r.status == ANSWERED]
     hits, stored = hit_counts(records)
-    prepared_hits, prepared = prepared_counts(records)
+    prepared = [r for r in ok if r.prepared_tier]  # its client said it was coming
     span = (max(r.end_s for r in ok) - min(r.sent_s for r in ok)) if ok else 0.0
     out: dict = {
         "turns": len(ok),
@@ -75,12 +69,12 @@ def summarize(records: Sequence[TurnRecord], samples: Sequence[QueueSample] = ()
         "hit_rate": hits / stored if stored else 0.0,
         "dram_hits": hits,
         "turns_with_stored_kv": stored,
-        "prepared_turns": prepared,
-        "prepared_dram_hits": prepared_hits,
+        "prepared_turns": len(prepared),
+        "prepared_dram_hits": sum(arrival_tier(r) == "dram" for r in prepared),
         # how long before its send a prepared turn was said to come (R, or less after a short
         # think time: never before the previous answer's end)
-        "prepared_lead_mean": float(np.mean([r.sent_s - r.prepared_s for r in ok
-                                             if r.prepared_tier])) if prepared else 0.0,
+        "prepared_lead_mean": float(np.mean([r.sent_s - r.prepared_s for r in prepared]))
+        if prepared else 0.0,
         "throughput_turns_per_s": len(ok) / span if span > 0 else 0.0,
         "tokens_per_s": sum(r.completion_tokens for r in ok) / span if span > 0 else 0.0,
         "exact_answers": sum(r.completion_tokens == r.answer_tokens for r in ok),

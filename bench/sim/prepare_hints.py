@@ -17,14 +17,20 @@ def prepares(user: int, share: float) -> bool:
     return (user * 0x9E3779B1) % (1 << 32) < share * (1 << 32)
 
 
+def check_prepare(lead: float | None, share: float) -> None:
+    """ValueError naming the flag, for a lead below 0 or a share outside [0, 1] (every model of
+    these clients checks them: the replays, the simulators)."""
+    if lead is not None and lead < 0:
+        raise ValueError(f"--prepare-lead-s must be >= 0 seconds (got {lead})")
+    if not 0 <= share <= 1:
+        raise ValueError(f"--prepare-share must be within [0, 1] (got {share})")
+
+
 def prepare_schedule(log: AccessLog, lead: float,
                      share: float = 1.0) -> list[tuple[float, int, int]]:
     """(when the client says so, the session, its KV bytes at that turn) for every turn that
     follows an earlier one of its session, in time order."""
-    if lead < 0:
-        raise ValueError(f"--prepare-lead-s must be >= 0 seconds (got {lead})")
-    if not 0 <= share <= 1:
-        raise ValueError(f"--prepare-share must be within [0, 1] (got {share})")
+    check_prepare(lead, share)
     times, users, sizes, nexts = log.times, log.users, log.sizes, log.next_index
     n = len(times)
     said = [(max(times[j] - lead, times[i]), j) for i, j in enumerate(nexts)

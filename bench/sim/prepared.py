@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.sim.prepare_hints import prepares
+from bench.sim.prepare_hints import check_prepare, prepares
 
 PREPARE = 4         # an event kind beside bench.sim.events' and PROMOTE: a client's prepare
 PREPARED = "r"      # a prepared read's SSD transfer id: (PREPARED, user)
@@ -39,10 +39,7 @@ PREPARED = "r"      # a prepared read's SSD transfer id: (PREPARED, user)
 
 class Preparer:
     def __init__(self, sim: Any, lead_s: float, share: float = 1.0) -> None:
-        if lead_s < 0:
-            raise ValueError(f"--prepare-lead-s must be >= 0 seconds (got {lead_s})")
-        if not 0 <= share <= 1:
-            raise ValueError(f"--prepare-share must be within [0, 1] (got {share})")
+        check_prepare(lead_s, share)
         self.sim, self.lead_s, self.share = sim, lead_s, share
         self.queued: dict[int, int] = {}  # user -> its turn, read not begun (in said order)
         self.reading: int | None = None   # the user whose prepared read is in flight
