@@ -14,7 +14,8 @@ import pytest
 
 from services.client.chat_client import ChatClient
 from services.client.http_chat_client import HttpChatClient
-from services.runtime.gen import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from services.runtime.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc, scheduler_pb2, \
+    scheduler_pb2_grpc
 from services.runtime.grpc_util import channel
 from tests.test_conversations_e2e import (MODEL, QUESTIONS, client, converse, recompute,
                                           two_tenants)  # noqa: F401 (two_tenants: a fixture)
@@ -48,6 +49,19 @@ def wait_tier(deployment, scoped: str, tier: int, timeout: float = 30.0) -> int:
     return now
 
 
+def writes_done(deployment, timeout: float = 30.0) -> bool:
+    """Whether the store's SSD writes have all landed (within `timeout`): KV still being written
+    cannot be evicted, so until then no room can be made for a promotion."""
+    deadline = time.monotonic() + timeout
+    with channel(deployment.store_target) as ch:
+        stub = kv_store_pb2_grpc.KVStoreStub(ch)
+        while stub.Stats(kv_store_pb2.StoreStatsRequest()).ssd_writes_pending:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+    return True
+
+
 def test_a_prepared_session_comes_back_from_ssd_to_dram_before_its_turn(lru_deployment):
     dep = lru_deployment
     c = client(dep.gateway_url)
@@ -57,6 +71,7 @@ def test_a_prepared_session_comes_back_from_ssd_to_dram_before_its_turn(lru_depl
     # a newer conversation that cannot share 4 MiB with ours: LRU sends ours to SSD
     converse(c, "filler", [FILLER], session="filler")
     assert wait_tier(dep, scoped, common_pb2.TIER_SSD) == common_pb2.TIER_SSD
+    assert writes_done(dep)  # the filler's KV can make room (a loaded CI machine lags here)
 
     status, body = prepare(dep.gateway_url, "warm-me")
     assert (status, body) == (202, {"id": "warm-me", "object": "session.prepare",
