@@ -2,6 +2,11 @@
 them by disk-HRRN), at most `concurrency` at once, with load-time estimates from the bandwidth
 the SSD tier measures (or the cap, when one emulates a slower disk).
 
+Prepared loads (a client said its user is typing: the turn has not arrived yet) queue behind
+every demand load (a turn already waiting is never delayed for one that may come), in their own
+order; a demand request for a session whose prepared load is still queued moves it to the demand
+queue.
+
 Speculative reads (the Prefetcher's, ahead of a predicted return) use what demand leaves idle:
 one at a time, begun only while no promotion is queued or running, never queued; a demand
 promotion asked for meanwhile starts at once, and the speculative read yields the disk to it
@@ -21,7 +26,8 @@ class Promoter:
         self.concurrency = max(concurrency, 1)
         self.meter = meter
         self.cap_rate = cap_rate
-        self._queued: OrderedDict[str, int] = OrderedDict()  # session -> bytes, FIFO
+        self._queued: OrderedDict[str, int] = OrderedDict()  # demand: session -> bytes, FIFO
+        self._prepared: OrderedDict[str, int] = OrderedDict()  # behind every demand load
         self._running: dict[str, int] = {}
         self._speculative: tuple[str, int] | None = None  # the one speculative read in flight
         self.on_idle: Callable[[], None] = lambda: None  # called when the last load finishes
@@ -29,9 +35,9 @@ class Promoter:
         self._closed = False
         self._threads: list[threading.Thread] = []
 
-    def start(self, load: Callable[[str], None]) -> None:
-        """Run loads with `load(session_id)` (the store's parts know the promoter before the
-        load path exists, to say which sessions are loading)."""
+    def start(self, load: Callable[[str, bool], None]) -> None:
+        """Run loads with `load(session_id, prepared)` (the store's parts know the promoter
+        before the load path exists, to say which sessions are loading)."""
         self._threads = [threading.Thread(target=self._work, args=(load,), name=f"promote-{i}",
                                           daemon=True) for i in range(self.concurrency)]
         for t in self._threads:
@@ -43,30 +49,43 @@ class Promoter:
         rate = self.meter.rate
         return min(rate, self.cap_rate) if self.cap_rate > 0 else rate
 
-    def request(self, session_id: str, nbytes: int) -> bool:
-        """Queue a load; False if it is already queued or running."""
+    def request(self, session_id: str, nbytes: int, prepared: bool = False) -> bool:
+        """Queue a load (`prepared`: behind the demand loads); False if it is already running
+        or queued (a demand request for a queued prepared load moves it up instead)."""
         with self._cond:
             if session_id in self._queued or session_id in self._running:
                 return False
-            self._queued[session_id] = nbytes
+            if session_id in self._prepared:
+                if prepared:
+                    return False
+                del self._prepared[session_id]
+            (self._prepared if prepared else self._queued)[session_id] = nbytes
             self._cond.notify()
             return True
 
+    def hasten(self, session_id: str) -> None:
+        """Its turn arrived: a queued prepared load joins the demand loads."""
+        with self._cond:
+            nbytes = self._prepared.pop(session_id, None)
+            if nbytes is not None:
+                self._queued[session_id] = nbytes
+
     def __contains__(self, session_id: str) -> bool:
         with self._cond:
-            return session_id in self._queued or session_id in self._running
+            return (session_id in self._queued or session_id in self._prepared
+                    or session_id in self._running)
 
     def keys(self) -> set[str]:
         """The sessions queued or loading (a speculative read included)."""
         with self._cond:
             spec = {self._speculative[0]} if self._speculative else set()
-            return set(self._queued) | set(self._running) | spec
+            return set(self._queued) | set(self._prepared) | set(self._running) | spec
 
     def begin_speculative(self, session_id: str, nbytes: int) -> bool:
         """Claim the disk for one speculative read: False while a promotion is queued or
         running, or another speculative read is in flight."""
         with self._cond:
-            if self._queued or self._running or self._speculative or self._closed:
+            if self._waiting() or self._running or self._speculative or self._closed:
                 return False
             self._speculative = (session_id, nbytes)
             return True
@@ -83,7 +102,7 @@ class Promoter:
     def idle(self) -> bool:
         """No promotion queued or running and no speculative read in flight."""
         with self._cond:
-            return not (self._queued or self._running or self._speculative)
+            return not (self._waiting() or self._running or self._speculative)
 
     def estimate(self, session_id: str, nbytes: int) -> float:
         """Seconds until `session_id` is in DRAM: the bytes of every load ahead of it, and
@@ -93,7 +112,10 @@ class Promoter:
             ahead = sum(self._running.values())
             if self._speculative is not None and self._speculative[0] == session_id:
                 ahead += self._speculative[1]
-            for sid, size in self._queued.items():
+            if session_id in self._prepared:  # every demand load goes first
+                ahead += sum(self._queued.values())
+            for sid, size in (self._prepared if session_id in self._prepared
+                              else self._queued).items():
                 if sid == session_id:
                     break
                 ahead += size
@@ -103,24 +125,30 @@ class Promoter:
     def stats(self) -> tuple[int, int, int]:
         """(queued, running, bytes still to load)."""
         with self._cond:
-            return (len(self._queued), len(self._running),
-                    sum(self._queued.values()) + sum(self._running.values()))
+            return (len(self._queued) + len(self._prepared), len(self._running),
+                    sum(self._queued.values()) + sum(self._prepared.values())
+                    + sum(self._running.values()))
 
-    def _work(self, load: Callable[[str], None]) -> None:
+    def _waiting(self) -> bool:
+        return bool(self._queued or self._prepared)
+
+    def _work(self, load: Callable[[str, bool], None]) -> None:
         while True:
             with self._cond:
-                while not self._queued and not self._closed:
+                while not self._waiting() and not self._closed:
                     self._cond.wait()
                 if self._closed:
                     return
-                session_id, nbytes = self._queued.popitem(last=False)
+                prepared = not self._queued
+                session_id, nbytes = (self._prepared if prepared
+                                      else self._queued).popitem(last=False)
                 self._running[session_id] = nbytes
             try:
-                load(session_id)
+                load(session_id, prepared)
             finally:
                 with self._cond:
                     self._running.pop(session_id, None)
-                    idle = not self._queued and not self._running
+                    idle = not self._waiting() and not self._running
                 if idle:
                     self.on_idle()
 
@@ -128,6 +156,7 @@ class Promoter:
         with self._cond:
             self._closed = True
             self._queued.clear()
+            self._prepared.clear()
             self._cond.notify_all()
         for t in self._threads:
             t.join(timeout=30)

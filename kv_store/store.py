@@ -152,6 +152,7 @@ class KVStore:
                         promotion_bytes_pending=queued_bytes,
                         dram_bytes_outside_entries=self.dram.used - self.dram.ledger.used,
                         ssd_writes_pending=self.writer.pending(),
+                        prepared_loads_waiting_for_room=self.promotions.waiting_for_room(),
                         ssd_read_gbps_measured=self.meter.rate / 1e9,
                         eviction_policy=self.policy.name, index=self.catalog.kind,
                         leases=len(self.leases), **vars(self.counters),
@@ -196,7 +197,7 @@ class KVStore:
     def promote(self, session_id: str, announced: bool = False):
         """An SSD -> DRAM load for a turn that is coming; `announced`: its client said so (a
         prepare), and will again, so the prefetcher stops guessing for it."""
-        loc = self.promotions.promote(session_id)
+        loc = self.promotions.promote(session_id, prepared=announced)
         if announced and self.prefetcher is not None:
             with self._lock:
                 self.prefetcher.announced(session_id)
@@ -204,6 +205,7 @@ class KVStore:
 
     def on_arrival(self, session_id: str) -> None:
         self.signals.on_arrival(session_id)
+        self.promotions.arrived(session_id)
         if self.prefetcher is not None:
             with self._lock:
                 self.policy.observe_arrival(session_id, time.monotonic())
@@ -214,6 +216,7 @@ class KVStore:
     def on_session_end(self, session_id: str) -> None:
         with self._lock:  # a prepare's or a queued turn's pin must not keep an ended session
             self.reads.drop_promoted_hold(session_id)
+            self.promotions.forget(session_id)
             if self.prefetcher is not None:
                 self.prefetcher.ended(session_id)
         self.signals.on_session_end(session_id)
@@ -235,6 +238,7 @@ class KVStore:
         while not self._stop.wait(0.5):
             self.expire_leases()
             self.signals.finish_ends()
+            self.promotions.retry(time.monotonic())
 
     def expire_leases(self) -> None:
         """Free the regions of read leases and prepared writes whose holder went quiet."""

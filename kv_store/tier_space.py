@@ -20,6 +20,7 @@ from kv_store.leases import Leases
 from kv_store.promoter import Promoter
 from kv_store.session_index import SessionIndex
 from kv_store.store_state import StoreCounters
+from kv_store.tiers.aligned_io import align_up
 from kv_store.tiers.buffers import Payload
 from kv_store.tiers.dram import DramTier, ShmPiece
 from kv_store.tiers.shm_arena import Segment
@@ -53,7 +54,7 @@ class TierSpace:
         if self.dram.arena.fits(need):
             return True
         now = time.monotonic()
-        exclude = self.leases.held(now) | keep | self.writer.keys() | self.signals.waiting(now)
+        exclude = self._held(now, keep)
         evicted = []
         room = self.dram.make_room(need, now, exclude, on_evict=evicted.append)
         if evicted:  # per victim: the policy's choice and freeing its pages
@@ -63,6 +64,18 @@ class TierSpace:
             metrics.EVICTIONS.labels("dram").inc()
             self.events.publish(self.index.location(session_id))
         return room
+
+    def could_make_room(self, need: int, keep: set[str]) -> bool:
+        """Whether evicting every DRAM entry not held would free `need` bytes (so that a load
+        that cannot fit evicts nothing in vain)."""
+        if self.dram.arena.fits(need):
+            return True
+        exclude = self._held(time.monotonic(), keep)
+        free = sum(align_up(self.dram.size(s)) for s in self.dram if s not in exclude)
+        return self.dram.arena.free() + free >= align_up(need)
+
+    def _held(self, now: float, keep: set[str]) -> set[str]:
+        return self.leases.held(now) | keep | self.writer.keys() | self.signals.waiting(now)
 
     def dram_segments(self, session_id: str, start_token: int,
                       nbytes: int) -> list[Segment] | None:
