@@ -107,15 +107,13 @@ class Promoter:
     def estimate(self, session_id: str, nbytes: int) -> float:
         """Seconds until `session_id` is in DRAM: the bytes of every load ahead of it, and
         its own, at the disk's shared rate (a speculative read yields: not ahead, unless it is
-        of this very session)."""
+        of this very session). A prepared load's is for when its turn arrives, the one turn that
+        waits for it: it then joins the demand loads, behind those queued now."""
         with self._cond:
             ahead = sum(self._running.values())
             if self._speculative is not None and self._speculative[0] == session_id:
                 ahead += self._speculative[1]
-            if session_id in self._prepared:  # every demand load goes first
-                ahead += sum(self._queued.values())
-            for sid, size in (self._prepared if session_id in self._prepared
-                              else self._queued).items():
+            for sid, size in self._queued.items():
                 if sid == session_id:
                     break
                 ahead += size

@@ -1,7 +1,9 @@
 """The compute side of the Awareness stream: one long-lived bidirectional stream to the store.
 
 Store -> us: every session's KV location and size (a snapshot on each connection, then changes)
-and finished loads. Us -> store: arrivals, turn completions with answer lengths, session ends.
+and finished loads. A load's estimate is the store's when it said so: `location` gives what is
+left of it now (the disk has been reading since), so a turn that arrives mid-load is not told
+the whole load is still to come. Us -> store: arrivals, turn completions with answer lengths, session ends.
 The stream reconnects with backoff; on reconnection the store's snapshot replaces our map and we
 re-announce the turns still queued, so both sides resynchronise after either restarts.
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from typing import Callable
 
 import grpc
@@ -30,6 +33,7 @@ class AwarenessClient:
         self.on_load_finished = on_load_finished
         self.queued_sessions = queued_sessions
         self.locations: dict[str, kv_store_pb2.SessionLocation] = {}
+        self._said_at: dict[str, float] = {}  # session -> when its location arrived
         self.connected = threading.Event()
         self._outbox: queue.Queue = queue.Queue()
         self._stop = threading.Event()
@@ -58,6 +62,7 @@ class AwarenessClient:
     def session_end(self, session_id: str) -> None:
         with self._lock:  # gone as far as we are concerned; the store's word follows
             self.locations.pop(session_id, None)
+            self._said_at.pop(session_id, None)
         self._outbox.put(kv_store_pb2.ComputeEvent(
             session_end=kv_store_pb2.SessionEnd(session_id=session_id)))
 
@@ -67,8 +72,16 @@ class AwarenessClient:
         return common_pb2.TIER_NONE if loc is None else loc.tier
 
     def location(self, session_id: str) -> kv_store_pb2.SessionLocation | None:
+        """The session's location; a load's estimate less the time since the store gave it."""
         with self._lock:
-            return self.locations.get(session_id)
+            loc = self.locations.get(session_id)
+            said_at = self._said_at.get(session_id)
+        if loc is None or loc.tier != common_pb2.TIER_LOADING or said_at is None:
+            return loc
+        aged = kv_store_pb2.SessionLocation()
+        aged.CopyFrom(loc)
+        aged.load_estimate_s = max(loc.load_estimate_s - (time.monotonic() - said_at), 0.0)
+        return aged
 
     # -- the stream -------------------------------------------------------------------------
 
@@ -112,16 +125,20 @@ class AwarenessClient:
     def _handle(self, event: kv_store_pb2.StoreEvent) -> None:
         kind = event.WhichOneof("kind")
         if kind == "snapshot":
+            now = time.monotonic()
             with self._lock:
                 self.locations = {loc.session_id: loc for loc in event.snapshot.sessions}
+                self._said_at = dict.fromkeys(self.locations, now)
             self.connected.set()
         elif kind == "location":
             loc = event.location
             with self._lock:
                 if loc.tier == common_pb2.TIER_NONE:
                     self.locations.pop(loc.session_id, None)
+                    self._said_at.pop(loc.session_id, None)
                 else:
                     self.locations[loc.session_id] = loc
+                    self._said_at[loc.session_id] = time.monotonic()
         elif kind == "load_finished":
             self.on_load_finished(event.load_finished.session_id, event.load_finished.ok)
 

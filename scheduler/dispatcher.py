@@ -21,7 +21,7 @@ from typing import Callable
 
 import services.runtime.tracing as tracing
 from services.runtime import metrics
-from services.runtime.gen import common_pb2
+from services.runtime.gen import common_pb2, kv_store_pb2
 
 from scheduler.policy import WAITING, QueuedRequest, RequestQueue
 from scheduler.restore_chooser import LiveRestoreChooser
@@ -101,7 +101,7 @@ class Dispatcher:
             pending = Pending(next(self._seq), session_id, arrival, trace_ctx=tracing.current(),
                               where=where, prompt_tokens=prompt_tokens)
             queued_as = where
-            if where == "ssd" and self._recompute_at_arrival(loc, prompt_tokens):
+            if where in ("ssd", "loading") and self._recompute_at_arrival(loc, prompt_tokens):
                 queued_as, pending.kv_max_tokens = "none", 0  # ready now: the worker recomputes
             self.queue.add(pending.seq, kv_session, pending.seq, arrival, queued_as,
                            loc.num_bytes if loc is not None else 0)
@@ -221,9 +221,17 @@ class Dispatcher:
 
     def _recompute_at_arrival(self, loc, prompt_tokens: int) -> bool:
         """The restore choice for an arriving turn whose KV is on SSD (under the lock), behind
-        the loads still waiting in the preparing queue."""
+        the loads still waiting in the preparing queue; or being loaded already (a client's
+        prepare, another turn's load), against what is left of that load, as the timed
+        simulator asks it (bench/sim/restore.py)."""
         if self.restore is None or not loc.load_estimate_s > 0:
             return False
+        if loc.tier == common_pb2.TIER_LOADING:  # read anyway: nothing waits behind it
+            on_ssd = kv_store_pb2.SessionLocation()
+            on_ssd.CopyFrom(loc)
+            on_ssd.tier = common_pb2.TIER_SSD
+            return self.restore.recompute_at_arrival(on_ssd, prompt_tokens, self.queue.ready_len,
+                                                     0.0, self.pool.running())
         rate = loc.num_bytes / loc.load_estimate_s
         waiting = sum(r.kv_bytes for r in map(self.queue.get, self._pending)
                       if r is not None and r.state == WAITING)

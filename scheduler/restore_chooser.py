@@ -18,7 +18,8 @@ What the decision is given, all durations from now:
   running (the decode stall, weighed by `stall_weight`).
 Until the rate is known (`PrefillRate.min_turns` finished turns) every turn waits for its load.
 A turn is also asked when it arrives, with the loads waiting in the preparing queue added to its
-own (they may go first: an upper bound), and recomputes at once when that is best.
+own (they may go first: an upper bound), and recomputes at once when that is best; a turn whose
+KV is being loaded already, against what is left of that load (the dispatcher asks).
 """
 from __future__ import annotations
 
