@@ -73,6 +73,8 @@ class Promotions:
     def retry(self, now: float) -> None:
         """Queue again the prepared loads that found no room, where room can now be made
         (housekeeping; under neither lock)."""
+        if not self._retry:  # the common case: no lock taken every half second
+            return
         queued = []
         with self._lock:
             for session_id, until in list(self._retry.items()):

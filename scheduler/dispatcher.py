@@ -231,12 +231,13 @@ class Dispatcher:
             on_ssd.CopyFrom(loc)
             on_ssd.tier = common_pb2.TIER_SSD
             return self.restore.recompute_at_arrival(on_ssd, prompt_tokens, self.queue.ready_len,
-                                                     0.0, self.pool.running())
+                                                     0.0, self.pool.running(), self.pool.slots())
         rate = loc.num_bytes / loc.load_estimate_s
         waiting = sum(r.kv_bytes for r in map(self.queue.get, self._pending)
                       if r is not None and r.state == WAITING)
         return self.restore.recompute_at_arrival(loc, prompt_tokens, self.queue.ready_len,
-                                                 waiting / rate, self.pool.running())
+                                                 waiting / rate, self.pool.running(),
+                                                 self.pool.slots())
 
     def _restore_instead(self, r: QueuedRequest, now: float) -> bool:
         """The restore choice for a load about to start (under the lock): True if the turn
@@ -250,7 +251,7 @@ class Dispatcher:
             left.append(loc.load_estimate_s if loc is not None else 0.0)
         plan = self.restore.choose(self.stores.location(str(r.session_id)),
                                    pending.prompt_tokens, self.queue.ready_len, tuple(left),
-                                   self.pool.running())
+                                   self.pool.running(), slots=self.pool.slots())
         if plan is None:
             return False
         log.debug("restore choice for %s of %r: %s", r.request_id, r.session_id, plan)

@@ -14,8 +14,10 @@ What the decision is given, all durations from now:
   TurnSummary: TTFT − queue − KV load per token computed), the turn's new tokens (its prompt's
   size less the stored history: `prompt_tokens` counts token ids, or characters / 4 for
   messages), W = one prefill step of that size per READY turn ahead (an estimate: the engine
-  batches them), the time left of the loads in flight (the store's estimates) and the turns
-  running (the decode stall, weighed by `stall_weight`).
+  batches them), or, when the workers' slots are all taken, the wait for one to free if that is
+  longer (policy.SlotWait: the service time learned from finished turns), the time left of the
+  loads in flight (the store's estimates) and the turns running (the decode stall, weighed by
+  `stall_weight`).
 Until the rate is known (`PrefillRate.min_turns` finished turns) every turn waits for its load.
 A turn is also asked when it arrives, with the loads waiting in the preparing queue added to its
 own (they may go first: an upper bound), and recomputes at once when that is best; a turn whose
@@ -30,6 +32,7 @@ from services.runtime.gen import common_pb2, kv_store_pb2
 from scheduler.policy import (RECOMPUTE, SPLIT_REVERSED, WAIT_FOR_LOAD, ComputeSide, KVOnSSD,
                               decide_restore)
 from scheduler.policy.prefill_rate import PrefillRate
+from scheduler.policy.slot_wait import SlotWait
 
 CHARS_PER_TOKEN = 4  # a message's size in tokens, before the worker tokenizes it
 
@@ -59,11 +62,14 @@ class LiveRestoreChooser:
         self.stall_weight = stall_weight
         self.suffix_loads = suffix_loads
         self.rate = rate or PrefillRate()
+        self.slots = SlotWait()
         self.counts = {WAIT_FOR_LOAD: 0, RECOMPUTE: 0, "split": 0, SPLIT_REVERSED: 0}
 
     def observe(self, summary: common_pb2.TurnSummary) -> None:
         """A finished turn: its prefill time per token computed. A reversed split's is not
-        one prefill (its beginning ran beside the read), so it teaches nothing."""
+        one prefill (its beginning ran beside the read), so it teaches nothing. Every turn
+        says how long it held its slot."""
+        self.slots.observe(summary.latency_s - summary.queue_s)
         if summary.recomputed_tokens:
             return
         self.rate.observe(summary.prompt_tokens - summary.cached_tokens,
@@ -71,10 +77,10 @@ class LiveRestoreChooser:
 
     def choose(self, loc: kv_store_pb2.SessionLocation | None, prompt: int, ready_ahead: int,
                loads_left_s: tuple[float, ...], running: int, backlog_s: float = 0.0,
-               count: bool = True) -> RestorePlan | None:
+               count: bool = True, slots: tuple[int, int] = (0, 0)) -> RestorePlan | None:
         """What the worker should do instead of waiting for the load (None: wait for it).
         `backlog_s`: disk time of loads not yet started that would go first (asked at
-        arrival)."""
+        arrival); `slots`: the workers' (free, total) slots ((0, 0): no slot wait counted)."""
         cost = self.rate.cost()
         if cost is None or loc is None or loc.tier != common_pb2.TIER_SSD \
                 or loc.num_tokens < 1 or loc.num_bytes < 1 or not loc.load_estimate_s > 0:
@@ -82,8 +88,9 @@ class LiveRestoreChooser:
         rate = loc.num_bytes / loc.load_estimate_s
         kv = KVOnSSD(loc.num_tokens, loc.num_bytes, loc.load_estimate_s + backlog_s, rate)
         new = max(prompt - loc.num_tokens, 1)
-        compute = ComputeSide(cost, new, ready_ahead * float(cost.step_s(new, 0, 0)),
-                              tuple(max(t, 0.0) for t in loads_left_s), running)
+        w = max(ready_ahead * float(cost.step_s(new, 0, 0)),
+                self.slots.wait_s(ready_ahead, *slots))
+        compute = ComputeSide(cost, new, w, tuple(max(t, 0.0) for t in loads_left_s), running)
         best = decide_restore(kv, compute, suffix_loads=self.suffix_loads,
                               stall_weight=self.stall_weight).best
         name = best.name if best.name in (WAIT_FOR_LOAD, RECOMPUTE, SPLIT_REVERSED) else "split"
@@ -96,9 +103,11 @@ class LiveRestoreChooser:
         return RestorePlan(max_tokens=0 if name == RECOMPUTE else best.k)
 
     def recompute_at_arrival(self, loc: kv_store_pb2.SessionLocation | None, prompt: int,
-                             ready_ahead: int, backlog_s: float, running: int) -> bool:
+                             ready_ahead: int, backlog_s: float, running: int,
+                             slots: tuple[int, int] = (0, 0)) -> bool:
         """Asked when a turn arrives with its KV on SSD, behind `backlog_s` of loads waiting in
         the preparing queue: True to recompute at once (else it is asked again when its load
         would start, the wait behind those loads then sunk)."""
-        plan = self.choose(loc, prompt, ready_ahead, (), running, backlog_s, count=False)
+        plan = self.choose(loc, prompt, ready_ahead, (), running, backlog_s, count=False,
+                           slots=slots)
         return plan is not None and plan.max_tokens == 0

@@ -90,5 +90,12 @@ class WorkerPool:
         with self._lock:
             return sum(w.running for w in self.workers)
 
+    def slots(self) -> tuple[int, int]:
+        """(free, total) turn slots over the healthy workers."""
+        with self._lock:
+            healthy = [w for w in self.workers if w.healthy]
+            total = sum(w.max_running for w in healthy)
+            return max(total - sum(w.running for w in healthy), 0), total
+
     def healthy_count(self) -> int:
         return sum(w.healthy for w in self.workers)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from scheduler.policy.prefill_rate import PrefillRate
+from scheduler.policy.slot_wait import SlotWait
 from scheduler.restore_chooser import LiveRestoreChooser, RestorePlan, prompt_tokens
 from services.runtime.gen import common_pb2, kv_store_pb2
 
@@ -123,3 +124,26 @@ def test_a_reversed_split_turn_teaches_the_prefill_rate_nothing():
     summary.recomputed_tokens = 660
     chooser.observe(summary)
     assert chooser.rate.cost() == before
+
+
+def test_the_slot_wait_is_learnt_from_how_long_turns_hold_their_slots():
+    wait = SlotWait(min_turns=4)
+    for service in (10.0, 14.0, 12.0):
+        wait.observe(service)
+    assert wait.wait_s(5, 0, 6) == 0.0  # not enough turns seen yet
+    wait.observe(12.0)
+    wait.observe(-1.0)  # says nothing
+    assert wait.service_s == pytest.approx(12.0, rel=0.05)
+    assert wait.wait_s(5, 0, 6) == pytest.approx(6 * wait.service_s / 6)  # 6 slot frees
+    assert wait.wait_s(2, 3, 6) == 0.0  # a slot is free for it
+
+
+def test_a_slow_load_is_waited_for_when_the_workers_slots_are_all_taken():
+    # Idle, the 1 s load loses to a 0.515 s recompute (above). With 6 slots busy, 3 turns ready
+    # ahead and turns holding a slot 12 s, the turn waits ~8 s for a slot: the load is free.
+    chooser = _trained()
+    for _ in range(8):
+        chooser.observe(common_pb2.TurnSummary(latency_s=12.5, queue_s=0.5))
+    assert chooser.choose(_on_ssd(load_s=1.0), 1010, 3, (), 6, slots=(0, 6)) is None
+    assert chooser.choose(_on_ssd(load_s=1.0), 1010, 0, (), 5, slots=(1, 6)) == RestorePlan(0)
+    assert not chooser.recompute_at_arrival(_on_ssd(load_s=1.0), 1010, 3, 0.0, 6, (0, 6))
