@@ -3,7 +3,8 @@
 Store -> us: every session's KV location and size (a snapshot on each connection, then changes)
 and finished loads. A load's estimate is the store's when it said so: `location` gives what is
 left of it now (the disk has been reading since), so a turn that arrives mid-load is not told
-the whole load is still to come. Us -> store: arrivals, turn completions with answer lengths, session ends.
+the whole load is still to come. Us -> store: arrivals, turn completions with answer lengths,
+session ends.
 The stream reconnects with backoff; on reconnection the store's snapshot replaces our map and we
 re-announce the turns still queued, so both sides resynchronise after either restarts.
 """
