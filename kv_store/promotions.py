@@ -100,9 +100,8 @@ class Promotions:
         try:
             with self._lock:  # no room in DRAM: reading it now would only be read again later
                 need = self.index.ssd.file_bytes.get(session_id, 0)
-                room = session_id in dram or self.promoter.speculating(session_id) or (
-                    self.space.could_make_room(need, keep={session_id})  # else none evicted
-                    and self.space.make_room(need, keep={session_id}))  # (a prefetch made its own)
+                room = session_id in dram or self.promoter.speculating(session_id) or \
+                    self.space.make_room(need, keep={session_id})  # (a prefetch made its own)
                 if room:
                     self._retry.pop(session_id, None)
                 elif prepared:

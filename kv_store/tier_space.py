@@ -48,13 +48,16 @@ class TierSpace:
     # -- DRAM -------------------------------------------------------------------------------
 
     def make_room(self, need: int, keep: set[str]) -> bool:
-        """Evict until a region of `need` bytes can be carved; False if it cannot be."""
+        """Evict until a region of `need` bytes can be carved; False, evicting nothing, if
+        evicting every entry not held would not free enough."""
         if need > self.dram.capacity:
             return False
         if self.dram.arena.fits(need):
             return True
         now = time.monotonic()
         exclude = self._held(now, keep)
+        if not self._enough(need, exclude):
+            return False
         evicted = []
         room = self.dram.make_room(need, now, exclude, on_evict=evicted.append)
         if evicted:  # per victim: the policy's choice and freeing its pages
@@ -66,13 +69,15 @@ class TierSpace:
         return room
 
     def could_make_room(self, need: int, keep: set[str]) -> bool:
-        """Whether evicting every DRAM entry not held would free `need` bytes (so that a load
-        that cannot fit evicts nothing in vain)."""
-        if self.dram.arena.fits(need):
-            return True
-        exclude = self._held(time.monotonic(), keep)
-        free = sum(align_up(self.dram.size(s)) for s in self.dram if s not in exclude)
-        return self.dram.arena.free() + free >= align_up(need)
+        """Whether evicting every DRAM entry not held would free `need` bytes (a prepared load
+        is tried again only then)."""
+        now = time.monotonic()
+        return self.dram.arena.fits(need) or self._enough(need, self._held(now, keep))
+
+    def _enough(self, need: int, exclude: set[str]) -> bool:
+        """O(held): every entry's bytes less the held ones' (a few: leased, queued, written)."""
+        held = sum(self.dram.size(s) for s in exclude if s in self.dram)
+        return self.dram.arena.free() + self.dram.ledger.used - held >= align_up(need)
 
     def _held(self, now: float, keep: set[str]) -> set[str]:
         return self.leases.held(now) | keep | self.writer.keys() | self.signals.waiting(now)
