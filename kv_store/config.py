@@ -31,6 +31,9 @@ class StoreConfig(SecurityConfig):
                                                         "for load estimates until measured (GB/s)"})
     ssd_read_gbps_cap: float = field(default=0.0, metadata={
         "help": "cap SSD reads at this rate (GB/s) to emulate a slower disk; 0: no cap"})
+    ssd_read_burst_bytes: int = field(default=-1, metadata={
+        "help": "bytes a capped disk may read at once after idle time (default: one read, "
+                "--ssd-io-bytes; 0: none, every read takes its bytes / the cap, as on a disk)"})
     ssd_direct_io: bool = field(default=True, metadata={
         "help": "O_DIRECT SSD I/O where the filesystem allows it"})
     ssd_io_bytes: int = field(default=8 << 20, metadata={"help": "size of one aligned SSD read"})
@@ -57,6 +60,7 @@ class StoreConfig(SecurityConfig):
                                                      "only)" if self.eviction == "belady" else ""))
         check_bounds(self, at_least={"dram_bytes": 0, "ssd_bytes": 0, "promote_concurrency": 1,
                                      "ssd_io_bytes": 1, "ssd_read_depth": 1,
-                                     "ssd_write_concurrency": 1, "ssd_read_gbps_cap": 0},
+                                     "ssd_write_concurrency": 1, "ssd_read_gbps_cap": 0,
+                                     "ssd_read_burst_bytes": -1},
                      above={"policy_time_scale": 0, "lease_seconds": 0,
                             "promotion_hold_seconds": 0, "ssd_read_gbps": 0})

@@ -15,6 +15,7 @@ class Location:
     num_bytes: int
     num_tokens: int
     load_estimate_s: float
+    waiting_for_room: bool = False  # a load was asked for and waits for DRAM room (promotions.py)
 
 
 @dataclass

@@ -7,6 +7,10 @@ every demand load (a turn already waiting is never delayed for one that may come
 order; a demand request for a session whose prepared load is still queued moves it to the demand
 queue.
 
+A load that finds no room in DRAM (it is full of KV that cannot go yet: pinned for queued turns,
+leased, being written) is parked (`park`): it is nobody's load for now, and is asked for again
+when room can be made, until its time is up (kv_store/promotions.py).
+
 Speculative reads (the Prefetcher's, ahead of a predicted return) use what demand leaves idle:
 one at a time, begun only while no promotion is queued or running, never queued; a demand
 promotion asked for meanwhile starts at once, and the speculative read yields the disk to it
@@ -30,6 +34,8 @@ class Promoter:
         self._prepared: OrderedDict[str, int] = OrderedDict()  # behind every demand load
         self._running: dict[str, int] = {}
         self._speculative: tuple[str, int] | None = None  # the one speculative read in flight
+        # no room yet: session -> (bytes, prepared, until when it may wait), oldest first
+        self._parked: OrderedDict[str, tuple[int, bool, float]] = OrderedDict()
         self.on_idle: Callable[[], None] = lambda: None  # called when the last load finishes
         self._cond = threading.Condition()
         self._closed = False
@@ -80,6 +86,27 @@ class Promoter:
         with self._cond:
             spec = {self._speculative[0]} if self._speculative else set()
             return set(self._queued) | set(self._prepared) | set(self._running) | spec
+
+    def park(self, session_id: str, nbytes: int, prepared: bool, until: float) -> None:
+        """The load found no room: wait for it (a load parked already keeps its deadline)."""
+        with self._cond:
+            self._parked.setdefault(session_id, (nbytes, prepared, until))
+
+    def unpark(self, session_id: str) -> tuple[int, bool, float] | None:
+        with self._cond:
+            return self._parked.pop(session_id, None)
+
+    def is_parked(self, session_id: str) -> bool:
+        """Waiting for room, and not queued or running again meanwhile."""
+        with self._cond:
+            return session_id in self._parked and not (
+                session_id in self._queued or session_id in self._prepared
+                or session_id in self._running)
+
+    def parked(self) -> list[tuple[str, int, bool, float]]:
+        """(session, bytes, prepared, until) of every parked load, oldest first."""
+        with self._cond:
+            return [(sid, *entry) for sid, entry in self._parked.items()]
 
     def begin_speculative(self, session_id: str, nbytes: int) -> bool:
         """Claim the disk for one speculative read: False while a promotion is queued or
@@ -155,6 +182,7 @@ class Promoter:
             self._closed = True
             self._queued.clear()
             self._prepared.clear()
+            self._parked.clear()
             self._cond.notify_all()
         for t in self._threads:
             t.join(timeout=30)

@@ -2,10 +2,15 @@
 the Promoter (bounded concurrency), each a read that lands in DRAM when room can be made, then a
 pin until the turn it was for reads it. Every step is published on the Awareness stream.
 
-A prepared load (a client's prepare: its user is typing) that finds no room is not dropped: DRAM
-may be full only for now (KV still being written to SSD, or pinned for turns about to read it).
-It is tried again while its pin's time (`hold_seconds`) lasts, whenever evicting what is not
-held could make the room, until its turn arrives or its session ends."""
+A load that finds no room is not dropped: DRAM may be full only for now, of KV that cannot go
+yet (pinned for queued turns, leased to running ones, being written to SSD). Dropping it sent
+the turn to its worker to read its KV from SSD inside its batch slot, while turns ahead of it
+finished and freed the room a load needed. It is parked (its location says
+`waiting_for_room`) and asked for again whenever evicting what is not held could make the room,
+while its pin's time (`hold_seconds`) lasts. A demand load (a queued turn's) then ends as one
+that failed (LoadDone, not ok: the turn runs and its worker reads from SSD), and so does one whose
+turn no longer waits; a prepared one (a client's prepare) is dropped, as it is when its turn
+arrives (the scheduler's load takes over) or its session ends. KV larger than DRAM fails at once."""
 from __future__ import annotations
 
 import logging
@@ -36,7 +41,6 @@ class Promotions:
         self.events = events
         self._lock = lock
         self.hold_seconds = hold_seconds
-        self._retry: dict[str, float] = {}  # prepared loads that found no room -> until when
 
     def promote(self, session_id: str, prepared: bool = False) -> Location:
         """Start an SSD -> DRAM load (bounded concurrency; `prepared`: for a turn that has not
@@ -51,7 +55,7 @@ class Promotions:
                 self.reads.hold_promoted(session_id, self.hold_seconds)
             if loc.tier != Tier.SSD:
                 return loc
-            self._retry.pop(session_id, None)  # a demand load takes over; a new prepare restarts
+            self.promoter.unpark(session_id)  # asked for again: a new wait for room
             self.promoter.request(session_id, loc.num_bytes, prepared)
             now = self.index.location(session_id)
         self.events.publish(now)
@@ -62,40 +66,52 @@ class Promotions:
         """The session's turn arrived: a prepared load still queued becomes a demand load, and
         one that found no room is the scheduler's to load now."""
         with self._lock:
-            self._retry.pop(session_id, None)
+            parked = self.promoter.unpark(session_id)
+            if parked is not None and not parked[1]:  # a demand load keeps waiting for room
+                self.promoter.park(session_id, *parked)
         self.promoter.hasten(session_id)
 
     def forget(self, session_id: str) -> None:
         """The session ended: nothing to load for it any more."""
         with self._lock:
-            self._retry.pop(session_id, None)
+            self.promoter.unpark(session_id)
 
     def retry(self, now: float) -> None:
-        """Queue again the prepared loads that found no room, where room can now be made
-        (housekeeping; under neither lock)."""
-        if not self._retry:  # the common case: no lock taken every half second
+        """Ask again for the parked loads where room can now be made; end those whose time is
+        up or whose turn no longer waits (housekeeping; under neither lock)."""
+        parked = self.promoter.parked()
+        if not parked:  # the common case: no lock taken every half second
             return
-        queued = []
+        queued, ended = [], []
         with self._lock:
-            for session_id, until in list(self._retry.items()):
+            waiting = self.space.signals.waiting(now)
+            for session_id, nbytes, prepared, until in parked:
                 loc = self.index.location(session_id)
-                if until <= now or loc.tier != Tier.SSD:
-                    del self._retry[session_id]
+                if until <= now or loc.tier != Tier.SSD or \
+                        not (prepared or session_id in waiting):
+                    self.promoter.unpark(session_id)
+                    if not prepared:  # its turn runs now, from wherever its KV is
+                        ended.append(loc)
                 elif session_id not in self.promoter and \
                         self.space.could_make_room(loc.num_bytes, keep={session_id}):
-                    self.promoter.request(session_id, loc.num_bytes, prepared=True)
+                    self.promoter.request(session_id, loc.num_bytes, prepared)
                     queued.append(self.index.location(session_id))
-        for loc in queued:
+        for loc in queued + ended:
             self.events.publish(loc)
+        for loc in ended:
+            ok = loc.tier == Tier.DRAM  # another read brought it in meanwhile
+            self.events.publish(LoadDone(loc.session_id, ok, 0.0))
+            metrics.PROMOTIONS.labels("ok" if ok else "failed").inc()
 
-    def waiting_for_room(self) -> int:
-        with self._lock:
-            return len(self._retry)
+    def waiting_for_room(self) -> tuple[int, int]:
+        """(demand, prepared) loads parked until room can be made."""
+        prepared = sum(entry[2] for entry in self.promoter.parked())
+        return len(self.promoter.parked()) - prepared, prepared
 
     def load(self, session_id: str, prepared: bool = False) -> None:
         """One promotion, on a Promoter thread."""
         start = time.monotonic()
-        ok = False
+        ok = parked = False
         dram = self.space.dram
         try:
             with self._lock:  # no room in DRAM: reading it now would only be read again later
@@ -103,9 +119,10 @@ class Promotions:
                 room = session_id in dram or self.promoter.speculating(session_id) or \
                     self.space.make_room(need, keep={session_id})  # (a prefetch made its own)
                 if room:
-                    self._retry.pop(session_id, None)
-                elif prepared:
-                    self._retry.setdefault(session_id, start + self.hold_seconds)
+                    self.promoter.unpark(session_id)
+                elif need <= dram.capacity:  # full for now: wait for room
+                    self.promoter.park(session_id, need, prepared, start + self.hold_seconds)
+                    parked = True
             if room:
                 self.reads.open_read(session_id).release()
             ok = session_id in dram
@@ -120,7 +137,10 @@ class Promotions:
         if loc.tier == Tier.LOADING:  # still counted as running until load returns
             loc.tier, loc.load_estimate_s = (Tier.DRAM, 0.0) if ok else (Tier.SSD,
                                                                          loc.load_estimate_s)
+            loc.waiting_for_room = parked
         self.events.publish(loc)
+        if parked:  # its LoadDone comes when it lands, or when its wait ends (retry)
+            return
         elapsed = time.monotonic() - start
         self.events.publish(LoadDone(session_id, ok, elapsed))
         metrics.PROMOTIONS.labels("ok" if ok else "failed").inc()

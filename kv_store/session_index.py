@@ -62,7 +62,8 @@ class SessionIndex:
         tier = self.tier(session_id)
         estimate = 0.0 if tier == Tier.DRAM else self.promoter.estimate(session_id,
                                                                         meta.num_bytes)
-        return Location(session_id, tier, meta.num_bytes, meta.num_tokens, estimate)
+        return Location(session_id, tier, meta.num_bytes, meta.num_tokens, estimate,
+                        tier == Tier.SSD and self.promoter.is_parked(session_id))
 
     def clock(self) -> int:
         """The SSD order's time now."""

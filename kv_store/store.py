@@ -69,7 +69,8 @@ class KVStore:
         self.policy = with_prefetch(make_store_policy(config))  # bidaw-prefetch: promotes too
         self.dram = DramTier(self.arena, TierLedger(self.policy, self.arena.capacity))
         self.meter = BandwidthMeter(config.ssd_read_gbps * 1e9)
-        cap = BandwidthCap(config.ssd_read_gbps_cap * 1e9, burst=config.ssd_io_bytes)
+        cap = BandwidthCap(config.ssd_read_gbps_cap * 1e9, burst=config.ssd_io_bytes
+                           if config.ssd_read_burst_bytes < 0 else config.ssd_read_burst_bytes)
         self.ssd = SsdTier(config.data_dir, config.ssd_direct_io, config.ssd_io_bytes,
                            config.ssd_read_depth, cap, self.meter)
         self.catalog = make_catalog(config.index, config.index_namespace)
@@ -144,6 +145,7 @@ class KVStore:
     def stats(self) -> dict:
         """Fields of bidaw.v1.StoreStats."""
         queued, running, queued_bytes = self.promoter.stats()
+        parked, parked_prepared = self.promotions.waiting_for_room()
         with self._lock:
             return dict(dram_bytes=self.dram.used, dram_capacity=self.dram.capacity,
                         dram_sessions=len(self.dram), ssd_bytes=self.ssd.used_bytes,
@@ -152,7 +154,8 @@ class KVStore:
                         promotion_bytes_pending=queued_bytes,
                         dram_bytes_outside_entries=self.dram.used - self.dram.ledger.used,
                         ssd_writes_pending=self.writer.pending(),
-                        prepared_loads_waiting_for_room=self.promotions.waiting_for_room(),
+                        loads_waiting_for_room=parked,
+                        prepared_loads_waiting_for_room=parked_prepared,
                         ssd_read_gbps_measured=self.meter.rate / 1e9,
                         eviction_policy=self.policy.name, index=self.catalog.kind,
                         leases=len(self.leases), **vars(self.counters),

@@ -9,6 +9,7 @@ asks for (outside the lock) and, every 2 s, the members' upkeep. With a `restore
 (`--restore-choice on`), a load the policy picks may instead be skipped: the turn is ready at
 once and its worker recomputes the history, loads only a prefix (`Pending.kv_max_tokens`), or
 recomputes the beginning while the store reads the rest (`Pending.kv_suffix_from`).
+A load waiting for DRAM room holds no disk slot, and its turn keeps its place (`_release_parked`).
 """
 from __future__ import annotations
 
@@ -144,13 +145,13 @@ class Dispatcher:
             now = time.monotonic()
             self._reconcile_loads(now)
             decided = time.perf_counter()
-            while (r := self.queue.next_load(now, len(self._loading))) is not None:
+            while (r := self.queue.next_load(now, self._reading())) is not None:
                 if self._restore_instead(r, now):
                     continue
                 self._loading[r.request_id] = (str(r.session_id), now)
                 log.debug("load %s of %r (%d bytes)", r.request_id, r.session_id, r.kv_bytes)
                 loads.append(r)
-            while self.queue.peek_ready() is not None:
+            while self._release_parked() or self.queue.peek_ready() is not None:
                 worker = self.pool.acquire()
                 if worker is None:
                     break
@@ -245,10 +246,9 @@ class Dispatcher:
         pending = self._pending.get(r.request_id)
         if self.restore is None or pending is None:
             return False
-        left = []
-        for session_id, _ in self._loading.values():
-            loc = self.stores.location(session_id)
-            left.append(loc.load_estimate_s if loc is not None else 0.0)
+        left = [loc.load_estimate_s if loc is not None else 0.0  # the disk time in flight
+                for loc in map(self.stores.location, (s for s, _ in self._loading.values()))
+                if loc is None or not loc.waiting_for_room]  # (one waiting for room reads none)
         plan = self.restore.choose(self.stores.location(str(r.session_id)),
                                    pending.prompt_tokens, self.queue.ready_len, tuple(left),
                                    self.pool.running(), slots=self.pool.slots())
@@ -259,6 +259,29 @@ class Dispatcher:
         self.queue.load_finished(r.request_id)
         pending.ready_at = now
         return True
+
+    def _reading(self) -> int:
+        """Loads holding the disk, which `max_loads` bounds: not those waiting for DRAM room."""
+        return sum(not self._parked(session_id) for session_id, _ in self._loading.values())
+
+    def _parked(self, session_id: str) -> bool:  # its load waits for DRAM room
+        return getattr(self.stores.location(session_id), "waiting_for_room", False)
+
+    def _release_parked(self) -> bool:
+        """A load waiting for DRAM room (the store's `waiting_for_room`) must not cost its turn
+        its place: once a worker slot is free and no ready turn arrived before it, the turn runs
+        now, its worker reading the KV from SSD (under the lock; True if one was released)."""
+        if not self._loading or self.pool.slots()[0] == 0:
+            return False
+        head = self.queue.peek_ready()
+        for rid in sorted(self._loading):  # request ids are arrival order
+            if head is not None and head.arrival_seq < rid:
+                return False
+            if self._parked(self._loading[rid][0]):
+                log.debug("load %s waits for room: its turn runs first", rid)
+                self._finish_load(rid)
+                return True
+        return False
 
     def _reconcile_loads(self, now: float) -> None:
         """Loads whose end we missed (stream reconnects, store restarts) must not hang turns."""

@@ -222,6 +222,11 @@ def test_systems_map_to_deployments():
         assert SYSTEMS[name].kv_format == "auto", name
     assert "--kv-format" not in deployment_kwargs(SYSTEMS["recompute"], sizes,
                                                   model="m")["extra_args"]["worker"]
+    # --ssd-burst-bytes 0: a disk that reads at the cap's rate however long it was idle
+    assert "--ssd-read-burst-bytes" not in bidaw["extra_args"]["store"]
+    strict = TierSizes(10 << 20, 1 << 30, 2 << 30, 0.01, ssd_read_burst_bytes=0)
+    assert deployment_kwargs(SYSTEMS["bidaw"], strict, model="m")["extra_args"]["store"][-2:] \
+        == ["--ssd-read-burst-bytes", "0"]
 
 def _trace() -> list[Turn]:
     turns = [Turn(1, 0.0, 10, 20, 0), Turn(1, 30.0, 5, 40, 1), Turn(1, 100.0, 8, 8, 2),

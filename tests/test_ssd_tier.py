@@ -102,6 +102,18 @@ def test_bandwidth_cap_paces_reads(tmp_path):
     capped.close()
 
 
+def test_a_cap_without_burst_banks_no_idle_time():
+    """burst 0: a disk that reads at one rate, idle or not; one read's burst: after idle time
+    that read is free (the default, which favours a mostly idle disk)."""
+    strict, bursty = BandwidthCap(1e6, burst=0), BandwidthCap(1e6, burst=10**6)
+    assert strict.reserve(10**6, 0.0) == pytest.approx(1.0)
+    assert strict.reserve(10**6, 0.0) == pytest.approx(2.0)  # queued behind the first
+    assert strict.reserve(10**6, 60.0) == pytest.approx(1.0)  # a minute idle: no faster
+    assert bursty.reserve(10**6, 0.0) == 0.0
+    assert bursty.reserve(10**6, 60.0) == 0.0
+    assert bursty.reserve(10**6, 60.0) == pytest.approx(1.0)
+
+
 def test_page_aligned_payloads_go_straight_from_memory(tier):
     """A payload in page-aligned memory (a DRAM segment) is written without a copy, whole
     pages or not."""

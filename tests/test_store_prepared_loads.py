@@ -85,7 +85,8 @@ def test_a_prepared_load_without_room_is_loaded_once_room_can_be_made(store):
     stream.next("snapshot")
     read_before = core.stats()["ssd_bytes_read"]
     promote(client, "wanted", announced=True)
-    assert not stream.next("load_finished", where=lambda e: e.session_id == "wanted").ok
+    assert stream.next("location", where=lambda e: e.session_id == "wanted"
+                       and e.tier == common_pb2.TIER_SSD).waiting_for_room
     assert waiting(client) == 1 and core.stats()["ssd_bytes_read"] == read_before
     assert client.read("q1").tier == common_pb2.TIER_DRAM  # q1's turn runs...
     core.on_turn_complete("q1", 20)                         # ...and its KV may go now
@@ -98,7 +99,7 @@ def test_a_prepared_load_without_room_is_loaded_once_room_can_be_made(store):
     stream.close()
 
 
-def test_a_load_that_cannot_fit_evicts_nothing(store):
+def test_a_load_that_cannot_fit_now_evicts_nothing(store):
     client, core = store(dram_bytes=2 * MIB + 64 * 1024)
     client.write("big", 0, list(range(32)), KV, MIB // 16, "m", os.urandom(2 * MIB))
     core.demote("big")
@@ -107,8 +108,9 @@ def test_a_load_that_cannot_fit_evicts_nothing(store):
     client.write("idle", 0, list(range(16)), KV, MIB // 16, "m", os.urandom(MIB))
     stream = AwarenessStream(client.stub)
     stream.next("snapshot")
-    promote(client, "big")
-    assert not stream.next("load_finished", where=lambda e: e.session_id == "big").ok
+    promote(client, "big", announced=True)
+    assert stream.next("location", where=lambda e: e.session_id == "big"
+                       and e.tier == common_pb2.TIER_SSD).waiting_for_room
     assert client.lookup("idle").tier == common_pb2.TIER_DRAM  # not evicted for nothing
     assert core.stats()["dram_evictions"] == 0
     stream.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 from services.runtime.gen import common_pb2, kv_store_pb2
 from tests.store_helpers import AwarenessStream, store  # noqa: F401 (store: a fixture)
@@ -106,3 +107,19 @@ def test_a_promotion_without_room_fails_fast_without_reading_the_ssd(store):
     assert not stream.next("load_finished", where=lambda e: e.session_id == "wanted").ok
     assert core.stats()["ssd_bytes_read"] == read_before  # nothing read just to be dropped
     assert {client.lookup(s).tier for s in ("q1", "q2")} == {common_pb2.TIER_DRAM}
+
+
+def test_a_capped_disk_without_burst_is_no_faster_after_idle_time(store):
+    """--ssd-read-burst-bytes 0: a read after idle time takes its bytes / the cap, where the
+    default burst (one read) serves it at once."""
+    took = {}
+    for burst in (0, 8 * MIB):
+        client, core = store(dram_bytes=8 * MIB, ssd_read_gbps_cap=0.004,
+                             ssd_io_bytes=256 << 10, ssd_read_burst_bytes=burst)
+        on_ssd(client, core, [f"idle{burst}"])
+        time.sleep(0.3)  # idle: a bucket with a burst refills
+        start = time.monotonic()
+        assert client.read(f"idle{burst}").tier == common_pb2.TIER_SSD
+        took[burst] = time.monotonic() - start
+    assert took[0] > 0.2  # 1 MiB at 4 MB/s: ~0.26 s
+    assert took[8 * MIB] < 0.15

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -47,6 +48,9 @@ def register(sub: argparse._SubParsersAction, groups: dict) -> None:
                    "long sessions stay open (the working set); ~0.15 on the 2-core CPU")
     p.add_argument("--ssd-read-gbps-cap", type=non_negative, default=None,
                    help="SSD read cap in GB/s (default: from --load-s; 0: no cap)")
+    p.add_argument("--ssd-burst-bytes", type=non_negative_int, default=None,
+                   help="bytes the capped disk may read at once after idle time (default: the "
+                   "store's, one read; 0: none, every read at the cap's rate, as on a disk)")
     p.add_argument("--load-s", type=positive, default=1.0,
                    help="seconds a median reuse load should take under the cap")
     p.add_argument("--max-loads", type=positive_int, default=2, help="SSD->DRAM loads at once")
@@ -107,6 +111,8 @@ def _run(args: argparse.Namespace) -> int:
     sizes = tier_sizes(ws, args.ws_ratio, args.load_s,
                        parse_size(args.dram_bytes) if args.dram_bytes else 0,
                        args.ssd_read_gbps_cap, int(args.min_dram_sessions * ws.reuse_bytes_p90))
+    if args.ssd_burst_bytes is not None:
+        sizes = dataclasses.replace(sizes, ssd_read_burst_bytes=args.ssd_burst_bytes)
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     say(describe(plan))
     say(f"working set (all KV stored) {ws.total_bytes / 2**20:.0f} MiB, live peak "
@@ -136,7 +142,8 @@ def _run(args: argparse.Namespace) -> int:
         "working_set_over_dram": ws.total_bytes / sizes.dram_bytes,
         "live_peak_over_dram": ws.peak_bytes / sizes.dram_bytes,
         "dram_bytes": sizes.dram_bytes, "ideal_dram_bytes": sizes.ideal_dram_bytes,
-        "ssd_read_gbps_cap": sizes.ssd_read_gbps_cap, "model": args.model, "dtype": args.dtype,
+        "ssd_read_gbps_cap": sizes.ssd_read_gbps_cap,
+        "ssd_burst_bytes": args.ssd_burst_bytes, "model": args.model, "dtype": args.dtype,
         "max_batch": args.max_batch, "min_step_ms": args.min_step_ms, "load_s": args.load_s,
         "end_sessions_after_s": args.end_sessions_after,
         "prepare_lead_s": args.prepare_lead_s, "prepare_share": args.prepare_share}}

@@ -64,6 +64,7 @@ class TierSizes:
     ideal_dram_bytes: int  # the ideal's: more than all KV ever stored
     ssd_bytes: int
     ssd_read_gbps_cap: float  # 0: no cap
+    ssd_read_burst_bytes: int = -1  # the store's --ssd-read-burst-bytes (-1: its default)
 
 
 def tier_sizes(ws: WorkingSet, ratio: float = PAPER_WS_RATIO, load_s: float = 1.0,

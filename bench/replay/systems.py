@@ -67,6 +67,8 @@ def deployment_kwargs(system: System, sizes: TierSizes, *, model: str, dtype: st
     if sizes.ssd_read_gbps_cap > 0:  # load estimates then match the emulated disk
         store += ["--ssd-read-gbps-cap", f"{sizes.ssd_read_gbps_cap:.6f}",
                   "--ssd-read-gbps", f"{sizes.ssd_read_gbps_cap:.6f}"]
+        if sizes.ssd_read_burst_bytes >= 0:
+            store += ["--ssd-read-burst-bytes", str(sizes.ssd_read_burst_bytes)]
     scheduler = ["--max-loads", str(max_loads)]
     if system.restore_choice:
         scheduler += ["--restore-choice", "on"]

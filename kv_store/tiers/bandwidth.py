@@ -8,8 +8,10 @@ import threading
 
 
 class BandwidthCap:
-    """A token bucket shared by every SSD read: `rate` bytes per second (0: no cap), with a
-    burst of `burst` bytes so one large read is not split into tiny sleeps."""
+    """A token bucket shared by every SSD read: `rate` bytes per second (0: no cap), banking at
+    most `burst` bytes of idle time. With `burst` = one read, a read after idle time starts at
+    once (a disk that is mostly idle looks faster than the cap); with 0 every read waits its
+    bytes / rate behind those reserved before it, as on a disk that serves one rate."""
 
     def __init__(self, rate: float, burst: int = 8 << 20):
         self.rate = rate
