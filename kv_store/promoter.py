@@ -92,21 +92,27 @@ class Promoter:
         with self._cond:
             self._parked.setdefault(session_id, (nbytes, prepared, until))
 
-    def unpark(self, session_id: str) -> tuple[int, bool, float] | None:
+    def unpark(self, session_id: str, prepared_only: bool = False) -> None:
         with self._cond:
-            return self._parked.pop(session_id, None)
+            entry = self._parked.get(session_id)
+            if entry is not None and (entry[1] or not prepared_only):
+                del self._parked[session_id]
 
     def is_parked(self, session_id: str) -> bool:
         """Waiting for room, and not queued or running again meanwhile."""
         with self._cond:
-            return session_id in self._parked and not (
-                session_id in self._queued or session_id in self._prepared
-                or session_id in self._running)
+            return session_id in self._parked and not self._asked(session_id)
 
     def parked(self) -> list[tuple[str, int, bool, float]]:
-        """(session, bytes, prepared, until) of every parked load, oldest first."""
+        """(session, bytes, prepared, until) of the loads waiting for room, oldest first (not
+        those asked for again meanwhile: their load decides)."""
         with self._cond:
-            return [(sid, *entry) for sid, entry in self._parked.items()]
+            return [(sid, *entry) for sid, entry in self._parked.items()
+                    if not self._asked(sid)]
+
+    def _asked(self, session_id: str) -> bool:
+        return (session_id in self._queued or session_id in self._prepared
+                or session_id in self._running)
 
     def begin_speculative(self, session_id: str, nbytes: int) -> bool:
         """Claim the disk for one speculative read: False while a promotion is queued or

@@ -65,10 +65,8 @@ class Promotions:
     def arrived(self, session_id: str) -> None:
         """The session's turn arrived: a prepared load still queued becomes a demand load, and
         one that found no room is the scheduler's to load now."""
-        with self._lock:
-            parked = self.promoter.unpark(session_id)
-            if parked is not None and not parked[1]:  # a demand load keeps waiting for room
-                self.promoter.park(session_id, *parked)
+        with self._lock:  # (a demand load keeps waiting for room)
+            self.promoter.unpark(session_id, prepared_only=True)
         self.promoter.hasten(session_id)
 
     def forget(self, session_id: str) -> None:
@@ -92,8 +90,7 @@ class Promotions:
                     self.promoter.unpark(session_id)
                     if not prepared:  # its turn runs now, from wherever its KV is
                         ended.append(loc)
-                elif session_id not in self.promoter and \
-                        self.space.could_make_room(loc.num_bytes, keep={session_id}):
+                elif self.space.could_make_room(nbytes, keep={session_id}):
                     self.promoter.request(session_id, loc.num_bytes, prepared)
                     queued.append(self.index.location(session_id))
         for loc in queued + ended:
@@ -141,6 +138,7 @@ class Promotions:
         self.events.publish(loc)
         if parked:  # its LoadDone comes when it lands, or when its wait ends (retry)
             return
+        self.promoter.unpark(session_id)  # (a parked load asked for again failed for good)
         elapsed = time.monotonic() - start
         self.events.publish(LoadDone(session_id, ok, elapsed))
         metrics.PROMOTIONS.labels("ok" if ok else "failed").inc()

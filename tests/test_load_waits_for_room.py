@@ -71,6 +71,7 @@ def test_a_load_without_room_waits_and_lands_once_room_can_be_made(full_store):
     kv.stub.Promote(kv_store_pb2.PromoteRequest(session_id="t/wanted"))
     assert stream.next("location", where=lambda e: e.session_id == "t/wanted"
                        and e.waiting_for_room).tier == common_pb2.TIER_SSD
+    core.on_arrival("t/wanted")  # said again (a scheduler reconnecting): it keeps waiting
     assert stats(kv).loads_waiting_for_room == 1
     assert stats(kv).ssd_bytes_read == read_before  # nothing read that would not fit
     with pytest.raises(queue.Empty):  # no word of it until it lands
@@ -210,3 +211,34 @@ def test_a_turn_whose_load_waits_for_room_keeps_its_place_in_the_queue(scheduler
     assert eventually(lambda: wanted.dispatched.is_set())  # its place: before the later one
     assert not later.dispatched.is_set()
     assert service.stores.tier("t/wanted") == common_pb2.TIER_SSD  # its worker reads it
+
+
+def test_a_waiting_load_asked_for_again_is_not_ended_while_it_queues(tmp_path):
+    """Once room can be made the parked load is asked for again; while it queues behind
+    another load (1 MiB at 1 MB/s, one at a time) the half-second retries leave it alone: its
+    one LoadFinished says it landed."""
+    server, core = start(StoreConfig(listen="127.0.0.1:0", data_dir=str(tmp_path),
+                                     dram_bytes=2 * MIB + 64 * 1024, ssd_read_gbps_cap=0.001,
+                                     ssd_io_bytes=256 << 10, ssd_read_burst_bytes=0,
+                                     promote_concurrency=1))
+    try:
+        kv = fill(f"127.0.0.1:{server.port}", core, on_ssd=("t/wanted", "t/other"))
+        stream = AwarenessStream(kv.stub)
+        stream.next("snapshot")
+        core.on_arrival("t/wanted")
+        kv.stub.Promote(kv_store_pb2.PromoteRequest(session_id="t/wanted"))
+        assert stream.next("location", where=lambda e: e.session_id == "t/wanted"
+                           and e.waiting_for_room)
+        core.on_turn_complete("t/q1", 20)  # room for both
+        core.on_turn_complete("t/q2", 20)
+        core.on_arrival("t/other")
+        kv.stub.Promote(kv_store_pb2.PromoteRequest(session_id="t/other"))  # reads ~1 s
+        done = stream.next("load_finished", where=lambda e: e.session_id == "t/wanted",
+                           timeout=10)
+        assert done.ok
+        assert kv.lookup("t/wanted").tier == common_pb2.TIER_DRAM
+        assert kv.lookup("t/other").tier == common_pb2.TIER_DRAM
+        stream.close()
+    finally:
+        server.stop(0)
+        core.close()
