@@ -118,6 +118,9 @@ class KVStore:
             metrics.TIER_CAPACITY.labels(tier).set(size)
         metrics.TIER_SESSIONS.labels("dram").set_function(lambda: len(self.dram))
         metrics.TIER_SESSIONS.labels("ssd").set_function(lambda: len(self.ssd.file_bytes))
+        for i, kind in enumerate(("demand", "prepared")):
+            metrics.LOADS_WAITING_FOR_ROOM.labels(kind).set_function(
+                lambda i=i: self.promotions.waiting_for_room()[i])
 
     # -- what the service calls -------------------------------------------------------------
 

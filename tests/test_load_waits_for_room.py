@@ -12,6 +12,7 @@ import threading
 import time
 
 import pytest
+from prometheus_client import REGISTRY
 
 from compute_worker.kv_client import KVClient
 from kv_store.config import StoreConfig
@@ -73,6 +74,7 @@ def test_a_load_without_room_waits_and_lands_once_room_can_be_made(full_store):
                        and e.waiting_for_room).tier == common_pb2.TIER_SSD
     core.on_arrival("t/wanted")  # said again (a scheduler reconnecting): it keeps waiting
     assert stats(kv).loads_waiting_for_room == 1
+    assert REGISTRY.get_sample_value("bidaw_kv_loads_waiting_for_room", {"kind": "demand"}) == 1
     assert stats(kv).ssd_bytes_read == read_before  # nothing read that would not fit
     with pytest.raises(queue.Empty):  # no word of it until it lands
         stream.next("load_finished", where=lambda e: e.session_id == "t/wanted", timeout=1.0)
@@ -83,6 +85,7 @@ def test_a_load_without_room_waits_and_lands_once_room_can_be_made(full_store):
     assert kv.lookup("t/wanted").tier == common_pb2.TIER_DRAM
     assert kv.lookup("t/q2").tier == common_pb2.TIER_DRAM  # still queued: kept
     assert stats(kv).loads_waiting_for_room == 0
+    assert REGISTRY.get_sample_value("bidaw_kv_loads_waiting_for_room", {"kind": "demand"}) == 0
     stream.close()
 
 

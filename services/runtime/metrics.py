@@ -64,6 +64,8 @@ LOOKUPS = Counter("bidaw_kv_lookups", "Lookups by where the KV was found: dram, 
                   "or none (a miss)", ["result"])
 PROMOTIONS = Counter("bidaw_kv_promotions", "SSD->DRAM promotions finished", ["outcome"])
 PROMOTION_BYTES = Counter("bidaw_kv_promotion_bytes", "Bytes promoted from SSD to DRAM")
+LOADS_WAITING_FOR_ROOM = Gauge("bidaw_kv_loads_waiting_for_room", "Loads parked until DRAM room "
+                               "can be made: a queued turn's (demand) or a prepare's", ["kind"])
 PROMOTION_TIME = Histogram("bidaw_kv_promotion_seconds", "Duration of one SSD->DRAM promotion",
                            buckets=LATENCY_BUCKETS)
 PREFETCHES = Counter("bidaw_kv_prefetches", "Speculative SSD->DRAM reads (predicted returns)")
