@@ -102,8 +102,9 @@ class Promotions:
 
     def waiting_for_room(self) -> tuple[int, int]:
         """(demand, prepared) loads parked until room can be made."""
-        prepared = sum(entry[2] for entry in self.promoter.parked())
-        return len(self.promoter.parked()) - prepared, prepared
+        parked = self.promoter.parked()  # one snapshot, one lock
+        prepared = sum(entry[2] for entry in parked)
+        return len(parked) - prepared, prepared
 
     def load(self, session_id: str, prepared: bool = False) -> None:
         """One promotion, on a Promoter thread."""
