@@ -161,7 +161,8 @@ def _echo_gateway(env: dict[str, str] | None = None):
     token = ensure_token()  # before the echo scheduler: it checks the token, the gateway sends it
     server = _echo_scheduler()
     port = free_port()
-    token_file = os.path.join(tempfile.mkdtemp(prefix="bidaw-token-"), "cluster-token")
+    secrets = tempfile.TemporaryDirectory(prefix="bidaw-token-")  # removed with the gateway
+    token_file = os.path.join(secrets.name, "cluster-token")
     write_token_file(token_file, token)
     proc = subprocess.Popen([sys.executable, "-m", "services.cli.main", "serve", "gateway",
                              "--listen", f"127.0.0.1:{port}", "--scheduler",
@@ -175,6 +176,7 @@ def _echo_gateway(env: dict[str, str] | None = None):
         proc.terminate()
         proc.wait(20)
         server.stop(0)
+        secrets.cleanup()
 
 
 @contextlib.contextmanager
