@@ -113,8 +113,9 @@ def test_share_zero_and_a_prepare_at_the_arrival_change_nothing(system):
     for lead, share in ((5.0, 0.0), (0.0, 1.0)):
         got = _bidaw(lead, share, systems=[system])[system]
         counts = {k: got.pop(k) for k in ("prepared_reads", "prepared_read_bytes",
-                                          "prepare_hits")}
-        assert counts == {"prepared_reads": 0, "prepared_read_bytes": 0, "prepare_hits": 0}
+                                          "prepare_hits", "prepared_handed_over")}
+        assert counts == {"prepared_reads": 0, "prepared_read_bytes": 0, "prepare_hits": 0,
+                          "prepared_handed_over": 0}
         got.pop("wall_s"), base.pop("wall_s", None)
         assert got == base
 
@@ -149,6 +150,26 @@ def test_a_return_during_its_own_slow_prepared_read_recomputes_without_a_second_
     assert got["ssd_bytes_read"] == 0 and got["restore_choices"]["recompute"] > 0
     assert got["ttft_mean"] < 1.0  # nobody waited a minute for a read
     assert not sim.prepared.held  # a read its turn did not wait for is dropped, not pinned
+    # each turn kept the end its read had landed in 5 s and the read stopped there
+    assert got["prepared_handed_over"] == got["prepared_reads"] > 0
+    assert got["prepared_read_bytes"] == pytest.approx(got["prepared_reads"] * 5.0 * 0.01e9)
+
+
+def test_a_turn_that_arrives_during_its_prepared_read_keeps_the_end_it_landed():
+    # 0.2 s of warning for a 0.44 s read (the KV is read end first): bidaw-prefetch keeps the
+    # landed end and chooses for the rest; without suffix reads the landed part is wasted
+    res = _bidaw(0.2, systems=["bidaw-prefetch", "bidaw-prefetch-prefix-only"])
+    told, whole = res["bidaw-prefetch"], res["bidaw-prefetch-prefix-only"]
+    assert told["prepared_handed_over"] == told["prepared_reads"] > 0
+    assert whole["prepared_handed_over"] == 0
+    choices = told["restore_choices"]
+    assert choices["reversed"] + choices["recompute"] == told["prepared_handed_over"]
+    full = whole["prepared_read_bytes"] / whole["prepared_reads"]  # a whole KV's bytes
+    per_read = told["prepared_read_bytes"] / told["prepared_reads"]
+    assert 0.2 * 1.5e9 <= per_read < 0.8 * full  # the landed end used, the rest partly never read
+    assert told["ssd_bytes_read"] == whole["ssd_bytes_read"] == 0  # nothing read twice
+    assert told["hits"] == whole["hits"]
+    assert told["ttft_mean"] < 0.7 * whole["ttft_mean"]
 
 
 def test_the_lead_and_share_are_checked():

@@ -20,18 +20,24 @@ tiered system, as the live store and the cache-only replay do:
   as in the cache-only replay. A policy that learns from gaps between accesses then sees the
   user's real gap, not the read's landing.
 - A turn that arrives before its read begins makes it a demand read; one that arrives during
-  the read waits for it (queued LOADING, the read now urgent) instead of reading twice.
+  the read waits for it (queued LOADING, the read now urgent) instead of reading twice. With
+  bidaw-prefetch (`suffix_loads`) the read goes end first and the turn takes it over
+  (`hand_over`): the landed end is kept and the restore choice decides for the rest. (The live
+  store does not yet: it reads a prepared KV from its beginning.)
 - bidaw-prefetch stops guessing for that user (`PrefetchPlanner.announced`): its client says.
 A prepare is said only for a turn that follows, so the end oracle never frees a session with a
 prepared read or pin pending.
-Counts for measured turns: `prepared_reads`, `prepared_read_bytes` (reads begun for them) and
-`prepare_hits` (turns that found the KV a prepared read brought into DRAM).
+Counts for measured turns: `prepared_reads`, `prepared_read_bytes` (reads begun for them, less
+what a handed-over read never moved), `prepare_hits` (turns that found the KV a prepared read
+brought into DRAM) and `prepared_handed_over`.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from bench.sim.prepare_hints import check_prepare, prepares
+from scheduler.policy import (KV_DRAM, KV_LOADING, RECOMPUTE, SPLIT_REVERSED,
+                              WAIT_FOR_LOAD)
 
 PREPARE = 4         # an event kind beside bench.sim.events' and PROMOTE: a client's prepare
 PREPARED = "r"      # a prepared read's SSD transfer id: (PREPARED, user)
@@ -47,7 +53,8 @@ class Preparer:
         self.waiting: Any = None          # that turn, if it waits for the read
         self.held: dict[int, int] = {}    # user -> bytes landed: pinned, outside the ranking
         self.kept: set[int] = set()       # in DRAM when said: pinned till the turn
-        self.counts = {"prepared_reads": 0, "prepared_read_bytes": 0, "prepare_hits": 0}
+        self.counts = {"prepared_reads": 0, "prepared_read_bytes": 0, "prepare_hits": 0,
+                       "prepared_handed_over": 0}
         sim.log.prepares = self.counts
 
     @property
@@ -132,6 +139,41 @@ class Preparer:
         sim.ssd.expedite((PREPARED, self.reading), job.arrival)
         sim.arm_ssd()
 
+    def hand_over(self, job: Any, now: float) -> str:
+        """`suffix_loads`: `job`'s turn arrives during its prepared read, which reads the history
+        end first. The end landed is kept; for the beginning not landed yet the restore choice
+        decides: read it (the turn waits, the read now urgent), recompute it in the turn's own
+        prefill (the read stops) or recompute part of it while the read finishes the rest (a
+        reversed split whose end is partly read already). Returns where the turn is queued."""
+        sim, tid, user = self.sim, (PREPARED, self.reading), job.user
+        total = sim.store.ssd.size(user)
+        left = sim.ssd.left(tid, now)
+        m = min(job.hist, -(-int(job.hist * left) // max(total, 1)))  # tokens not landed
+        best = sim.chooser.best_at_arrival(job, m, int(left), now, self.left_s(now)) if m else None
+        if best is None or best.name not in (RECOMPUTE, SPLIT_REVERSED):
+            sim.chooser.count(job, WAIT_FOR_LOAD)
+            self.wait_for(job)
+            return KV_LOADING
+        k = m if best.name == RECOMPUTE else best.k  # the beginning recomputed
+        rest = (m - k) * total / job.hist  # bytes still to read
+        sim.chooser.count(job, best.name)
+        if sim.w.measured[job.i]:
+            self.counts["prepared_handed_over"] += 1
+            self.counts["prepared_read_bytes"] -= int(left - rest)  # never read
+        job.rev_k = k
+        sim.store.pinned.add(user)
+        sim.ssd.shorten(tid, rest, now)
+        if k == m:  # nothing more to read: its prefill recomputes the beginning
+            self.reading = None
+            sim.arm_ssd()
+            job.landed, job.piece = True, 3
+            return KV_DRAM
+        sim.beginnings.load_started(job)
+        self.waiting = job
+        sim.ssd.expedite(tid, now)
+        sim.arm_ssd()
+        return KV_LOADING
+
     def finished(self, now: float) -> None:
         """The prepared read landed: the KV enters DRAM, for the turn waiting (as a demand load
         does) or pinned until its turn arrives; a turn that came and did not wait (recomputed
@@ -139,6 +181,11 @@ class Preparer:
         sim, user, job = self.sim, self.reading, self.waiting
         self.reading, self.waiting = None, None
         store = sim.store
+        if job is not None and job.rev_k:  # a part: the whole KV enters DRAM at write-back
+            job.landed = True
+            if sim.beginnings.landed(job):
+                sim.queue.load_finished(job.i)
+            return
         if user in store.ssd and user not in store.dram:
             if job is not None:
                 store.admit_loaded(user, now)

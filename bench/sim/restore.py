@@ -56,7 +56,10 @@ def where_on_arrival(sim: Any, job: Any, reader: Any, now: float) -> str:
     """Where a turn arriving with its KV on SSD is queued: KV_SSD (its load is decided when it
     would start), KV_LOADING (`reader`, not None: it waits for the read of its KV in flight, a
     promotion or a client's prepared read) or KV_NONE (`choose_at_arrival`: recomputed at once,
-    as if its KV were lost)."""
+    as if its KV were lost). A prepared read in flight with `suffix_loads` is taken over
+    (bench.sim.prepared's `hand_over`: KV_DRAM when only a beginning is left to recompute)."""
+    if reader is not None and reader is sim.prepared and sim.spec.suffix_loads and sim.chooser:
+        return reader.hand_over(job, now)  # its landed end kept; the choice is for the rest
     if sim.spec.choose_at_arrival and sim.chooser.recompute_at_arrival(
             job, sim.store.size(job.user), now, reader.left_s(now) if reader else None):
         return KV_NONE
@@ -101,28 +104,35 @@ class RestoreChooser:
         """`choose_at_arrival`: whether the arriving `job` (KV on SSD, `kv_bytes`) should skip
         the preparing queue and recompute (counted as a recompute). `load_s`: when its KV lands
         (a promotion in flight), else the backlog's estimate."""
+        if self.best_at_arrival(job, job.hist, kv_bytes, now, load_s).name != RECOMPUTE:
+            return False
+        self.count(job, RECOMPUTE)
+        return True
+
+    def best_at_arrival(self, job: Any, tokens: int, kv_bytes: int, now: float,
+                        load_s: float | None = None):
+        """The best option for the arriving `job` whose history's first `tokens` (`kv_bytes`)
+        are on SSD, every READY turn queued ahead of it; `load_s` as for recompute_at_arrival."""
         sim = self.sim
         waiting = [r.kv_bytes for r in (sim.queue.get(sim.queued[u].i)
                                         for u in sim.queue.upcoming(AHEAD)) if r.state == WAITING]
         # as many loads as wait now will wait behind this one when it starts (a stationary queue:
-        # those arriving during its wait); none behind a promotion in flight, read anyway
+        # those arriving during its wait); none behind a read in flight, read anyway
         behind = len(waiting) * sim.spec.disk_behind if load_s is None else 0
         if load_s is None:
             load_s = sim.ssd.load_estimate(kv_bytes, now) + sum(waiting) / sim.cost.ssd_bytes_per_s
-        kv = KVOnSSD(job.hist, kv_bytes, load_s, sim.cost.ssd_bytes_per_s, loads_behind=behind)
+        kv = KVOnSSD(tokens, kv_bytes, load_s, sim.cost.ssd_bytes_per_s, loads_behind=behind)
         slot_free = self._gpu_free(now)
         for user in sim.queue.upcoming(AHEAD):  # every READY turn queued is ahead of this one
             other = sim.queued[user]
             req = sim.queue.get(other.i)
             if req.state == READY:
                 slot_free += float(self._prefill_s(req, other))
-        compute = self._compute(job, slot_free)
-        best = self._decide(kv, compute)
-        if best.name != RECOMPUTE:
-            return False
-        if sim.w.measured[job.i]:
-            self.counts[CHOICE_NAMES[RECOMPUTE]] += 1
-        return True
+        return self._decide(kv, self._compute(job, slot_free))
+
+    def count(self, job: Any, option: int) -> None:
+        if self.sim.w.measured[job.i]:
+            self.counts[CHOICE_NAMES[option]] += 1
 
     def _ahead(self, req: QueuedRequest, now: float) -> tuple[float, tuple[float, ...], int]:
         """W, the landing times of the reads in flight of the turns ahead of `req`, and the

@@ -88,6 +88,20 @@ class SharedBandwidth:
         return (sum(min(x, nbytes) for k, x in left.items() if k not in self._background)
                 + nbytes) / self.bytes_per_s
 
+    def left(self, tid: Hashable, now: float) -> float:
+        """Bytes transfer `tid` still has to move at `now` (0 if none)."""
+        return self._left_at(now).get(tid, 0.0)
+
+    def shorten(self, tid: Hashable, nbytes: float, now: float) -> None:
+        """Transfer `tid` moves at most `nbytes` more; 0 drops it."""
+        self._advance(now)
+        if nbytes <= 0:
+            self._left.pop(tid, None)
+            self._urgent.discard(tid)
+            self._background.discard(tid)
+        elif tid in self._left:
+            self._left[tid] = min(self._left[tid], float(nbytes))
+
     def finish_due(self, now: float) -> list[Hashable]:
         """Transfers done by `now` (within a microsecond of transfer), removed."""
         self._advance(now)
