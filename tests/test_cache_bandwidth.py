@@ -336,3 +336,32 @@ def test_foresight_prefetch_promotes_only_sessions_that_return():
     gone = back[:-1] + [Turn(2, 560, 0, 0, 2)]
     assert _replay(gone, "bidaw-prefetch", 0.1, **kw).speculative_read_bytes > 0
     assert _replay(gone, "foresight-prefetch", 0.1, **kw).speculative_read_bytes == 0
+
+
+def test_the_command_prints_speculative_bytes_over_the_demand_bytes_they_saved(capsys):
+    """Issue 18's byte figure comes from the run itself: bidaw-prefetch's speculative bytes over
+    the demand bytes it reads less than bidaw-size, side by side in the same run."""
+    import json
+    from pathlib import Path
+
+    from services.cli.main import main
+
+    args = ["simulate", "--cache-only", "--trace",
+            str(Path(__file__).parent / "data" / "bidaw_sample.txt"), "--format", "bidaw",
+            "--dram-gib", "6", "--watermark-gib", "1", "--ssd-gbps", "1.5", "--time-scale",
+            "0.3", "--kv-bytes-per-token", "819200", "--max-kv-tokens", "2048"]
+    assert main(args + ["--policies", "bidaw-size,bidaw-prefetch,lru", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["policies"]
+    size, pre = got["bidaw-size"], got["bidaw-prefetch"]
+    saved = size["demand_read_bytes"] - pre["demand_read_bytes"]
+    assert saved > 0 and pre["speculative_read_bytes"] > 0
+    assert pre["demand_bytes_saved"] == saved
+    assert pre["speculative_per_saved_byte"] == pre["speculative_read_bytes"] / saved
+    assert "speculative_per_saved_byte" not in size and "speculative_per_saved_byte" not in got["lru"]
+    # nothing to compare with: no figure
+    assert main(args + ["--policies", "bidaw-prefetch", "--json"]) == 0
+    assert "speculative_per_saved_byte" not in json.loads(capsys.readouterr().out)["policies"][
+        "bidaw-prefetch"]
+    assert main(args + ["--policies", "bidaw-size,bidaw-prefetch"]) == 0
+    ratio = pre["speculative_per_saved_byte"]
+    assert f"({ratio:.2f}x the demand bytes saved)" in capsys.readouterr().out

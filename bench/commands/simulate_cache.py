@@ -89,6 +89,7 @@ def run(args: argparse.Namespace, turns: list[Turn], window: tuple[float, float]
             policies[name] = res.as_dict()
             bar.update(1)
         _add_gap_closed(policies)
+        _add_speculative_per_saved(policies)
         runs.append({"dram_gib": cap, **({"ssd_gbps": ssd} if ssd is not None else {}),
                      "policies": policies})
     bar.close()
@@ -124,6 +125,21 @@ def _add_gap_closed(policies: dict[str, dict]) -> None:
         m["gap_closed"] = (m["hit_rate"] - base) / (best - base) if best > base else None
 
 
+def _add_speculative_per_saved(policies: dict[str, dict]) -> None:
+    """Issue 18's byte figure, for each policy that promotes on a guess: its speculative bytes
+    over the demand bytes they saved against bidaw-size (no promotion, the same ranking) in
+    the same run; None where nothing was saved."""
+    base = policies.get("bidaw-size", {}).get("demand_read_bytes")
+    if base is None:
+        return
+    for name, m in policies.items():
+        if name != "bidaw-size" and m.get("speculative_read_bytes"):
+            saved = base - m["demand_read_bytes"]
+            m["demand_bytes_saved"] = saved
+            m["speculative_per_saved_byte"] = m["speculative_read_bytes"] / saved if saved > 0 \
+                else None
+
+
 def _progress(total: int):
     from tqdm import tqdm
 
@@ -134,8 +150,10 @@ def _progress(total: int):
 def _ssd_text(m: dict) -> str:
     if "ssd_read_bytes" not in m:
         return ""
+    ratio = m.get("speculative_per_saved_byte")
     return (f"  ssd_read={m['ssd_read_bytes'] / 1e9:.1f}GB "
-            f"speculative={m['speculative_read_bytes'] / 1e9:.1f}GB")
+            f"speculative={m['speculative_read_bytes'] / 1e9:.1f}GB"
+            + (f" ({ratio:.2f}x the demand bytes saved)" if ratio is not None else ""))
 
 
 def print_human(result: dict) -> None:
@@ -147,7 +165,7 @@ def print_human(result: dict) -> None:
         for name, m in run["policies"].items():
             gap = m.get("gap_closed")
             gap_text = f"  gap_closed={100 * gap:6.1f}%" if gap is not None else ""
-            print(f"  {name:12s} hit_rate={100 * m['hit_rate']:5.1f}%  "
+            print(f"  {name:14s} hit_rate={100 * m['hit_rate']:5.1f}%  "
                   f"byte_hit_rate={100 * m['byte_hit_rate']:5.1f}%  "
                   f"all_turns={100 * m['turn_hit_rate']:5.1f}%  hits={m['hits']} "
                   f"misses={m['misses']}{gap_text}{_ssd_text(m)}")
