@@ -84,6 +84,10 @@ class ComputeSignals:
             self.index.forget(session_id)
         return True
 
+    def arrived_at(self, session_id: str) -> float | None:
+        """When the session's queued turn arrived (None: none queued); under the store lock."""
+        return self._queued_at.get(session_id)
+
     def waiting(self, now: float) -> set[str]:
         """Sessions whose turn is queued (arrived within a lease lifetime, not yet complete);
         under the store lock."""

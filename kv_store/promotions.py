@@ -7,8 +7,9 @@ yet (pinned for queued turns, leased to running ones, being written to SSD). Dro
 the turn to its worker to read its KV from SSD inside its batch slot, while turns ahead of it
 finished and freed the room a load needed. It is parked (its location says
 `waiting_for_room`) and asked for again whenever evicting what is not held could make the room,
-while its pin's time (`hold_seconds`) lasts. A demand load (a queued turn's) then ends as one
-that failed (LoadDone, not ok: the turn runs and its worker reads from SSD), and so does one whose
+while its pin's time (`hold_seconds`) lasts: the room goes to the demand loads in disk-HRRN
+order, and only to as many as it holds at once. When that time is up, a demand load (a queued
+turn's) ends as one that failed (LoadDone, not ok: the turn runs and its worker reads from SSD), and so does one whose
 turn no longer waits; a prepared one (a client's prepare) is dropped, as it is when its turn
 arrives (the scheduler's load takes over) or its session ends. KV larger than DRAM fails at once."""
 from __future__ import annotations
@@ -83,14 +84,17 @@ class Promotions:
         queued, ended = [], []
         with self._lock:
             waiting = self.space.signals.waiting(now)
-            for session_id, nbytes, prepared, until in parked:
+            room, keep = 0, set()  # the loads asked for in this round land together
+            for session_id, nbytes, prepared, until in self._by_hrrn(parked, now):
                 loc = self.index.location(session_id)
                 if until <= now or loc.tier != Tier.SSD or \
                         not (prepared or session_id in waiting):
                     self.promoter.unpark(session_id)
                     if not prepared:  # its turn runs now, from wherever its KV is
                         ended.append(loc)
-                elif self.space.could_make_room(nbytes, keep={session_id}):
+                elif self.space.could_make_room(room + nbytes, keep=keep | {session_id}):
+                    room += nbytes
+                    keep.add(session_id)
                     self.promoter.request(session_id, loc.num_bytes, prepared)
                     queued.append(self.index.location(session_id))
         for loc in queued + ended:
@@ -99,6 +103,16 @@ class Promotions:
             ok = loc.tier == Tier.DRAM  # another read brought it in meanwhile
             self.events.publish(LoadDone(loc.session_id, ok, 0.0))
             metrics.PROMOTIONS.labels("ok" if ok else "failed").inc()
+
+    def _by_hrrn(self, parked: list, now: float) -> list:
+        """The room goes first to the demand loads, in disk-HRRN order as the scheduler ranks
+        loads (the longest wait since the turn arrived per byte of KV), then to the prepared
+        ones, oldest first (under the lock)."""
+        def rank(entry: tuple) -> tuple[bool, float]:
+            session_id, nbytes, prepared, _ = entry
+            arrived = None if prepared else self.space.signals.arrived_at(session_id)
+            return prepared, 0.0 if arrived is None else -(now - arrived) / max(nbytes, 1)
+        return sorted(parked, key=rank)
 
     def waiting_for_room(self) -> tuple[int, int]:
         """(demand, prepared) loads parked until room can be made."""

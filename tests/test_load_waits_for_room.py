@@ -89,6 +89,37 @@ def test_a_load_without_room_waits_and_lands_once_room_can_be_made(full_store):
     stream.close()
 
 
+def test_room_goes_to_the_waiting_load_of_highest_response_ratio_and_only_where_it_fits(
+        full_store):
+    # "t/old" (1 MiB) has waited longer, "t/small" (0.5 MiB) longer per byte (disk-HRRN:
+    # 1 + wait / size): the 1 MiB that q1's end frees goes to t/small; t/old no longer fits
+    # and keeps waiting, without a read (before: both were asked for, in the order they parked)
+    target, core = full_store
+    kv = fill(target, core, on_ssd=("t/old",))
+    kv.write("t/small", 0, list(range(8)), KV, MIB // 16, "m", os.urandom(MIB // 2))
+    core.demote("t/small")
+    stream = AwarenessStream(kv.stub)
+    stream.next("snapshot")
+    core.on_arrival("t/old")
+    time.sleep(0.3)
+    core.on_arrival("t/small")
+    for sid in ("t/old", "t/small"):
+        kv.stub.Promote(kv_store_pb2.PromoteRequest(session_id=sid))
+        assert stream.next("location", where=lambda e: e.session_id == sid
+                           and e.waiting_for_room).tier == common_pb2.TIER_SSD
+    time.sleep(0.6)  # t/small: 0.6 s / 0.5 MiB, t/old: 0.9 s / 1 MiB
+    read_before = stats(kv).ssd_bytes_read
+    core.on_turn_complete("t/q1", 20)  # its KV may go now: 1 MiB of room
+    assert stream.next("load_finished", where=lambda e: e.session_id == "t/small",
+                       timeout=10).ok
+    time.sleep(1.5)  # three more rounds of asking again
+    assert kv.lookup("t/old").tier == common_pb2.TIER_SSD
+    assert stats(kv).loads_waiting_for_room == 1
+    read = stats(kv).ssd_bytes_read - read_before
+    assert MIB // 2 <= read < MIB  # t/small's file (with its header); t/old was never read
+    stream.close()
+
+
 def test_a_waiting_load_ends_unloaded_when_its_time_is_up_or_its_turn_is_gone(tmp_path):
     server, core = start(StoreConfig(listen="127.0.0.1:0", data_dir=str(tmp_path),
                                      dram_bytes=2 * MIB + 64 * 1024,
