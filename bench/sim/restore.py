@@ -95,8 +95,7 @@ class RestoreChooser:
         else:
             k = {WAIT_FOR_LOAD: n, RECOMPUTE: 0}.get(best.name, best.k)
             job.split_k = k if 0 < k < n else 0
-        if sim.w.measured[job.i]:
-            self.counts[CHOICE_NAMES[best.name]] += 1
+        self.count(job, best.name)
         return k
 
     def recompute_at_arrival(self, job: Any, kv_bytes: int, now: float,
