@@ -9,9 +9,10 @@ finished and freed the room a load needed. It is parked (its location says
 `waiting_for_room`) and asked for again whenever evicting what is not held could make the room,
 while its pin's time (`hold_seconds`) lasts: the room goes to the demand loads in disk-HRRN
 order, and only to as many as it holds at once. When that time is up, a demand load (a queued
-turn's) ends as one that failed (LoadDone, not ok: the turn runs and its worker reads from SSD), and so does one whose
-turn no longer waits; a prepared one (a client's prepare) is dropped, as it is when its turn
-arrives (the scheduler's load takes over) or its session ends. KV larger than DRAM fails at once."""
+turn's) ends as one that failed (LoadDone, not ok: the turn runs and its worker reads from
+SSD), and so does one whose turn no longer waits; a prepared one (a client's prepare) is
+dropped, as it is when its turn arrives (the scheduler's load takes over) or its session ends.
+KV larger than DRAM fails at once."""
 from __future__ import annotations
 
 import logging
