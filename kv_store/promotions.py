@@ -25,6 +25,7 @@ from kv_store import errors
 from kv_store.events import EventHub, LoadDone, Location
 from kv_store.promoter import Promoter
 from kv_store.read_path import ReadPath
+from kv_store.room_order import room_order
 from kv_store.session_index import SessionIndex
 from kv_store.store_state import Tier, check_session_id
 from kv_store.tier_space import TierSpace
@@ -86,7 +87,8 @@ class Promotions:
         with self._lock:
             waiting = self.space.signals.waiting(now)
             room, keep = 0, set()  # the loads asked for in this round land together
-            for session_id, nbytes, prepared, until in self._by_hrrn(parked, now):
+            order = room_order(parked, self.space.signals.arrived_at, now)
+            for session_id, nbytes, prepared, until in order:
                 loc = self.index.location(session_id)
                 if until <= now or loc.tier != Tier.SSD or \
                         not (prepared or session_id in waiting):
@@ -104,16 +106,6 @@ class Promotions:
             ok = loc.tier == Tier.DRAM  # another read brought it in meanwhile
             self.events.publish(LoadDone(loc.session_id, ok, 0.0))
             metrics.PROMOTIONS.labels("ok" if ok else "failed").inc()
-
-    def _by_hrrn(self, parked: list, now: float) -> list:
-        """The room goes first to the demand loads, in disk-HRRN order as the scheduler ranks
-        loads (the longest wait since the turn arrived per byte of KV), then to the prepared
-        ones, oldest first (under the lock)."""
-        def rank(entry: tuple) -> tuple[bool, float]:
-            session_id, nbytes, prepared, _ = entry
-            arrived = None if prepared else self.space.signals.arrived_at(session_id)
-            return prepared, 0.0 if arrived is None else -(now - arrived) / max(nbytes, 1)
-        return sorted(parked, key=rank)
 
     def waiting_for_room(self) -> tuple[int, int]:
         """(demand, prepared) loads parked until room can be made."""

@@ -96,9 +96,7 @@ class SharedBandwidth:
         """Transfer `tid` moves at most `nbytes` more; 0 drops it."""
         self._advance(now)
         if nbytes <= 0:
-            self._left.pop(tid, None)
-            self._urgent.discard(tid)
-            self._background.discard(tid)
+            self._drop(tid)
         elif tid in self._left:
             self._left[tid] = min(self._left[tid], float(nbytes))
 
@@ -108,10 +106,13 @@ class SharedBandwidth:
         eps = 1e-6 * self.bytes_per_s
         done = [k for k, left in self._left.items() if left <= eps]
         for k in done:
-            del self._left[k]
-            self._urgent.discard(k)
-            self._background.discard(k)
+            self._drop(k)
         return done
+
+    def _drop(self, tid: Hashable) -> None:
+        self._left.pop(tid, None)
+        self._urgent.discard(tid)
+        self._background.discard(tid)
 
     def __len__(self) -> int:
         return len(self._left)
