@@ -26,6 +26,7 @@ _.ssd_evictions
 _.answers_observed
 _.arrivals_observed
 _.corrupt_records
+_.prepared_handed_over  # StoreStats, through vars(counters)
 _.ssd_write_failures
 _.speculative_bytes_read  # the Prefetcher's counters, the same way
 _.prefetches_refused

@@ -18,7 +18,7 @@ from compute_worker.detokenizer import Detokenizer
 from compute_worker.engine import Engine
 from compute_worker.kv_codec import TENSOR6
 from compute_worker.kv_connector import KVConnector, Restored, fresh_cache
-from compute_worker.models.kv_blocks import whole_blocks
+from compute_worker.models.kv_blocks import covering_blocks, whole_blocks
 from compute_worker.prompt import prompt_ids
 from compute_worker.sampling import Sampler
 from compute_worker.sequence import DONE, Sequence
@@ -189,7 +189,10 @@ class TurnRunner:
         ctx = tracing.current()
         prompt = prompt_ids(turn, self.tokenizer, self.engine.model.config.vocab_size,
                             self.max_context)
-        begin = whole_blocks(min(suffix_from, len(prompt) - 1), self.engine.model.kv_block)
+        # The beginning recomputed ends on a block edge; rounded up, the read from it never
+        # asks for tokens the store has yet to land (a prepared load's end: end_first.py).
+        block = self.engine.model.kv_block
+        begin = min(covering_blocks(suffix_from, block), whole_blocks(len(prompt) - 1, block))
         if limit != 0 and begin > 0:
             restored = self._restore_reversed(turn, prompt, kv_stores, begin, key)
             if restored is None:

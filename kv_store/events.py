@@ -16,6 +16,7 @@ class Location:
     num_tokens: int
     load_estimate_s: float
     waiting_for_room: bool = False  # a load was asked for and waits for DRAM room (promotions.py)
+    landed_from_token: int = 0  # a prepared load read end first: tokens from here on landed
 
 
 @dataclass

@@ -23,6 +23,7 @@ from kv_store.tier_space import TierSpace
 from kv_store.tiers import ssd_record
 from kv_store.tiers.aligned_io import aligned_buffer
 from kv_store.tiers.buffers import Payload
+from kv_store.tiers.read_gate import ReadStopped
 from kv_store.tiers.scatter import ScatterView
 from kv_store.tiers.shm_arena import Segment
 from kv_store.tiers.ssd import SsdTier
@@ -173,14 +174,15 @@ class Persister:
     # -- reads (the caller holds the session lock; no write of the session is running) --------
 
     def read_session(self, session_id: str, admit: bool, prefix_tokens: int = 0,
-                     background: bool = False, from_token: int = 0):
+                     background: bool = False, from_token: int = 0, stop=None):
         """(result, segments or None, buffer or None, version) with the verified file image in
         new DRAM segments (`admit` and room) or aligned memory; None if the file changed under
         the read (read again). `prefix_tokens` > 0: only the records holding those first tokens
         (SsdTier.prefix_length). `background`: a speculative read (it yields to demand).
         `from_token` > 0: only the records from the last one holding that token on
         (SsdTier.suffix_start); the image then starts there, and the result's log holds the
-        tokens before it with their bytes UNREAD (ssd_scan.py)."""
+        tokens before it with their bytes UNREAD (ssd_scan.py). `stop`: see SsdTier.read_file
+        (ReadStopped leaves nothing behind)."""
         entry = self.catalog.get(session_id)
         segments: list[Segment] | None = None
         length = entry.ssd_len if entry is not None else 0
@@ -204,7 +206,11 @@ class Persister:
             image = ScatterView([arena.view(s) for s in segments]) if segments else \
                 aligned_buffer(length - base)
             with self.ssd.open_read(session_id) as f:
-                result = self.ssd.read_file(f, length, image, background, base, seed)
+                result = self.ssd.read_file(f, length, image, background, base, seed, stop)
+        except ReadStopped:
+            if segments:
+                self.space.release_segments(segments)
+            raise
         except OSError as exc:
             result = ReadResult(SessionLog(), 0, f"unreadable: {exc.strerror or exc}")
         version = entry.version

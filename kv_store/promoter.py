@@ -34,6 +34,7 @@ class Promoter:
         self._prepared: OrderedDict[str, int] = OrderedDict()  # behind every demand load
         self._running: dict[str, int] = {}
         self._speculative: tuple[str, int] | None = None  # the one speculative read in flight
+        self._landed: dict[str, int] = {}  # running, end first: session -> first token landed
         # no room yet: session -> (bytes, prepared, until when it may wait), oldest first
         self._parked: OrderedDict[str, tuple[int, bool, float]] = OrderedDict()
         self.on_idle: Callable[[], None] = lambda: None  # called when the last load finishes
@@ -114,6 +115,18 @@ class Promoter:
         return (session_id in self._queued or session_id in self._prepared
                 or session_id in self._running)
 
+    def landed(self, session_id: str, from_token: int, bytes_left: int) -> None:
+        """A load read end first (end_first.py) has landed tokens from `from_token` on; its
+        estimate now counts the `bytes_left` before them."""
+        with self._cond:
+            if session_id in self._running:
+                self._running[session_id] = bytes_left
+                self._landed[session_id] = from_token
+
+    def landed_from(self, session_id: str) -> int:
+        with self._cond:
+            return self._landed.get(session_id, 0)
+
     def begin_speculative(self, session_id: str, nbytes: int) -> bool:
         """Claim the disk for one speculative read: False while a promotion is queued or
         running, or another speculative read is in flight."""
@@ -179,6 +192,7 @@ class Promoter:
             finally:
                 with self._cond:
                     self._running.pop(session_id, None)
+                    self._landed.pop(session_id, None)
                     idle = not self._waiting() and not self._running
                 if idle:
                     self.on_idle()

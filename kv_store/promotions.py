@@ -116,7 +116,7 @@ class Promotions:
     def load(self, session_id: str, prepared: bool = False) -> None:
         """One promotion, on a Promoter thread."""
         start = time.monotonic()
-        ok = parked = False
+        ok = parked = handed_over = False
         dram = self.space.dram
         try:
             with self._lock:  # no room in DRAM: reading it now would only be read again later
@@ -128,7 +128,9 @@ class Promotions:
                 elif need <= dram.capacity:  # full for now: wait for room
                     self.promoter.park(session_id, need, prepared, start + self.hold_seconds)
                     parked = True
-            if room:
+            if room and prepared:  # end first: its turn may take the end that has landed
+                handed_over = not self.reads.load_prepared(session_id)
+            elif room:
                 self.reads.open_read(session_id).release()
             ok = session_id in dram
         except errors.StoreError as exc:
@@ -149,7 +151,8 @@ class Promotions:
         self.promoter.unpark(session_id)  # (a parked load asked for again failed for good)
         elapsed = time.monotonic() - start
         self.events.publish(LoadDone(session_id, ok, elapsed))
-        metrics.PROMOTIONS.labels("ok" if ok else "failed").inc()
+        metrics.PROMOTIONS.labels("ok" if ok else "handed_over" if handed_over
+                                  else "failed").inc()
         metrics.PROMOTION_TIME.observe(elapsed)
         if ok:
             metrics.PROMOTION_BYTES.inc(loc.num_bytes)

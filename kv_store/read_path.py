@@ -7,6 +7,7 @@ import threading
 import time
 
 from kv_store import errors
+from kv_store.end_first import HANDED_OVER, EndFirst
 from kv_store.path_parts import PathParts
 from kv_store.events import EventHub
 from kv_store.leases import Leases
@@ -29,6 +30,7 @@ class ReadPath:
         # session -> pin taken when its promotion landed: the load was asked for by a queued
         # turn, so the KV stays in DRAM until that turn reads it (or the pin expires).
         self._promoted: dict[str, str] = {}
+        self.ends = EndFirst(parts, self._read_part, parts.index.promoter.landed)
 
     def open_read(self, session_id: str, max_tokens: int = 0, speculative: bool = False,
                   start_token: int = 0) -> ReadHandle:
@@ -55,7 +57,8 @@ class ReadPath:
             if hold is not None:
                 self.parts.leases.release(hold)
         while True:
-            handle = self._read_dram(session_id, max_tokens, start_token)
+            handle = self._read_dram(session_id, max_tokens, start_token) or \
+                self.ends.serve(session_id, max_tokens, start_token)
             if handle is not None:
                 return handle
             with self.parts.session_locks(session_id):
@@ -91,8 +94,28 @@ class ReadPath:
                               on_release=lambda: self.parts.space.release_pieces(pieces),
                               start_token=start_token)
 
+    def load_prepared(self, session_id: str) -> bool:
+        """A prepared load (its turn has not arrived): end first where the session has record
+        edges to cut at (end_first.py), else whole. False if its turn took the end it had
+        landed (the load stopped), else True (whether it is in DRAM now, or failed)."""
+        with self.parts.persister.ssd.gate.wanted(session_id):
+            while True:
+                with self.parts.session_locks(session_id):
+                    if session_id in self.parts.dram:
+                        return True
+                    if not self.parts.writer.busy(session_id):
+                        outcome = self.ends.load(session_id)
+                        if outcome is None:
+                            self._load_from_ssd(session_id, 0, False, 0).release()
+                        return outcome != HANDED_OVER
+                self.parts.writer.wait(session_id)
+
+    def _read_part(self, session_id: str, max_tokens: int, start_token: int,
+                   stop) -> ReadHandle:
+        return self._load_from_ssd(session_id, max_tokens, False, start_token, stop)
+
     def _load_from_ssd(self, session_id: str, max_tokens: int, background: bool,
-                       start_token: int) -> ReadHandle:
+                       start_token: int, stop=None) -> ReadHandle:
         """Read the session file (verified) into a new DRAM segment, or aligned memory when
         DRAM has no room; the caller holds the session lock. A read of fewer tokens than the
         session holds (a load-or-recompute split: a prefix, or from `start_token` on) reads
@@ -105,7 +128,7 @@ class ReadPath:
         started = time.monotonic()
         for _ in range(3):
             got = self.parts.persister.read_session(session_id, True, prefix, background,
-                                                    start_token)
+                                                    start_token, stop)
             if got is not None:
                 break
         else:
@@ -157,7 +180,8 @@ class ReadPath:
         """A read whose bytes stay in shared memory for a co-located worker, under a lease that
         keeps its regions until released or expired."""
         with self.parts.lock:
-            need = 0 if session_id in self.parts.dram else self.parts.index.ssd.file_bytes.get(session_id, 0)
+            need = 0 if session_id in self.parts.dram or self.ends.covers(session_id, start_token) \
+                else self.parts.index.ssd.file_bytes.get(session_id, 0)  # (its load has room)
             too_big = need > self.parts.dram.capacity
             # Make room before reading: a read that lands outside shared memory would be read
             # from the SSD a second time by the stream the worker falls back to.

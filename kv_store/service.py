@@ -75,7 +75,8 @@ def _location_msg(loc: Location) -> kv_store_pb2.SessionLocation:
     return kv_store_pb2.SessionLocation(session_id=loc.session_id, tier=_WIRE_TIER[loc.tier],
                                         num_bytes=loc.num_bytes, num_tokens=loc.num_tokens,
                                         load_estimate_s=loc.load_estimate_s,
-                                        waiting_for_room=loc.waiting_for_room)
+                                        waiting_for_room=loc.waiting_for_room,
+                                        landed_from_token=loc.landed_from_token)
 
 
 def _event_msg(event) -> kv_store_pb2.StoreEvent:

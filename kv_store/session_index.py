@@ -63,7 +63,8 @@ class SessionIndex:
         estimate = 0.0 if tier == Tier.DRAM else self.promoter.estimate(session_id,
                                                                         meta.num_bytes)
         return Location(session_id, tier, meta.num_bytes, meta.num_tokens, estimate,
-                        tier == Tier.SSD and self.promoter.is_parked(session_id))
+                        tier == Tier.SSD and self.promoter.is_parked(session_id),
+                        self.promoter.landed_from(session_id) if tier == Tier.LOADING else 0)
 
     def clock(self) -> int:
         """The SSD order's time now."""

@@ -60,6 +60,7 @@ class StoreCounters:
     ssd_write_failures: int = 0
     shm_reads: int = 0
     shm_writes: int = 0
+    prepared_handed_over: int = 0  # prepared loads whose turn took the landed end
 
 
 class SessionLocks:

@@ -25,7 +25,7 @@ from services.runtime import metrics
 from services.runtime.gen import common_pb2, kv_store_pb2
 
 from scheduler.policy import WAITING, QueuedRequest, RequestQueue
-from scheduler.restore_chooser import LiveRestoreChooser
+from scheduler.restore_chooser import LiveRestoreChooser, RestorePlan
 from scheduler.store_shards import StoreShards
 from scheduler.workers import Worker, WorkerPool
 
@@ -102,8 +102,11 @@ class Dispatcher:
             pending = Pending(next(self._seq), session_id, arrival, trace_ctx=tracing.current(),
                               where=where, prompt_tokens=prompt_tokens)
             queued_as = where
-            if where in ("ssd", "loading") and self._recompute_at_arrival(loc, prompt_tokens):
-                queued_as, pending.kv_max_tokens = "none", 0  # ready now: the worker recomputes
+            plan = self._plan_at_arrival(loc, prompt_tokens) if where in ("ssd", "loading") \
+                else None
+            if plan is not None:  # ready now: the worker recomputes (and reads a landed end)
+                queued_as = "none"
+                pending.kv_max_tokens, pending.kv_suffix_from = plan.max_tokens, plan.suffix_from
             self.queue.add(pending.seq, kv_session, pending.seq, arrival, queued_as,
                            loc.num_bytes if loc is not None else 0)
             self._pending[pending.seq] = pending
@@ -220,25 +223,15 @@ class Dispatcher:
                     kv_tokens=loc.num_tokens if loc else 0)
             self._cond.notify_all()
 
-    def _recompute_at_arrival(self, loc, prompt_tokens: int) -> bool:
-        """The restore choice for an arriving turn whose KV is on SSD (under the lock), behind
-        the loads still waiting in the preparing queue; or being loaded already (a client's
-        prepare, another turn's load), against what is left of that load, as the timed
-        simulator asks it (bench/sim/restore.py)."""
-        if self.restore is None or not loc.load_estimate_s > 0:
-            return False
-        if loc.tier == common_pb2.TIER_LOADING:  # read anyway: nothing waits behind it
-            on_ssd = kv_store_pb2.SessionLocation()
-            on_ssd.CopyFrom(loc)
-            on_ssd.tier = common_pb2.TIER_SSD
-            return self.restore.recompute_at_arrival(on_ssd, prompt_tokens, self.queue.ready_len,
-                                                     0.0, self.pool.running(), self.pool.slots())
-        rate = loc.num_bytes / loc.load_estimate_s
+    def _plan_at_arrival(self, loc, prompt_tokens: int) -> RestorePlan | None:
+        """The restore choice for an arriving turn whose KV is on SSD or loading (under the
+        lock; LiveRestoreChooser.at_arrival). None: the turn waits for its load."""
+        if self.restore is None:
+            return None
         waiting = sum(r.kv_bytes for r in map(self.queue.get, self._pending)
                       if r is not None and r.state == WAITING)
-        return self.restore.recompute_at_arrival(loc, prompt_tokens, self.queue.ready_len,
-                                                 waiting / rate, self.pool.running(),
-                                                 self.pool.slots())
+        return self.restore.at_arrival(loc, prompt_tokens, self.queue.ready_len, waiting,
+                                       self.pool.running(), self.pool.slots())
 
     def _restore_instead(self, r: QueuedRequest, now: float) -> bool:
         """The restore choice for a load about to start (under the lock): True if the turn

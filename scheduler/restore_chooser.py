@@ -102,6 +102,27 @@ class LiveRestoreChooser:
             return RestorePlan(suffix_from=best.k)
         return RestorePlan(max_tokens=0 if name == RECOMPUTE else best.k)
 
+    def hand_over(self, loc: kv_store_pb2.SessionLocation, prompt: int, ready_ahead: int,
+                  running: int, slots: tuple[int, int] = (0, 0)) -> RestorePlan | None:
+        """A turn arriving while its prepared load, read end first (kv_store/end_first.py), has
+        landed the tokens from `loc.landed_from_token` on: the choice for the tokens before
+        them, as for KV on SSD whose load is what is left of this one (the timed simulator's
+        hand-over, bench/sim/prepared.py). Wait (None), or read the landed end and recompute
+        the beginning, all of it (the load stops) or its first k tokens while the load
+        brings the rest. A prefix split is waiting: an end-first load lands its prefix last."""
+        head = loc.landed_from_token
+        if not 0 < head < loc.num_tokens:
+            return None
+        part = kv_store_pb2.SessionLocation(
+            session_id=loc.session_id, tier=common_pb2.TIER_SSD, num_tokens=head,
+            num_bytes=loc.num_bytes * head // loc.num_tokens,
+            load_estimate_s=loc.load_estimate_s)
+        plan = self.choose(part, prompt - (loc.num_tokens - head), ready_ahead, (), running,
+                           slots=slots)
+        if plan is None or plan.max_tokens:
+            return None
+        return RestorePlan(suffix_from=plan.suffix_from or head)
+
     def recompute_at_arrival(self, loc: kv_store_pb2.SessionLocation | None, prompt: int,
                              ready_ahead: int, backlog_s: float, running: int,
                              slots: tuple[int, int] = (0, 0)) -> bool:
@@ -111,3 +132,23 @@ class LiveRestoreChooser:
         plan = self.choose(loc, prompt, ready_ahead, (), running, backlog_s, count=False,
                            slots=slots)
         return plan is not None and plan.max_tokens == 0
+
+    def at_arrival(self, loc: kv_store_pb2.SessionLocation, prompt: int, ready_ahead: int,
+                   waiting_bytes: int, running: int, slots: tuple[int, int] = (0, 0)
+                   ) -> RestorePlan | None:
+        """The choice for a turn arriving with its KV on SSD, behind `waiting_bytes` of loads
+        waiting in the preparing queue; or being loaded already (a client's prepare, another
+        turn's load), against what is left of that load, as the timed simulator asks it
+        (bench/sim/restore.py), taking over the end it has landed if it reads end first.
+        None: the turn waits for its load."""
+        if not loc.load_estimate_s > 0:
+            return None
+        if loc.landed_from_token:
+            return self.hand_over(loc, prompt, ready_ahead, running, slots)
+        backlog_s = waiting_bytes * loc.load_estimate_s / max(loc.num_bytes, 1)
+        if loc.tier == common_pb2.TIER_LOADING:  # read anyway: nothing waits behind it
+            on_ssd = kv_store_pb2.SessionLocation()
+            on_ssd.CopyFrom(loc)
+            loc, on_ssd.tier, backlog_s = on_ssd, common_pb2.TIER_SSD, 0.0
+        recompute = self.recompute_at_arrival(loc, prompt, ready_ahead, backlog_s, running, slots)
+        return RestorePlan(max_tokens=0) if recompute else None

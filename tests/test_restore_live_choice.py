@@ -147,3 +147,32 @@ def test_a_slow_load_is_waited_for_when_the_workers_slots_are_all_taken():
     assert chooser.choose(_on_ssd(load_s=1.0), 1010, 3, (), 6, slots=(0, 6)) is None
     assert chooser.choose(_on_ssd(load_s=1.0), 1010, 0, (), 5, slots=(1, 6)) == RestorePlan(0)
     assert not chooser.recompute_at_arrival(_on_ssd(load_s=1.0), 1010, 3, 0.0, 6, (0, 6))
+
+
+def _landed(head=500, tokens=1000, rest_s=0.5):
+    """A prepared load read end first: tokens [head, tokens) landed, the rest `rest_s` away."""
+    loc = _on_ssd(tokens, rest_s, common_pb2.TIER_LOADING)
+    loc.landed_from_token = head
+    return loc
+
+
+def test_a_turn_arriving_mid_load_reads_the_landed_end_and_recomputes_the_beginning():
+    chooser = _trained(suffix_loads=True)
+    # the 500 tokens not landed: read at 1 ms each, or recompute [0, k) at 10 ms + 0.5 ms·k
+    # meanwhile; they meet at k = 327 (0.173 s), well before the 0.5 s the rest takes
+    plan = chooser.at_arrival(_landed(), 1010, 0, 0, 0)
+    assert plan is not None and plan.max_tokens is None and 320 <= plan.suffix_from <= 330
+    # a read of the rest so slow that all of it is recomputed: the turn reads from the landed
+    # start (the load then stops)
+    assert chooser.at_arrival(_landed(rest_s=100.0), 1010, 0, 0, 0).suffix_from >= 499
+    # the landed end counts as history, not as the turn's new tokens: a bigger landed end
+    # with the same rest leaves less to recompute, so the meeting point moves down
+    assert chooser.hand_over(_landed(head=300, rest_s=0.3), 1010, 0, 0).suffix_from < 200
+
+
+def test_a_turn_arriving_mid_load_waits_for_the_rest_when_the_gpu_is_busy_anyway():
+    chooser = _trained(suffix_loads=True)
+    for _ in range(8):
+        chooser.observe(common_pb2.TurnSummary(latency_s=12.5, queue_s=0.5))
+    assert chooser.at_arrival(_landed(), 1010, 3, 0, 6, (0, 6)) is None
+    assert chooser.hand_over(_landed(head=0), 1010, 0, 0) is None  # nothing landed yet

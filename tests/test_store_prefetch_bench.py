@@ -26,10 +26,12 @@ def test_bidaw_prefetch_runs_the_store_with_predictive_promotion():
 
 def test_ssd_reads_split_demand_and_speculative_bytes():
     got = ssd_reads({"ssd_bytes_read": 900_000_000, "speculative_bytes_read": 250_000_000,
-                     "prefetch_hits": 7})
+                     "prefetch_hits": 7, "prepared_handed_over": 3})
     assert got == {"ssd_demand_mb": pytest.approx(650.0),
-                   "ssd_speculative_mb": pytest.approx(250.0), "prefetch_hits": 7}
-    assert ssd_reads({}) == {"ssd_demand_mb": 0.0, "ssd_speculative_mb": 0.0, "prefetch_hits": 0}
+                   "ssd_speculative_mb": pytest.approx(250.0), "prefetch_hits": 7,
+                   "prepared_handed_over": 3}
+    assert ssd_reads({}) == {"ssd_demand_mb": 0.0, "ssd_speculative_mb": 0.0, "prefetch_hits": 0,
+                             "prepared_handed_over": 0}
 
 
 def test_the_table_and_ratios_put_the_systems_side_by_side():

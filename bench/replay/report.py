@@ -93,12 +93,14 @@ def summarize(records: Sequence[TurnRecord], samples: Sequence[QueueSample] = ()
 
 def ssd_reads(store_stats: dict) -> dict:
     """The store's SSD reads, from its Stats at the end of a run: demand (promotions and
-    worker reads) and speculative (predictive promotion: bidaw-promote, bidaw-prefetch) MB, and the turns
-    whose KV a speculative read had brought into DRAM."""
+    worker reads) and speculative (predictive promotion: bidaw-promote, bidaw-prefetch) MB, the turns
+    whose KV a speculative read had brought into DRAM, and those that took over the end their
+    prepared load had landed (kv_store/end_first.py)."""
     total = store_stats.get("ssd_bytes_read", 0)
     spec = store_stats.get("speculative_bytes_read", 0)
     return {"ssd_demand_mb": (total - spec) / 1e6, "ssd_speculative_mb": spec / 1e6,
-            "prefetch_hits": store_stats.get("prefetch_hits", 0)}
+            "prefetch_hits": store_stats.get("prefetch_hits", 0),
+            "prepared_handed_over": store_stats.get("prepared_handed_over", 0)}
 
 
 BENCH_KEYS = ("ttft_mean", "ttft_p99", "latency_mean", "latency_p99", "queueing_mean",

@@ -30,3 +30,8 @@ def kv_block(dtype: torch.dtype, weights: str, native: bool = False) -> int:
 def whole_blocks(tokens: int, block: int) -> int:
     """The longest prefix of `tokens` positions made of whole blocks."""
     return tokens - tokens % block if block else tokens
+
+
+def covering_blocks(tokens: int, block: int) -> int:
+    """The shortest prefix of whole blocks that holds `tokens` positions."""
+    return -(-tokens // block) * block if block else tokens

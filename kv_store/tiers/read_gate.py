@@ -11,6 +11,21 @@ import threading
 from contextlib import contextmanager
 
 
+class ReadStopped(Exception):
+    """The reader no longer wants the rest of the read (its turn took what had landed)."""
+
+
+def stop_check(stop: threading.Event | None):
+    """What a demand read runs before each chunk: nothing, or a check of `stop`."""
+    if stop is None:
+        return None
+
+    def check() -> None:
+        if stop.is_set():
+            raise ReadStopped()
+    return check
+
+
 class ReadGate:
     def __init__(self):
         self._cond = threading.Condition()

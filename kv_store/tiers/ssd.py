@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from kv_store.tiers import ssd_scan
 from kv_store.tiers.aligned_io import ALIGN, DirectFile, align_up, aligned_buffer, fsync_dir
 from kv_store.tiers.bandwidth import BandwidthCap, BandwidthMeter
-from kv_store.tiers.read_gate import ReadGate
+from kv_store.tiers.read_gate import ReadGate, stop_check
 from kv_store.tiers.scatter import ScatterView
 from kv_store.tiers.ssd_log import SessionLog
 from kv_store.tiers.ssd_record import CorruptRecord
@@ -214,13 +214,14 @@ class SsdTier:
             return self.read_file(f, length, into)
 
     def read_file(self, f: DirectFile, length: int, into, background: bool = False,
-                  base: int = 0, seed: SessionLog | None = None) -> ReadResult:
+                  base: int = 0, seed: SessionLog | None = None, stop=None) -> ReadResult:
         """Read bytes [base, length) of an open session file into `into` (a ScatterView, or one
         page-aligned buffer; at least align_up(length - base) bytes) and verify every record
         as its bytes arrive. `background`: a speculative read, which yields to demand reads
         (`gate`; the caller holds `gate.background`). `base` > 0 (a record's start): a suffix
         read, continuing `seed`, the log of the records before it (suffix_start); the result's
-        offsets are then those of `into`, not of the file."""
+        offsets are then those of `into`, not of the file. `stop` (an Event) set: a demand
+        read raises ReadStopped before its next chunk."""
         image = into if isinstance(into, ScatterView) else ScatterView([into])
         if background:  # not metered: its pauses are no measure of the disk
             return self._read_verified(f, image, length - base,
@@ -234,7 +235,7 @@ class SsdTier:
         try:
             with self.gate.urgent():
                 result = self._read_verified(f, image, length - base, self.io_bytes,
-                                             self.read_depth, None, base, seed)
+                                             self.read_depth, stop_check(stop), base, seed)
         finally:
             with self._lock:
                 self._active_reads -= 1

@@ -67,3 +67,21 @@ def suffix_start(path: pathlib.Path, path_of: Callable[[str], pathlib.Path], tok
         del seed.meta.token_ids[first:]
         seed.pieces = [Piece(UNREAD, seed.meta.num_bytes)] if first else []
     return offset, seed
+
+
+def record_edges(path: pathlib.Path, path_of: Callable[[str], pathlib.Path], length: int
+                 ) -> list[int]:
+    """The first tokens of the records the session's tokens come from, ascending (0 first;
+    [] if unreadable): a read from one of them on starts at that record (suffix_start), and
+    one of the tokens before it ends where the record begins (SsdTier.prefix_length)."""
+    records: list[tuple[int, int, int]] = []
+    try:
+        scan_file(path, path_of, length, records=records)
+    except OSError:
+        return []
+    edges, below = [], None
+    for _, first, _ in reversed(records):  # a later record starting at or before it replaced it
+        if below is None or first < below:
+            edges.append(first)
+            below = first
+    return edges[::-1]

@@ -1,0 +1,154 @@
+"""A prepared load read end first, and the end it has landed: a turn that arrives during the
+load takes that end over (issue 18 §2).
+
+A client's prepare loads a session before its turn arrives. Read from its beginning, a load still
+running when the turn arrives leaves the turn two choices: wait for all of it, or recompute all
+of it. Read end first, what has landed is the end of the history, which a reversed split reads:
+the turn's worker reads from `start_token` at or past the landed start, recomputes the tokens
+before it, and the load stops there (the disk time of the rest goes to other loads). A suffix
+read below the landed start waits for the parts still to land.
+
+The load goes in up to PARTS parts cut at record edges, last part first: a read from an edge on
+starts at that record, and a read of the tokens before it ends where that record begins, so no
+byte is read twice. Each part lands in DRAM segments and is published (`landed_from_token` on the
+session's location, for the scheduler's choice at arrival). When every part has landed they are
+one DRAM entry, as after a whole read, without a copy.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from kv_store.path_parts import PathParts
+from kv_store.session_meta import SessionMeta
+from kv_store.store_state import Tier
+from kv_store.tiers import ssd_scan
+from kv_store.tiers.buffers import ReadHandle
+from kv_store.tiers.dram import ShmPiece
+from kv_store.tiers.read_gate import ReadStopped
+
+PARTS = 4  # a turn arriving mid-load finds at least a quarter landed once the first part is in
+LANDED, HANDED_OVER, GAVE_UP = "landed", "handed_over", "gave_up"  # how a load ended
+
+
+def cut_points(edges: list[int], tokens: int, parts: int = PARTS) -> list[int]:
+    """Where to cut a history of `tokens` tokens, whose records start at `edges` (ascending),
+    into at most `parts` parts, each at least 1/parts of it: the cuts, last first."""
+    least = tokens / parts
+    cuts, top = [], tokens
+    for edge in reversed(edges):
+        if edge >= least and top - edge >= least:
+            cuts.append(edge)
+            top = edge
+    return cuts
+
+
+def after(pieces: list[ShmPiece], skip: int) -> list[ShmPiece]:
+    """The pieces' bytes from byte `skip` on."""
+    out = []
+    for piece in pieces:
+        if skip >= piece.length:
+            skip -= piece.length
+            continue
+        out.append(ShmPiece(piece.segment, piece.offset + skip, piece.length - skip))
+        skip = 0
+    return out
+
+
+@dataclass
+class Landed:
+    meta: SessionMeta                  # the session as its load found it
+    start: int                         # tokens [start, meta.num_tokens) have landed
+    stop: threading.Event = field(default_factory=threading.Event)  # a turn took the end
+    pieces: list[ShmPiece] = field(default_factory=list)  # their bytes, in order
+    handles: list[ReadHandle] = field(default_factory=list)  # holding them until the load ends
+    done: bool = False
+
+
+class EndFirst:
+    def __init__(self, parts: PathParts, read_part: Callable[..., ReadHandle],
+                 landed: Callable[[str, int, int], None]):
+        self.parts = parts
+        self._read_part = read_part  # (session, max_tokens, start_token, stop) -> ReadHandle
+        self._report = landed        # (session, first token landed, bytes before it)
+        self._landed: dict[str, Landed] = {}
+        self._cond = threading.Condition(parts.lock)
+
+    def load(self, session_id: str) -> str | None:
+        """Load the session end first (the caller holds its session lock, no write of it runs);
+        None if it has no record edge to cut at (read it whole), else LANDED (in DRAM now),
+        HANDED_OVER (a turn took the end and the load stopped) or GAVE_UP (no room, or the
+        session changed)."""
+        parts = self.parts
+        with parts.lock:
+            meta = parts.index.metas.get(session_id)
+            length = parts.index.ssd.file_bytes.get(session_id, 0)
+            version = parts.index.versions.get(session_id)
+        ssd = parts.persister.ssd
+        edges = ssd_scan.record_edges(ssd.path(session_id), ssd.path, length) if meta else []
+        cuts = cut_points(edges, meta.num_tokens) if meta else []
+        if not cuts:
+            return None
+        landed = Landed(meta.copy(), meta.num_tokens)
+        with self._cond:
+            self._landed[session_id] = landed
+        try:
+            top = 0  # the part's last token (0: to the end)
+            for edge in cuts + [0]:
+                handle = self._read_part(session_id, top, edge, landed.stop)
+                with self._cond:
+                    landed.handles.append(handle)
+                    if not handle.shm:  # it found no room in DRAM: give up
+                        return GAVE_UP
+                    landed.pieces[:0] = handle.shm
+                    landed.start = top = edge
+                    self._cond.notify_all()
+                self._report(session_id, edge, edge * meta.bytes_per_token)
+                parts.events.publish(parts.index.location(session_id))
+            with parts.lock:
+                if parts.index.versions.get(session_id) != version or \
+                        parts.writer.busy(session_id):
+                    return GAVE_UP
+                parts.dram.put(session_id, landed.pieces, time.monotonic())
+                return LANDED
+        except ReadStopped:
+            return HANDED_OVER
+        finally:
+            with self._cond:
+                del self._landed[session_id]
+                landed.done = True
+                self._cond.notify_all()
+            for handle in landed.handles:
+                handle.release()
+
+    def covers(self, session_id: str, start_token: int) -> bool:
+        """Whether a load end first is there to serve a read from `start_token` (> 0)."""
+        with self._cond:
+            return start_token > 0 and session_id in self._landed
+
+    def serve(self, session_id: str, max_tokens: int, start_token: int) -> ReadHandle | None:
+        """A suffix read (`start_token` > 0, to the end) of a session being loaded end first,
+        served from the landed end once it reaches `start_token` (waiting for it meanwhile);
+        the turn recomputes the tokens before it, so the load stops. None: not there to
+        serve (no such load, or it ended first: the session is in DRAM or on SSD)."""
+        with self._cond:
+            landed = self._landed.get(session_id)
+            if landed is None or start_token <= 0 or \
+                    0 < max_tokens < landed.meta.num_tokens:
+                return None
+            while landed.start > start_token and not landed.done:
+                self._cond.wait(1.0)
+            if landed.done:
+                return None
+            landed.stop.set()
+            self.parts.counters.prepared_handed_over += 1
+            self.parts.counters.dram_hits += 1
+            meta = landed.meta
+            pieces = after(landed.pieces, (start_token - landed.start) * meta.bytes_per_token)
+            for piece in pieces:
+                self.parts.dram.arena.ref(piece.segment)
+        return ReadHandle(meta.copy(), Tier.DRAM, shm=pieces, arena=self.parts.dram.arena,
+                          on_release=lambda: self.parts.space.release_pieces(pieces),
+                          start_token=start_token)
