@@ -45,15 +45,18 @@ def cut_points(edges: list[int], tokens: int, parts: int = PARTS) -> list[int]:
     return cuts
 
 
-def after(pieces: list[ShmPiece], skip: int) -> list[ShmPiece]:
-    """The pieces' bytes from byte `skip` on."""
+def window(pieces: list[ShmPiece], skip: int, nbytes: int) -> list[ShmPiece]:
+    """The pieces' bytes [skip, skip + nbytes)."""
     out = []
     for piece in pieces:
+        if nbytes <= 0:
+            break
         if skip >= piece.length:
             skip -= piece.length
             continue
-        out.append(ShmPiece(piece.segment, piece.offset + skip, piece.length - skip))
-        skip = 0
+        take = min(piece.length - skip, nbytes)
+        out.append(ShmPiece(piece.segment, piece.offset + skip, take))
+        skip, nbytes = 0, nbytes - take
     return out
 
 
@@ -129,14 +132,16 @@ class EndFirst:
             return start_token > 0 and session_id in self._landed
 
     def serve(self, session_id: str, max_tokens: int, start_token: int) -> ReadHandle | None:
-        """A suffix read (`start_token` > 0, to the end) of a session being loaded end first,
-        served from the landed end once it reaches `start_token` (waiting for it meanwhile);
-        the turn recomputes the tokens before it, so the load stops. None: not there to
-        serve (no such load, or it ended first: the session is in DRAM or on SSD)."""
+        """A suffix read (`start_token` > 0, up to `max_tokens` if > 0) of a session being
+        loaded end first, served from the landed end once it reaches `start_token` (waiting
+        for it meanwhile); the turn recomputes the tokens before it, so the load stops. None:
+        not there to serve (no such load, or it ended first: the session is in DRAM or on
+        SSD)."""
         with self._cond:
             landed = self._landed.get(session_id)
-            if landed is None or start_token <= 0 or \
-                    0 < max_tokens < landed.meta.num_tokens:
+            stored = landed.meta.num_tokens if landed is not None else 0
+            want = stored if max_tokens == 0 else min(max_tokens, stored)
+            if landed is None or not 0 < start_token < want:
                 return None
             while landed.start > start_token and not landed.done:
                 self._cond.wait(1.0)
@@ -145,10 +150,12 @@ class EndFirst:
             landed.stop.set()
             self.parts.counters.prepared_handed_over += 1
             self.parts.counters.dram_hits += 1
-            meta = landed.meta
-            pieces = after(landed.pieces, (start_token - landed.start) * meta.bytes_per_token)
+            meta, bpt = landed.meta.copy(), landed.meta.bytes_per_token
+            del meta.token_ids[want:]
+            pieces = window(landed.pieces, (start_token - landed.start) * bpt,
+                            (want - start_token) * bpt)
             for piece in pieces:
                 self.parts.dram.arena.ref(piece.segment)
-        return ReadHandle(meta.copy(), Tier.DRAM, shm=pieces, arena=self.parts.dram.arena,
+        return ReadHandle(meta, Tier.DRAM, shm=pieces, arena=self.parts.dram.arena,
                           on_release=lambda: self.parts.space.release_pieces(pieces),
                           start_token=start_token)

@@ -35,6 +35,7 @@ class Promoter:
         self._running: dict[str, int] = {}
         self._speculative: tuple[str, int] | None = None  # the one speculative read in flight
         self._landed: dict[str, int] = {}  # running, end first: session -> first token landed
+        self._announced: set[str] = set()  # asked for as prepared, until loaded (end first)
         # no room yet: session -> (bytes, prepared, until when it may wait), oldest first
         self._parked: OrderedDict[str, tuple[int, bool, float]] = OrderedDict()
         self.on_idle: Callable[[], None] = lambda: None  # called when the last load finishes
@@ -67,6 +68,8 @@ class Promoter:
                     return False
                 del self._prepared[session_id]
             (self._prepared if prepared else self._queued)[session_id] = nbytes
+            if prepared:
+                self._announced.add(session_id)
             self._cond.notify()
             return True
 
@@ -122,6 +125,11 @@ class Promoter:
             if session_id in self._running:
                 self._running[session_id] = bytes_left
                 self._landed[session_id] = from_token
+
+    def announced(self, session_id: str) -> bool:
+        """Whether the load was asked for by a prepare (its turn may have arrived since)."""
+        with self._cond:
+            return session_id in self._announced
 
     def landed_from(self, session_id: str) -> int:
         with self._cond:
@@ -193,6 +201,7 @@ class Promoter:
                 with self._cond:
                     self._running.pop(session_id, None)
                     self._landed.pop(session_id, None)
+                    self._announced.discard(session_id)
                     idle = not self._waiting() and not self._running
                 if idle:
                     self.on_idle()

@@ -128,7 +128,8 @@ class Promotions:
                 elif need <= dram.capacity:  # full for now: wait for room
                     self.promoter.park(session_id, need, prepared, start + self.hold_seconds)
                     parked = True
-            if room and prepared:  # end first: its turn may take the end that has landed
+            if room and (prepared or self.promoter.announced(session_id)):  # (arrived since)
+                # end first: its turn may take over the end that has landed
                 handed_over = not self.reads.load_prepared(session_id)
             elif room:
                 self.reads.open_read(session_id).release()

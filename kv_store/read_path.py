@@ -18,6 +18,7 @@ from kv_store.store_state import SessionLocks, StoreCounters, Tier, check_sessio
 from kv_store.tier_space import TierSpace
 from kv_store.tiers.buffers import ReadHandle
 from kv_store.tiers.dram import DramTier, ShmPiece
+from kv_store.tiers.read_gate import ReadStopped
 from kv_store.tiers.scatter import Layout
 from kv_store.tiers.shm_arena import Segment
 from kv_store.tiers.ssd_writer import OrderedWriter
@@ -127,8 +128,13 @@ class ReadPath:
         prefix = max_tokens if 0 < max_tokens < stored else 0
         started = time.monotonic()
         for _ in range(3):
-            got = self.parts.persister.read_session(session_id, True, prefix, background,
-                                                    start_token, stop)
+            try:
+                got = self.parts.persister.read_session(session_id, True, prefix, background,
+                                                        start_token, stop)
+            except ReadStopped as stopped:  # its bytes were read all the same
+                with self.parts.lock:
+                    self.parts.counters.ssd_bytes_read += stopped.bytes_read
+                raise
             if got is not None:
                 break
         else:

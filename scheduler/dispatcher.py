@@ -24,8 +24,9 @@ import services.runtime.tracing as tracing
 from services.runtime import metrics
 from services.runtime.gen import common_pb2, kv_store_pb2
 
-from scheduler.policy import WAITING, QueuedRequest, RequestQueue
-from scheduler.restore_chooser import LiveRestoreChooser, RestorePlan
+from scheduler.policy import QueuedRequest, RequestQueue
+from scheduler.restore_chooser import LiveRestoreChooser
+from scheduler.restore_decisions import RestoreDecisions
 from scheduler.store_shards import StoreShards
 from scheduler.workers import Worker, WorkerPool
 
@@ -49,13 +50,14 @@ class Pending:
     prompt_tokens: int = 0  # the prompt's size (restore_chooser.prompt_tokens)
     kv_max_tokens: int | None = None  # the restore choice: reuse at most this many (None: all)
     kv_suffix_from: int = 0  # the restore choice: recompute the tokens before it, read the rest
+    landed_asked: int = 0  # the landed start of its load it was last asked about
 
 
 class QueueFull(Exception):
     """The queue already holds `max_queue` turns."""
 
 
-class Dispatcher:
+class Dispatcher(RestoreDecisions):
     def __init__(self, queue: RequestQueue, pool: WorkerPool, scheduler_id: str,
                  max_queue: int, restore: LiveRestoreChooser | None = None):
         self.queue = queue
@@ -147,6 +149,7 @@ class Dispatcher:
         with self._cond:
             now = time.monotonic()
             self._reconcile_loads(now)
+            self._take_landed_ends(now)
             decided = time.perf_counter()
             while (r := self.queue.next_load(now, self._reading())) is not None:
                 if self._restore_instead(r, now):
@@ -222,36 +225,6 @@ class Dispatcher:
                     kv_bytes=loc.num_bytes if loc else 0,
                     kv_tokens=loc.num_tokens if loc else 0)
             self._cond.notify_all()
-
-    def _plan_at_arrival(self, loc, prompt_tokens: int) -> RestorePlan | None:
-        """The restore choice for an arriving turn whose KV is on SSD or loading (under the
-        lock; LiveRestoreChooser.at_arrival). None: the turn waits for its load."""
-        if self.restore is None:
-            return None
-        waiting = sum(r.kv_bytes for r in map(self.queue.get, self._pending)
-                      if r is not None and r.state == WAITING)
-        return self.restore.at_arrival(loc, prompt_tokens, self.queue.ready_len, waiting,
-                                       self.pool.running(), self.pool.slots())
-
-    def _restore_instead(self, r: QueuedRequest, now: float) -> bool:
-        """The restore choice for a load about to start (under the lock): True if the turn
-        recomputes or loads a prefix itself instead (it is ready now)."""
-        pending = self._pending.get(r.request_id)
-        if self.restore is None or pending is None:
-            return False
-        left = [loc.load_estimate_s if loc is not None else 0.0  # the disk time in flight
-                for loc in map(self.stores.location, (s for s, _ in self._loading.values()))
-                if loc is None or not loc.waiting_for_room]  # (one waiting for room reads none)
-        plan = self.restore.choose(self.stores.location(str(r.session_id)),
-                                   pending.prompt_tokens, self.queue.ready_len, tuple(left),
-                                   self.pool.running(), slots=self.pool.slots())
-        if plan is None:
-            return False
-        log.debug("restore choice for %s of %r: %s", r.request_id, r.session_id, plan)
-        pending.kv_max_tokens, pending.kv_suffix_from = plan.max_tokens, plan.suffix_from
-        self.queue.load_finished(r.request_id)
-        pending.ready_at = now
-        return True
 
     def _reading(self) -> int:
         """Loads holding the disk, which `max_loads` bounds: not those waiting for DRAM room."""

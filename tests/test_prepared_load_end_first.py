@@ -91,3 +91,14 @@ def test_a_load_nobody_takes_lands_whole_in_dram_end_first(store):
     assert core.stats()["prepared_handed_over"] == 0
     assert eventually(lambda: core.stats()["leases"] == 0)
     stream.close()
+
+
+def test_a_window_of_the_landed_end_is_served_too(store):
+    """A prompt that matches only part of the history reads up to where it matches."""
+    client, core, stream, tokens = prepared_on_ssd(store)
+    assert landed(stream) == 192
+    got = client.read("p", max_tokens=240, start_token=200)
+    assert got.start_token == 200 and got.token_ids == tokens[:240]
+    assert bytes(got.data) == token_bytes("p", tokens, BPT)[200 * BPT:240 * BPT]
+    assert got.tier == common_pb2.TIER_DRAM and core.stats()["prepared_handed_over"] == 1
+    stream.close()

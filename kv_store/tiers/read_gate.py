@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 class ReadStopped(Exception):
     """The reader no longer wants the rest of the read (its turn took what had landed)."""
+    bytes_read = 0  # what the read had read by then
 
 
 def stop_check(stop: threading.Event | None):

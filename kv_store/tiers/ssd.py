@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from kv_store.tiers import ssd_scan
 from kv_store.tiers.aligned_io import ALIGN, DirectFile, align_up, aligned_buffer, fsync_dir
 from kv_store.tiers.bandwidth import BandwidthCap, BandwidthMeter
-from kv_store.tiers.read_gate import ReadGate, stop_check
+from kv_store.tiers.read_gate import ReadGate, ReadStopped, stop_check
 from kv_store.tiers.scatter import ScatterView
 from kv_store.tiers.ssd_log import SessionLog
 from kv_store.tiers.ssd_record import CorruptRecord
@@ -268,7 +268,11 @@ class SsdTier:
         try:
             for k, (off, view) in enumerate(jobs):
                 got = futures.pop(k).result()
-                submit(k + depth)
+                try:
+                    submit(k + depth)
+                except ReadStopped as stopped:
+                    stopped.bytes_read = off + got  # (and the chunks in flight, not counted)
+                    raise
                 checker.advance(off + got)
                 if got < len(view) or checker.failed:
                     break
