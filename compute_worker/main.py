@@ -5,6 +5,7 @@ import logging
 import os
 import pathlib
 import re
+import secrets
 import shutil
 import tempfile
 
@@ -35,12 +36,25 @@ def actor_env(environ=os.environ) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k.startswith(ACTOR_ENV_PREFIXES)}
 
 
+def ray_auth_env(config: WorkerConfig) -> None:
+    """Ray's GCS, raylet and workers listen on every interface, and a caller Ray lets in runs
+    any code: a worker that starts its own cluster turns on Ray's token auth with a token made
+    here, kept in this process's environment (which Ray's processes inherit), never on disk.
+    Joining a cluster, its own RAY_AUTH_MODE rules. Call before Ray is imported: it reads its
+    auth mode then."""
+    if config.ray_address:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # else Ray writes a token to $HOME
+    elif os.environ.get("RAY_AUTH_MODE") != "token" or not os.environ.get("RAY_AUTH_TOKEN"):
+        os.environ["RAY_AUTH_MODE"] = "token"
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+
+
 def init_ray(config: WorkerConfig) -> None:
+    ray_auth_env(config)
     import ray
 
     if ray.is_initialized():
         return
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # else Ray writes a token into $HOME
     if config.ray_address:
         with signal_handlers_kept():
             ray.init(address=config.ray_address, log_to_driver=True)
@@ -51,6 +65,7 @@ def init_ray(config: WorkerConfig) -> None:
     with signal_handlers_kept():
         ray.init(num_cpus=config.ray_num_cpus, object_store_memory=config.ray_object_store_bytes,
                  include_dashboard=False, _temp_dir=_ray_temp_dir, log_to_driver=True)
+    os.chmod(_ray_temp_dir, 0o700)  # Ray opens it to all: its logs and sockets are ours
 
 
 def shutdown_ray() -> None:
@@ -73,8 +88,8 @@ def sweep_ray_temp_dirs(base: str = "/tmp") -> None:
 
 
 def start(config: WorkerConfig):
+    ray_auth_env(config)  # before Ray is imported
     import ray
-
     from compute_worker.actor import EngineActor
     from compute_worker.service import ComputeWorkerService
 
