@@ -109,7 +109,9 @@ class EndFirst:
                     landed.start = top = edge
                     self._cond.notify_all()
                 self._report(session_id, edge, edge * meta.bytes_per_token)
-                parts.events.publish(parts.index.location(session_id))
+                with parts.lock:
+                    loc = parts.index.location(session_id)
+                parts.events.publish(loc)
             with parts.lock:
                 if parts.index.versions.get(session_id) != version or \
                         parts.writer.busy(session_id):
