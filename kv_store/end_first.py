@@ -26,7 +26,7 @@ from kv_store.session_meta import SessionMeta
 from kv_store.store_state import Tier
 from kv_store.tiers import ssd_scan
 from kv_store.tiers.buffers import ReadHandle
-from kv_store.tiers.dram import ShmPiece
+from kv_store.tiers.dram import ShmPiece, window
 from kv_store.tiers.read_gate import ReadStopped
 
 PARTS = 4  # a turn arriving mid-load finds at least a quarter landed once the first part is in
@@ -43,21 +43,6 @@ def cut_points(edges: list[int], tokens: int, parts: int = PARTS) -> list[int]:
             cuts.append(edge)
             top = edge
     return cuts
-
-
-def window(pieces: list[ShmPiece], skip: int, nbytes: int) -> list[ShmPiece]:
-    """The pieces' bytes [skip, skip + nbytes)."""
-    out = []
-    for piece in pieces:
-        if nbytes <= 0:
-            break
-        if skip >= piece.length:
-            skip -= piece.length
-            continue
-        take = min(piece.length - skip, nbytes)
-        out.append(ShmPiece(piece.segment, piece.offset + skip, take))
-        skip, nbytes = 0, nbytes - take
-    return out
 
 
 @dataclass

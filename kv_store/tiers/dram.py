@@ -26,6 +26,22 @@ class ShmPiece:
     length: int
 
 
+def window(pieces, skip: int, nbytes: int) -> list[ShmPiece]:
+    """The pieces' bytes [skip, skip + nbytes), as pieces."""
+    out: list[ShmPiece] = []
+    for piece in pieces:
+        if nbytes <= 0:
+            break
+        if skip >= piece.length:
+            skip -= piece.length
+            continue
+        take = min(piece.length - skip, nbytes)
+        out.append(piece if skip == 0 and take == piece.length else
+                   ShmPiece(piece.segment, piece.offset + skip, take))
+        skip, nbytes = 0, nbytes - take
+    return out
+
+
 class DramTier:
     def __init__(self, arena: ShmArena, ledger: TierLedger):
         self.arena = arena
@@ -78,19 +94,7 @@ class DramTier:
                skip: int = 0) -> list[ShmPiece]:
         """Pieces covering bytes [skip, nbytes) of the entry; with references a reader must
         `release` (so an eviction meanwhile cannot unlink them)."""
-        out: list[ShmPiece] = []
-        left = nbytes - skip
-        for piece in self._entries.get(session_id, ()):
-            if left <= 0:
-                break
-            if skip >= piece.length:
-                skip -= piece.length
-                continue
-            take = min(piece.length - skip, left)
-            out.append(piece if take == piece.length else
-                       ShmPiece(piece.segment, piece.offset + skip, take))
-            left -= take
-            skip = 0
+        out = window(self._entries.get(session_id, ()), skip, nbytes - skip)
         if take_refs:
             for piece in out:
                 self.arena.ref(piece.segment)
