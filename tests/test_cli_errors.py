@@ -126,3 +126,18 @@ def test_certs_refuses_a_host_or_a_validity_it_cannot_write(tmp_path, capsys):
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
     assert main(["certs", "--out", str(tmp_path / "c"),
                  "--hosts", "*.kv-store.bidaw.svc,10.0.0.1,[::1],xn--bcher-kva.example"]) == 0
+
+
+@pytest.mark.parametrize("argv, usage, named", [
+    (["--bogus"], "usage: bidaw [-h] COMMAND", "unrecognized option --bogus"),
+    (["up", "--bogus"], "usage: bidaw up ", "bidaw up: error: unrecognized arguments: --bogus"),
+    (["bench", "live", "--trace", "t", "--bogus", "1"], "usage: bidaw bench live ",
+     "bidaw bench live: error: unrecognized arguments: --bogus 1"),
+])
+def test_an_unknown_flag_is_named_with_the_usage_of_the_command_it_was_given_to(
+        capsys, argv, usage, named):
+    with pytest.raises(SystemExit) as err:
+        main(argv)
+    assert err.value.code == 2
+    stderr = capsys.readouterr().err
+    assert stderr.startswith(usage) and named in stderr, stderr

@@ -45,6 +45,12 @@ class BidawParser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", DefaultsFormatter)
         super().__init__(*args, **kwargs)
 
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras and " " in self.prog:  # a subcommand's: refused with its own usage
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
     def add_argument(self, *args, **kwargs):
         if kwargs.get("help") is None and kwargs.get("default") is not None:
             kwargs["help"] = "(default: %(default)s)"  # argparse prints no help at all for None
@@ -67,7 +73,11 @@ def _interrupt(*_signal):
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    given = sys.argv[1:] if argv is None else argv
+    if given and given[0].startswith("-") and given[0] not in ("-h", "--help"):
+        parser.error(f"unrecognized option {given[0]}: the COMMAND comes first (bidaw --help)")
+    args = parser.parse_args(argv)
     # SIGTERM unwinds like Ctrl-C, so the deployments a bench or demo started are stopped
     # instead of orphaned (`bidaw serve` installs its own handlers).
     signal.signal(signal.SIGTERM, _interrupt)
