@@ -9,6 +9,7 @@ import torch
 
 from compute_worker.detokenizer import Detokenizer
 from compute_worker.sampling import Sampler
+from compute_worker.stop_text import StopText
 
 DONE = object()  # end-of-stream marker on Sequence.out
 
@@ -35,6 +36,10 @@ class Sequence:
     cancelled: bool = False
     error: BaseException | None = None
     _redone: int = 0  # tokens of hidden6 that the step being fed computes again
+    _stop_text: StopText = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._stop_text = StopText(self.stops)
 
     @property
     def finished(self) -> bool:
@@ -70,22 +75,23 @@ class Sequence:
         return True
 
     def accept(self, token: int) -> None:
-        """Take the sampled token; emit its text; decide whether the turn is over."""
+        """Take the sampled token; emit the text it releases; decide whether the turn is over.
+        Each event carries its token; its text lags while it may begin a stop string
+        (stop_text.py), and the stop string itself is never sent, though its tokens are (they
+        are generated, counted and saved in the KV, as in vLLM)."""
         self.generated.append(token)
         if len(self.generated) == 1:
             self.ttft = time.monotonic() - self.arrived
         if token in self.eos:
             self.finish_reason = "stop"
-            self.out.put(([token], ""))
+            self.out.put(([token], self._stop_text.flush()))
             return
-        text = self.detok.add(token)
-        hit = next((s for s in self.stops if s in self.detok.text), None)
-        if hit is not None:
+        text = self._stop_text.add(self.detok.add(token))
+        if self._stop_text.stopped:
             self.finish_reason = "stop"
-            seen_before = len(self.detok.text) - len(text)
-            text = text[:max(self.detok.text.index(hit) - seen_before, 0)]
         elif len(self.generated) >= self.max_new:
             self.finish_reason = "length"
+            text += self._stop_text.flush()
         self.out.put(([token], text))
 
     def fail(self, exc: BaseException) -> None:
