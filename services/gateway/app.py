@@ -18,12 +18,12 @@ from services.gateway.config import GatewayConfig
 from services.gateway.errors import ApiError
 from services.gateway.health import HealthCheck
 from services.gateway.headers import check_headers
-from services.gateway.json_body import load_body
 from services.gateway.metrics_site import metrics_response
 from services.gateway.native_api import NativeApi
 from services.gateway.prompt_size import check_prompt_size
 from services.gateway.protocol import check_model, parse_chat, parse_completion
 from services.gateway.ratelimit import InFlight, RateLimiter, retry_after_s
+from services.gateway.request_body import read_body
 from services.gateway.responses import VERSION, Reply, model_card
 from services.gateway.sessions_api import SessionsApi
 from services.gateway.turns import TurnServer
@@ -142,37 +142,32 @@ class Gateway:
                            None, "invalid_api_key")
         return tenant
 
-    async def _body(self, request: web.Request) -> dict:
-        if (request.content_length or 0) > self.config.max_body_bytes:
-            raise ApiError(413, f"request body exceeds {self.config.max_body_bytes} bytes",
-                           None, "request_too_large")
-        raw = await request.read()  # aiohttp enforces client_max_size on chunked bodies
-        return load_body(raw)
-
     async def _turn(self, request: web.Request, prepare) -> web.StreamResponse:
-        """prepare(request, tenant, body) checks the body and returns what serves the turn
-        (called again if the scheduler was full)."""
+        """prepare(request, tenant, body) checks the body and returns serve(), which runs the
+        turn (called again if the scheduler was full)."""
         tenant = self._tenant(request)
         if self.draining:
             raise ApiError(503, "the gateway is shutting down", None, "unavailable",
                            self.config.retry_after_s)
+        # Read and checked before the turn queues: a stalled upload must not hold a slot, and
+        # a bad body gets its 400 without waiting in the FIFO.
+        body = await read_body(request, self.config.max_body_bytes,
+                               self.config.body_read_timeout_s)
+        serve = prepare(request, tenant, body)
         self._admit_tenant(tenant)
         try:
             async with self.admission.slot(tenant) as slot:  # waits its turn in the FIFO
-                return await self._admitted(request, tenant, prepare, slot)
+                return await self._admitted(serve, slot)
         except Shed as exc:
             metrics.HTTP_SHED.labels(exc.reason).inc()
             raise ApiError(429, exc.message, None, "overloaded", exc.retry_after) from None
         finally:
             self.tenant_in_flight.leave(tenant)
 
-    async def _admitted(self, request: web.Request, tenant: str, prepare,
-                        slot: Slot) -> web.StreamResponse:
+    async def _admitted(self, serve, slot: Slot) -> web.StreamResponse:
         self.in_flight += 1  # one event loop: no lock needed
         metrics.HTTP_IN_FLIGHT.set(self.in_flight)
         try:
-            body = await self._body(request)
-            serve = prepare(request, tenant, body)
             while True:
                 try:
                     return await serve()

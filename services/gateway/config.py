@@ -72,6 +72,9 @@ class GatewayConfig(ClusterTokenConfig):
                 "(empty: none)"})
     max_body_bytes: int = field(default=4 << 20, metadata={
         "help": "largest request body; larger ones get 413"})
+    body_read_timeout_s: float = field(default=30.0, metadata={
+        "help": "longest time a chat/completion request body may take to arrive, read before "
+                "the turn waits for a slot; a slower or stalled upload gets 408"})
     max_prompt_bytes: int = field(default=8192 * 81, metadata={
         "help": "prompt text (all messages) that cannot fit the context, refused before the "
                 "scheduler sees it: context tokens x the longest token's bytes. The default is "
@@ -108,4 +111,4 @@ class GatewayConfig(ClusterTokenConfig):
         check_bounds(self, at_least={"max_body_bytes": 1, "retry_after_s": 0,
                                      "health_cache_s": 0, "vocab_size": 0, "max_model_len": 0,
                                      "max_prompt_bytes": 0},
-                     above={"request_timeout_s": 0})
+                     above={"request_timeout_s": 0, "body_read_timeout_s": 0})

@@ -8,7 +8,8 @@ from aiohttp import web
 
 # status -> the `type` OpenAI uses for it
 _TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-          405: "invalid_request_error", 413: "invalid_request_error", 429: "rate_limit_error",
+          405: "invalid_request_error", 408: "invalid_request_error",
+          413: "invalid_request_error", 429: "rate_limit_error",
           500: "server_error", 503: "service_unavailable", 504: "timeout_error"}
 
 
@@ -28,8 +29,11 @@ class ApiError(Exception):
 
     def response(self) -> web.Response:
         headers = {"Retry-After": str(self.retry_after)} if self.retry_after else None
-        return web.Response(status=self.status, text=json.dumps(self.body()),
-                            content_type="application/json", headers=headers)
+        response = web.Response(status=self.status, text=json.dumps(self.body()),
+                                content_type="application/json", headers=headers)
+        if self.status == 408:  # the rest of the body may still come: not a request boundary
+            response.force_close()
+        return response
 
 
 def bad_request(message: str, param: str | None = None) -> ApiError:

@@ -2,7 +2,7 @@
 
 Every field either means what OpenAI (or vLLM, for its extensions) says it means or is refused
 with a 400 naming it: features whose absence would change the answer (n > 1, logprobs, tools,
-echo, JSON mode) are never silently dropped.
+echo, JSON mode) are never silently dropped; which fields may appear at all: request_fields.py.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from services.gateway.config import GatewayConfig
 from services.gateway.errors import ApiError, bad_request
 from services.gateway.fields import INT32_MAX, UINT32_MAX, integer, typed
+from services.gateway.request_fields import check_chat_fields, check_completion_fields
 from services.gateway.sampling_params import Sampling, parse_sampling
 from services.runtime.turn_bounds import MAX_STOPS
 
@@ -115,6 +116,7 @@ def _template_flags(body: dict, parsed: Parsed) -> None:
 
 
 def parse_chat(body: dict, config: GatewayConfig) -> Parsed:
+    check_chat_fields(body)
     parsed = Parsed()
     messages = typed(body, "messages", (list,))
     if not messages:
@@ -137,6 +139,7 @@ def parse_chat(body: dict, config: GatewayConfig) -> Parsed:
 def parse_completion(body: dict, config: GatewayConfig) -> Parsed:
     """A text prompt is raw text, tokenized as it is (no chat template), as in OpenAI and
     vLLM; token ids are passed through as they are, once checked against the vocabulary."""
+    check_completion_fields(body)
     parsed = Parsed()
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):

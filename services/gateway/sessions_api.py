@@ -2,12 +2,13 @@
 (POST .../prepare).
 
 The id is the one a turn's `x-bidaw-session` header named (the client's own X-Session-Id, or
-the id the scheduler gave a conversation it recognised), inside the caller's tenant: one tenant
-can never end or warm another's. DELETE: the scheduler waits for a turn of the session that is
-running, then forgets the conversation and tells the store shard to free its KV from DRAM and
-SSD; the answer is OpenAI's deletion object. Prepare: the scheduler asks the store shard to
-promote the KV from SSD to DRAM and answers at once, before the load ends (a chat front end may
-send it at every typing start). An id nothing knows (never seen, or ended already) is a 404.
+the id the scheduler gave a conversation it recognised; percent-decoded as that header is),
+inside the caller's tenant: one tenant can never end or warm another's. DELETE: the scheduler
+waits for a turn of the session that is running, then forgets the conversation and tells the
+store shard to free its KV from DRAM and SSD; the answer is OpenAI's deletion object. Prepare:
+the scheduler asks the store shard to promote the KV from SSD to DRAM and answers at once,
+before the load ends (a chat front end may send it at every typing start). An id nothing
+knows (never seen, or ended already) is a 404.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from aiohttp import web
 
 from services.gateway.auth import scoped_session
 from services.gateway.errors import ApiError, from_grpc
+from services.gateway.session_ids import from_header
 from services.gateway.turns import check_session_id
 from services.runtime.gen import common_pb2
 
@@ -53,6 +55,7 @@ class SessionsApi:
         gRPC errors as HTTP ones."""
         gateway = self.gateway
         tenant = gateway._tenant(request)
+        session = from_header(session, "session")  # as x-bidaw-session named it
         check_session_id(session, gateway.config.max_session_id, "session")
         gateway._admit_tenant(tenant)  # the tenant's rate and concurrency, as for a turn
         try:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import logging
-from urllib.parse import quote
 
 import grpc
 from aiohttp import web
@@ -18,18 +17,19 @@ from services.gateway.backend import Backend
 from services.gateway.errors import ApiError, bad_request, from_grpc
 from services.gateway.protocol import Parsed
 from services.gateway.responses import Reply
+from services.gateway.session_ids import from_header, to_header
 
 log = logging.getLogger("bidaw.gateway")
 SESSION_HEADERS = ("X-Session-Id", "x-user-id")
 
 
 def session_of(request: web.Request, parsed: Parsed, limit: int) -> tuple[str, bool]:
-    """The client's session id (X-Session-Id, x-user-id, then `user`), or "" when it named
-    none (the scheduler then recognises the conversation from its messages); and whether the
-    client named it."""
+    """The client's session id (X-Session-Id, x-user-id, percent-decoded: session_ids.py;
+    then `user`), or "" when it named none (the scheduler then recognises the conversation
+    from its messages); and whether the client named it."""
     for name in SESSION_HEADERS:
         if request.headers.get(name):
-            session, source = request.headers[name], name
+            session, source = from_header(request.headers[name], name), name
             break
     else:
         session, source = parsed.user, "user"
@@ -72,8 +72,7 @@ def session_headers(first: common_pb2.TurnEvent, tenant: str, session: str) -> d
     named = scoped[len(prefix):] if scoped.startswith(prefix) else scoped
     metrics.RECOGNISED.labels(recognised).inc()
     tracing.set_attributes(session=named, session_recognised=recognised)
-    return {"x-bidaw-session": named if named.isascii() else quote(named),  # headers: latin-1
-            "x-bidaw-session-recognised": recognised}
+    return {"x-bidaw-session": to_header(named), "x-bidaw-session-recognised": recognised}
 
 
 def _sse(payload: dict | str) -> bytes:
