@@ -105,6 +105,14 @@ def start_fake_scheduler() -> tuple[Server, FakeScheduler]:
     return server, fake
 
 
+def fake_on_a_port():
+    """A fixture's body: a fake scheduler serving on a free port (`fake.port`), stopped after."""
+    server, fake = start_fake_scheduler()
+    fake.port = server.port
+    yield fake
+    server.stop(0)
+
+
 @contextlib.contextmanager
 def gateway_over_fake(api_keys: str):
     """A real gateway (`api_keys` as its flag takes them) in front of a fake scheduler:

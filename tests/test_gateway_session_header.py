@@ -12,18 +12,13 @@ import pytest
 
 from services.gateway.config import GatewayConfig
 from tests.background_gateway import BackgroundGateway
-from tests.fake_scheduler import start_fake_scheduler
+from tests.fake_scheduler import fake_on_a_port
 
 TENANT = "acme"
 KEY = "sk-session-header-0123"
 
 
-@pytest.fixture(scope="module")
-def fake():
-    server, fake = start_fake_scheduler()
-    fake.port = server.port
-    yield fake
-    server.stop(0)
+fake = pytest.fixture(scope="module", name="fake")(fake_on_a_port)
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ import pytest
 
 from services.gateway.config import GatewayConfig
 from tests.background_gateway import BackgroundGateway
-from tests.fake_scheduler import start_fake_scheduler
+from tests.fake_scheduler import fake_on_a_port
 
 KEYS = {"acme": "sk-slow-acme-0123", "globex": "sk-slow-globex-4567"}
 SLOTS, READ_S = 2, 1.5
@@ -25,12 +25,7 @@ CHAT = json.dumps({"model": "smollm2-135m", "messages": [{"role": "user",
                                                          "content": "hi"}]}).encode()
 
 
-@pytest.fixture(scope="module")
-def fake():
-    server, fake = start_fake_scheduler()
-    fake.port = server.port
-    yield fake
-    server.stop(0)
+fake = pytest.fixture(scope="module", name="fake")(fake_on_a_port)
 
 
 @pytest.fixture(scope="module")

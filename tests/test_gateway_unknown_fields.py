@@ -10,7 +10,7 @@ import pytest
 
 from services.gateway.config import GatewayConfig
 from tests.background_gateway import BackgroundGateway
-from tests.fake_scheduler import start_fake_scheduler
+from tests.fake_scheduler import fake_on_a_port
 from tests.test_gateway_api import assert_error, post
 
 MODEL = "smollm2-135m"
@@ -19,12 +19,7 @@ TOOL = {"type": "function", "function": {"name": "add", "parameters": {"type": "
 CALL = {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{}"}}
 
 
-@pytest.fixture(scope="module")
-def fake():
-    server, fake = start_fake_scheduler()
-    fake.port = server.port
-    yield fake
-    server.stop(0)
+fake = pytest.fixture(scope="module", name="fake")(fake_on_a_port)
 
 
 @pytest.fixture(scope="module")

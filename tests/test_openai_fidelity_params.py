@@ -10,18 +10,13 @@ import pytest
 from services.runtime.config import load_config
 from tests.background_gateway import BackgroundGateway
 from services.gateway.config import GatewayConfig, model_flags
-from tests.fake_scheduler import start_fake_scheduler
+from tests.fake_scheduler import fake_on_a_port
 from tests.test_gateway_api import assert_error, chat_body, client, post, raw
 
 MODEL, HF_ID = "smollm2-135m", "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
-@pytest.fixture(scope="module")
-def fake():
-    server, fake = start_fake_scheduler()
-    fake.port = server.port
-    yield fake
-    server.stop(0)
+fake = pytest.fixture(scope="module", name="fake")(fake_on_a_port)
 
 
 @pytest.fixture(scope="module")
