@@ -88,8 +88,7 @@ def sweep_ray_temp_dirs(base: str = "/tmp") -> None:
 
 
 def start(config: WorkerConfig):
-    ray_auth_env(config)  # before Ray is imported
-    import ray
+    ray_auth_env(config)  # before Ray is imported (by the actor's module)
     from compute_worker.actor import EngineActor
     from compute_worker.service import ComputeWorkerService
 

@@ -8,11 +8,10 @@ the turn's worker reads from `start_token` at or past the landed start, recomput
 before it, and the load stops there (the disk time of the rest goes to other loads). A suffix
 read below the landed start waits for the parts still to land.
 
-The load goes in up to PARTS parts cut at record edges, last part first: a read from an edge on
-starts at that record, and a read of the tokens before it ends where that record begins, so no
-byte is read twice. Each part lands in DRAM segments and is published (`landed_from_token` on the
-session's location, for the scheduler's choice at arrival). When every part has landed they are
-one DRAM entry, as after a whole read, without a copy.
+The load goes in up to four parts cut at record edges (where: load_parts.py), last part first.
+Each part lands in DRAM segments and is published (`landed_from_token` on the session's
+location, for the scheduler's choice at arrival). When every part has landed they are one DRAM
+entry, as after a whole read, without a copy.
 """
 from __future__ import annotations
 
@@ -21,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from kv_store.load_parts import cut_points
 from kv_store.path_parts import PathParts
 from kv_store.session_meta import SessionMeta
 from kv_store.store_state import Tier
@@ -29,20 +29,7 @@ from kv_store.tiers.buffers import ReadHandle
 from kv_store.tiers.dram import ShmPiece, window
 from kv_store.tiers.read_gate import ReadStopped
 
-PARTS = 4  # a turn arriving mid-load finds at least a quarter landed once the first part is in
 LANDED, HANDED_OVER, GAVE_UP = "landed", "handed_over", "gave_up"  # how a load ended
-
-
-def cut_points(edges: list[int], tokens: int, parts: int = PARTS) -> list[int]:
-    """Where to cut a history of `tokens` tokens, whose records start at `edges` (ascending),
-    into at most `parts` parts, each at least 1/parts of it: the cuts, last first."""
-    least = tokens / parts
-    cuts, top = [], tokens
-    for edge in reversed(edges):
-        if edge >= least and top - edge >= least:
-            cuts.append(edge)
-            top = edge
-    return cuts
 
 
 @dataclass

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from kv_store.end_first import cut_points
+from kv_store.load_parts import cut_points
 from services.runtime.gen import common_pb2, kv_store_pb2
 from tests.store_helpers import AwarenessStream, eventually, store, token_bytes  # noqa: F401
 
