@@ -1,5 +1,6 @@
-"""Next-token choice: OpenAI's penalties and logit_bias on the logits, then greedy (temperature
-0, reproducible) or seeded sampling from the top_k / top_p nucleus.
+"""Next-token choice: OpenAI's penalties and logit_bias on the logits, the end-of-sequence
+tokens barred until min_tokens, then greedy (temperature 0, reproducible) or seeded sampling
+from the top_k / top_p nucleus.
 
 The logit rules are pure functions over one step's logits so that they can be checked on
 hand-made tensors; `Sampler` keeps the per-answer state (the generator, the tokens so far).
@@ -37,6 +38,15 @@ def biased(logits: torch.Tensor, bias: dict[int, float]) -> torch.Tensor:
     return out
 
 
+def barred(logits: torch.Tensor, ids: list[int]) -> torch.Tensor:
+    """`ids` made impossible to choose (vLLM's min_tokens: no end before the minimum)."""
+    if not ids:
+        return logits
+    out = logits.clone()
+    out[torch.tensor(ids, device=logits.device)] = -torch.inf
+    return out
+
+
 def nucleus(probs: torch.Tensor, top_k: int, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
     """The tokens sampling may choose, most likely first, and their renormalised probabilities:
     the top_k most likely (0: all), then the smallest prefix whose mass reaches top_p."""
@@ -54,7 +64,8 @@ def nucleus(probs: torch.Tensor, top_k: int, top_p: float) -> tuple[torch.Tensor
 class Sampler:
     def __init__(self, temperature: float = 0.0, seed: int = 0, *, top_p: float = 1.0,
                  top_k: int = 0, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
-                 logit_bias: dict[int, float] | None = None):
+                 logit_bias: dict[int, float] | None = None, min_tokens: int = 0,
+                 eos: list[int] | tuple = ()):
         if temperature < 0:
             raise ValueError("temperature must be >= 0")
         self.temperature = temperature
@@ -63,14 +74,17 @@ class Sampler:
         self.presence = presence_penalty
         self.frequency = frequency_penalty
         self.bias = dict(logit_bias or {})
+        self.min_tokens = min_tokens  # the eos ids are barred until this many are chosen
+        self.eos = [t for t in eos if 0 <= t]
         self.counts: Counter = Counter()  # tokens chosen so far in this answer
         self.generator = None
         if temperature > 0:
             self.generator = torch.Generator().manual_seed(seed)
 
     @classmethod
-    def for_turn(cls, turn, vocab_size: int) -> "Sampler":
-        """The turn's sampling knobs, checked; bad ones are the caller's error (TurnError)."""
+    def for_turn(cls, turn, vocab_size: int, eos: list[int] | tuple = ()) -> "Sampler":
+        """The turn's sampling knobs, checked; bad ones are the caller's error (TurnError).
+        `eos`: the model's end-of-sequence ids, barred before the turn's min_tokens."""
         bad = [t for t in turn.logit_bias if not 0 <= t < vocab_size]
         if bad:
             raise TurnError(f"logit_bias token id {bad[0]} is outside the vocabulary "
@@ -81,12 +95,17 @@ class Sampler:
             raise TurnError(f"top_p {turn.top_p} is outside [0, 1]")
         return cls(turn.temperature, turn.seed, top_p=turn.top_p or 1.0, top_k=turn.top_k,
                    presence_penalty=turn.presence_penalty,
-                   frequency_penalty=turn.frequency_penalty, logit_bias=dict(turn.logit_bias))
+                   frequency_penalty=turn.frequency_penalty, logit_bias=dict(turn.logit_bias),
+                   min_tokens=turn.min_tokens, eos=[t for t in eos if t < vocab_size])
 
     def adjusted(self, logits: torch.Tensor) -> torch.Tensor:
-        """The logits after bias and penalties: what greedy and sampling both choose from."""
+        """The logits after bias, penalties and the minimum length: what greedy and sampling
+        both choose from."""
         logits = biased(logits.float(), self.bias)
-        return penalized(logits, self.counts, self.presence, self.frequency)
+        logits = penalized(logits, self.counts, self.presence, self.frequency)
+        if self.min_tokens and self.counts.total() < self.min_tokens:
+            logits = barred(logits, self.eos)
+        return logits
 
     def __call__(self, logits: torch.Tensor) -> int:
         """logits [vocab] -> token id."""

@@ -28,6 +28,7 @@ class Sequence:
     arrived: float  # monotonic time the turn arrived at the scheduler
     want_hidden6: bool = False
     block: int = 0  # the model's kv_block: prefill chunks end on block edges, full blocks redone
+    min_new: int = 0  # stop strings are looked for from this many tokens on (min_tokens)
     generated: list[int] = field(default_factory=list)
     hidden6: list[torch.Tensor] = field(default_factory=list)
     out: queue.Queue = field(default_factory=queue.Queue)
@@ -86,7 +87,11 @@ class Sequence:
             self.finish_reason = "stop"
             self.out.put(([token], self._stop_text.flush()))
             return
-        text = self._stop_text.add(self.detok.add(token))
+        text = self.detok.add(token)
+        if len(self.generated) < self.min_new:
+            text = self._stop_text.flush() + text  # no stop before min_tokens (vLLM's rule)
+        else:
+            text = self._stop_text.add(text)
         if self._stop_text.stopped:
             self.finish_reason = "stop"
         elif len(self.generated) >= self.max_new:

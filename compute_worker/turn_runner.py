@@ -174,10 +174,12 @@ class TurnRunner:
         cfg = self.engine.model.config
         return Sequence(
             session_id=turn.session_id, prompt=prompt, cache=restored.cache,
-            pending=prompt[restored.tokens:], sampler=Sampler.for_turn(turn, cfg.vocab_size),
+            pending=prompt[restored.tokens:],
+            sampler=Sampler.for_turn(turn, cfg.vocab_size, cfg.eos_token_ids),
             detok=Detokenizer(self.tokenizer),
-            max_new=min(turn.max_tokens or self.default_max_tokens,
+            max_new=min(turn.max_tokens or max(self.default_max_tokens, turn.min_tokens),
                         self.max_context - len(prompt)),
+            min_new=turn.min_tokens,
             eos=set() if turn.ignore_eos else set(cfg.eos_token_ids),
             stops=[s for s in turn.stop if s], arrived=arrived,
             want_hidden6=self.connector.kv_format == TENSOR6,

@@ -64,7 +64,8 @@ REFUSED = [  # (route, body, the param the 400 names)
     ("chat", chat(reasoning_effort="high"), "reasoning_effort"),
     ("chat", chat(verbosity="low"), "verbosity"),
     ("chat", chat(echo=True), "echo"),
-    ("chat", chat(min_tokens=5), "min_tokens"),
+    ("chat", chat(min_tokens=5, max_tokens=4), "min_tokens"),  # more than the answer may have
+    ("chat", chat(min_tokens=-1), "min_tokens"),
     ("chat", chat(skip_special_tokens=False), "skip_special_tokens"),
     ("chat", chat(min_tokens=False), "min_tokens"),  # JSON false is not the number 0
     ("chat", chat(chat_template_kwargs={"enable_thinking": True}), "chat_template_kwargs"),
@@ -82,7 +83,7 @@ REFUSED = [  # (route, body, the param the 400 names)
     ("cmpl", completion(metadata={"a": "b"}), "metadata"),  # not a completions field
     ("cmpl", completion(continue_final_message=True), "continue_final_message"),
     ("cmpl", completion(tools=[TOOL]), "tools"),
-    ("cmpl", completion(min_tokens=3), "min_tokens"),
+    ("cmpl", completion(min_tokens=17), "min_tokens"),  # above completions' default of 16
     ("cmpl", completion(logprobs=2), "logprobs"),
 ]
 

@@ -126,7 +126,7 @@ def _without(payload, key):
     (body(json_schema="{}"), "sampling_params.json_schema"),
     (body(ebnf="root ::= 'a'"), "sampling_params.ebnf"),
     (body(stop_token_ids=[2]), "sampling_params.stop_token_ids"),
-    (body(min_new_tokens=4), "sampling_params.min_new_tokens"),
+    (body(min_new_tokens=200), "sampling_params.min_new_tokens"),  # above max_new_tokens 128
     (body(skip_special_tokens=False), "sampling_params.skip_special_tokens"),
     (body(repetition_penalty=1.2), "sampling_params.repetition_penalty"),
     (body(frobnicate=1), "sampling_params.frobnicate"),

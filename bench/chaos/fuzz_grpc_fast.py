@@ -65,6 +65,7 @@ def _fill(msg, rng: random.Random, depth: int = 0):
 def _cheap_turn(turn, rng: random.Random) -> None:
     """A valid turn runs the model: at most two tokens."""
     turn.max_tokens = rng.randrange(3)
+    turn.min_tokens = 0  # else it would raise the default length (max_tokens 0) up to it
     turn.ignore_eos = False
 
 

@@ -20,7 +20,7 @@ from services.runtime import metrics
 from services.gateway.errors import ApiError, bad_request, from_grpc
 from services.gateway.fields import INT32_MAX, UINT32_MAX, integer, typed
 from services.gateway.prompt_size import check_prompt_size
-from services.gateway.protocol import Parsed, check_model
+from services.gateway.protocol import Parsed, check_model, min_tokens
 from services.runtime.turn_bounds import MAX_STOPS
 from services.gateway.responses import extension
 from services.gateway.sampling_params import parse_sampling
@@ -35,9 +35,10 @@ TOP_READ = ("text", "input_ids", "sampling_params", "stream", "model")
 # sampling_params read by parse_sampling or here; then those refused unless neutral
 SAMPLING_READ = ("max_new_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
                  "frequency_penalty", "repetition_penalty", "logit_bias", "seed", "stop",
-                 "ignore_eos", "n", "skip_special_tokens", "spaces_between_special_tokens")
+                 "ignore_eos", "n", "skip_special_tokens", "spaces_between_special_tokens",
+                 "min_new_tokens")
 SAMPLING_NEUTRAL = {"regex": (), "json_schema": (), "ebnf": (), "structural_tag": (),
-                    "stop_token_ids": ([],), "min_new_tokens": (0,), "no_stop_trim": (False,)}
+                    "stop_token_ids": ([],), "no_stop_trim": (False,)}
 
 
 def _renamed(exc: ApiError, param: str) -> ApiError:
@@ -88,6 +89,8 @@ def _sampling(sp: dict, parsed: Parsed, config) -> None:
     if config.max_model_len and parsed.max_tokens > config.max_model_len:
         raise bad_request(f"'max_new_tokens' is {parsed.max_tokens}, more than the model's "
                           f"context of {config.max_model_len} tokens", p + "max_new_tokens")
+    parsed.min_tokens = min_tokens(sp, parsed.max_tokens, config.max_model_len,
+                                   p + "min_new_tokens")
     try:
         parse_sampling(sp, parsed, config.vocab_size)
     except ApiError as exc:

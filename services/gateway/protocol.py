@@ -27,6 +27,7 @@ class Parsed(Sampling):
     continue_final_message: bool = False
     no_generation_prompt: bool = False
     max_tokens: int = 0  # 0: the worker's default
+    min_tokens: int = 0  # 0: off
     ignore_eos: bool = False
     stop: list[str] = field(default_factory=list)
     stream: bool = False
@@ -56,10 +57,24 @@ def _max_tokens(body: dict, context: int) -> int | None:
     return next((v for v in limits.values() if v is not None), None)
 
 
+def min_tokens(body: dict, max_tokens: int, context: int, param: str = "min_tokens") -> int:
+    """vLLM's min_tokens: at most max_tokens (when set) and the model's context."""
+    name = param.rsplit(".", 1)[-1]
+    least = integer(body, name, 0, UINT32_MAX, 0, param)
+    if max_tokens and least > max_tokens:
+        raise bad_request(f"'{name}' is {least}, more than the {max_tokens} tokens the answer "
+                          "may have (max_tokens)", param)
+    if context and least > context:
+        raise bad_request(f"'{name}' is {least}, more than the model's context of {context} "
+                          "tokens", param)
+    return least
+
+
 def _common(body: dict, parsed: Parsed, config: GatewayConfig,
             max_tokens_default: int = 0) -> None:
     limit = _max_tokens(body, config.max_model_len)
     parsed.max_tokens = limit if limit is not None else max_tokens_default
+    parsed.min_tokens = min_tokens(body, parsed.max_tokens, config.max_model_len)
     parse_sampling(body, parsed, config.vocab_size)
     parsed.ignore_eos = typed(body, "ignore_eos", (bool,), False)
     stop = typed(body, "stop", (str, list), [])

@@ -13,7 +13,7 @@ from services.gateway.errors import ApiError
 _SHARED = {"model", "max_tokens", "max_completion_tokens", "temperature", "seed", "top_p",
            "presence_penalty", "frequency_penalty", "logit_bias", "response_format", "stop",
            "stream", "stream_options", "n", "logprobs", "user",
-           "top_k", "min_p", "repetition_penalty", "ignore_eos"}  # vLLM's
+           "top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens"}  # vLLM's
 CHAT_READ = _SHARED | {"messages", "tools", "continue_final_message", "add_generation_prompt"}
 COMPLETION_READ = _SHARED | {"prompt", "echo", "suffix", "best_of"}
 # OpenAI's metadata: stored, billed or routed differently there, the same answer here
@@ -21,7 +21,7 @@ CHAT_IGNORED = {"metadata", "store", "service_tier", "prompt_cache_key", "safety
                 "parallel_tool_calls"}  # (no tools: nothing to call in parallel)
 # fields accepted only at these values (null always); others ask for what this server lacks
 _VLLM_NEUTRAL = {"skip_special_tokens": (True,), "spaces_between_special_tokens": (True,),
-                 "include_stop_str_in_output": (False,), "min_tokens": (0,),
+                 "include_stop_str_in_output": (False,),
                  "stop_token_ids": ([],), "use_beam_search": (False,)}
 CHAT_NEUTRAL = {**_VLLM_NEUTRAL, "tool_choice": ("none", "auto"), "functions": ([],),
                 "function_call": ("none",), "modalities": (["text"],), "audio": (),

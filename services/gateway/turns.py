@@ -50,6 +50,7 @@ def turn_request(parsed: Parsed, tenant: str, session: str) -> common_pb2.TurnRe
         session_id=scoped_session(tenant, session) if session else "", tenant=tenant,
         messages=[common_pb2.ChatMessage(role=r, content=c) for r, c in parsed.messages],
         prompt_token_ids=parsed.prompt_token_ids, max_tokens=parsed.max_tokens,
+        min_tokens=parsed.min_tokens,
         temperature=parsed.temperature, ignore_eos=parsed.ignore_eos, stop=parsed.stop,
         seed=parsed.seed,
         raw_prompt=parsed.raw_prompt,

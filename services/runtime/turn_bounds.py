@@ -36,6 +36,10 @@ def turn_bounds_problem(turn: common_pb2.TurnRequest) -> str | None:
         return f"max_tokens {turn.max_tokens} is above {UINT32_MAX}"
     if turn.top_k > UINT32_MAX:
         return f"top_k {turn.top_k} is above {UINT32_MAX}"
+    if turn.min_tokens > UINT32_MAX:
+        return f"min_tokens {turn.min_tokens} is above {UINT32_MAX}"
+    if turn.max_tokens and turn.min_tokens > turn.max_tokens:
+        return f"min_tokens {turn.min_tokens} is above max_tokens {turn.max_tokens}"
     bad = first_outside(list(turn.logit_bias), 0, INT32_MAX)
     if bad is not None:
         return f"logit_bias token id {bad} is outside [0, {INT32_MAX}]"
