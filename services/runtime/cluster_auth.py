@@ -3,7 +3,7 @@
 One shared secret guards every internal RPC (scheduler, KV store, compute worker): clients send
 it as call metadata (an interceptor that services.runtime.grpc_util.channel()/aio_channel() install, so
 every client in the tree has it), servers refuse a call without it with UNAUTHENTICATED before
-any handler runs. Only the gRPC health service stays open, for probes. The comparison is in
+any handler runs. Only the gRPC health service's Check and List stay open, for probes. The comparison is in
 constant time and the token is never logged nor echoed in an error. mTLS (services/runtime/tls.py) can
 authenticate the connections as well.
 """
@@ -17,7 +17,9 @@ import secrets
 import grpc
 
 METADATA_KEY = "x-bidaw-cluster-token"
-OPEN_PREFIXES = ("/grpc.health.v1.Health/",)  # probes (kubelet, `bidaw up`) need no secret
+# Probes (kubelet, grpc-health-probe, `bidaw up`) ask Check (or List) and need no secret. Watch
+# is not open: a watch stream never ends, so a stranger could hold as many as it likes.
+OPEN_METHODS = frozenset({"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/List"})
 REFUSAL = f"internal gRPC needs the cluster token (gRPC metadata {METADATA_KEY})"
 
 
@@ -98,7 +100,7 @@ class TokenCheck(grpc.ServerInterceptor):
         return "TokenCheck(<hidden>)"
 
     def intercept_service(self, continuation, details):
-        if details.method.startswith(OPEN_PREFIXES) or \
+        if details.method in OPEN_METHODS or \
                 token_matches(details.invocation_metadata, self._token):
             return continuation(details)
         handler = continuation(details)

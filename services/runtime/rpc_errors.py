@@ -77,7 +77,24 @@ def _fail(context, method: str, exc: Exception):
                   "see the server log")
 
 
+def _callback_style(behavior, method: str):
+    """A method that answers through gRPC's send_response_callback and returns at once
+    (grpc_health's Watch): wrapped as a generator it would hold a server thread for as long as
+    its stream stays open, and a few dozen watches would take every thread of the server."""
+    def callback_style(request, context, send_response_callback=None):
+        try:
+            return behavior(_checked(request), context, send_response_callback)
+        except Exception as exc:
+            _fail(context, method, exc)
+    callback_style.experimental_non_blocking = True
+    callback_style.experimental_thread_pool = getattr(behavior, "experimental_thread_pool", None)
+    return callback_style
+
+
 def _wrap(behavior, method: str, request_stream: bool, response_stream: bool):
+    if response_stream and not request_stream and \
+            getattr(behavior, "experimental_non_blocking", False):
+        return _callback_style(behavior, method)
     check = _checked_stream if request_stream else _checked
     if response_stream:
         def streaming(request, context):
