@@ -1,8 +1,13 @@
-"""Health.Watch, the one streaming method of the health service: a stranger may not open it (its
-streams never end), and a member's watches hold no server thread. Before, Watch was open like
-Check, and GUARD's wrapper made grpc_health's callback-style Watch a blocking generator, so 64
-watches without the token took every thread of a KV store or worker and every turn stalled
-until they hung up (measured: a 0.7-s turn took 84 s while 70 watches were open)."""
+"""Calls a stranger can hold open take none of a server's threads.
+
+Before: (1) Health.Watch was open like Check, and GUARD's wrapper made grpc_health's
+callback-style Watch a blocking generator, so 64 watches without the token took every thread
+of a KV store or worker and every turn stalled until they hung up (a 0.7-s turn took 84 s while
+70 watches were open). (2) gRPC waits in a server thread, without a deadline, for a unary call's
+request message, before any handler (the token's refusal included) runs: 70 calls that sent
+headers and no message held a store's 64 threads the same way (a turn took 54 s). Now Watch
+needs the token, a refusal reads no message, and the open probes (Check, List) have their own
+threads."""
 from __future__ import annotations
 
 import queue
@@ -12,7 +17,9 @@ import time
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from services.runtime.grpc_util import Server, channel
+from services.runtime.gen import common_pb2, scheduler_pb2_grpc
+from services.runtime.grpc_util import PROBE_THREADS, Server, channel
+from tests.fake_scheduler import FakeScheduler
 
 TOKEN = "watch-test-token"
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -20,7 +27,18 @@ NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
 def _server(workers: int = 2) -> Server:
-    return Server("127.0.0.1:0", [], name="bidaw.v1.Test", max_workers=workers, token=TOKEN)
+    return Server("127.0.0.1:0", [(scheduler_pb2_grpc.add_SchedulerServicer_to_server,
+                                   FakeScheduler())],
+                  name="bidaw.v1.Scheduler", max_workers=workers, token=TOKEN)
+
+
+def _bodiless(ch: grpc.Channel, method: str, stop: threading.Event):
+    """A call of `method` that sends its headers and never a message (nor its end)."""
+    def never():
+        stop.wait()
+        yield from ()
+    return ch.stream_stream(method, request_serializer=bytes,
+                            response_deserializer=bytes)(never(), timeout=60)
 
 
 def _watch(stub, received: queue.Queue):
@@ -75,5 +93,32 @@ def test_members_watches_hold_no_thread_and_still_hear_changes():
                 call.cancel()
     finally:
         for call in calls:
+            call.cancel()
+        server.stop(0)
+
+
+def test_calls_that_never_send_their_message_hold_no_service_thread():
+    server = _server(workers=2)
+    stop = threading.Event()
+    held = []
+    try:
+        with channel(f"127.0.0.1:{server.port}", token="") as stranger, \
+                channel(f"127.0.0.1:{server.port}", token=TOKEN) as member:
+            for method in ("/bidaw.v1.Scheduler/Stats", "/bidaw.v1.Scheduler/SubmitTurn",
+                           "/bidaw.v1.Scheduler/Nope", "/grpc.health.v1.Health/Check",
+                           "/grpc.health.v1.Health/List"):
+                held += [_bodiless(stranger, method, stop) for _ in range(2 * PROBE_THREADS)]
+            time.sleep(1.0)  # every one of them reached the server
+            refused = [c for c in held if c.done()]
+            assert refused and {c.code() for c in refused} == {grpc.StatusCode.UNAUTHENTICATED}
+            started = time.monotonic()
+            turn = common_pb2.TurnRequest(session_id="s", max_tokens=4, messages=[
+                common_pb2.ChatMessage(role="user", content="hello")])
+            events = list(scheduler_pb2_grpc.SchedulerStub(member).SubmitTurn(turn, timeout=10))
+            assert events[0].text == "echo:"
+            assert time.monotonic() - started < 3.0
+    finally:
+        stop.set()
+        for call in held:
             call.cancel()
         server.stop(0)

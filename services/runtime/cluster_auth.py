@@ -80,16 +80,15 @@ def _refuse(_request, context):
     context.abort(grpc.StatusCode.UNAUTHENTICATED, REFUSAL)
 
 
-_DENY = {
-    (False, False): grpc.unary_unary_rpc_method_handler,
-    (False, True): grpc.unary_stream_rpc_method_handler,
-    (True, False): grpc.stream_unary_rpc_method_handler,
-    (True, True): grpc.stream_stream_rpc_method_handler,
-}
+# A refusal is a request-streaming handler whatever the method's kind: gRPC then runs it at once.
+# For a unary request it would first wait, in a server thread and with no deadline, for the
+# request message, so a stranger's calls that never send one held every thread of the server.
+# On the wire the kinds are alike: the caller gets UNAUTHENTICATED either way.
+_DENY = {False: grpc.stream_unary_rpc_method_handler, True: grpc.stream_stream_rpc_method_handler}
 
 
 class TokenCheck(grpc.ServerInterceptor):
-    """Refuse every call but the health service's unless it carries `token`."""
+    """Refuse every call but the health probes' (OPEN_METHODS) unless it carries `token`."""
 
     def __init__(self, token: str):
         if not token:
@@ -104,9 +103,8 @@ class TokenCheck(grpc.ServerInterceptor):
                 token_matches(details.invocation_metadata, self._token):
             return continuation(details)
         handler = continuation(details)
-        if handler is None:  # an unknown method: refused alike, nothing to probe
-            return _DENY[(False, False)](_refuse)
-        return _DENY[(handler.request_streaming, handler.response_streaming)](
+        # an unknown method (None): refused alike, nothing to probe
+        return _DENY[bool(handler and handler.response_streaming)](
             _refuse, request_deserializer=None, response_serializer=None)
 
 

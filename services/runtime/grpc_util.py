@@ -23,6 +23,7 @@ from services.runtime.tls import TLSFiles, TLSMaterial, load as load_tls, proces
 # KV moves in chunks of at most 2 MiB; the 4 MiB default message limit stays as it is.
 CHUNK_BYTES = 2 << 20
 MAX_MESSAGE_BYTES = 4 << 20
+PROBE_THREADS = 4  # each server's threads for health probes (Check, List), apart from its own
 KEEPALIVE_ENV = "BIDAW_GRPC_KEEPALIVE_S"  # seconds between pings on every channel (default 10)
 
 
@@ -113,7 +114,11 @@ class Server:
                                               *interceptors))
         for add_fn, servicer in services:
             add_fn(servicer, self.grpc)
-        self.health = HealthServicer()
+        # Health probes (open to all) run in their own threads: a stranger holding them holds
+        # none of the threads the service's own calls need (services/runtime/health.py).
+        self._probe_pool = futures.ThreadPoolExecutor(max_workers=PROBE_THREADS,
+                                                      thread_name_prefix=f"{name}-probe")
+        self.health = HealthServicer(self._probe_pool)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
         material = _material(tls, server=True)
         self.tls = material is not None
@@ -137,6 +142,7 @@ class Server:
     def stop(self, grace: float = 2.0) -> None:
         self.set_serving(False)
         self.grpc.stop(grace).wait()
+        self._probe_pool.shutdown(wait=False, cancel_futures=True)
 
     def wait(self) -> None:
         self.grpc.wait_for_termination()

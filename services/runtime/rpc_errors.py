@@ -95,6 +95,13 @@ def _wrap(behavior, method: str, request_stream: bool, response_stream: bool):
     if response_stream and not request_stream and \
             getattr(behavior, "experimental_non_blocking", False):
         return _callback_style(behavior, method)
+    wrapper = _wrap_plain(behavior, method, request_stream, response_stream)
+    # the method's own thread pool (the health probes'), if it has one, stays its pool
+    wrapper.experimental_thread_pool = getattr(behavior, "experimental_thread_pool", None)
+    return wrapper
+
+
+def _wrap_plain(behavior, method: str, request_stream: bool, response_stream: bool):
     check = _checked_stream if request_stream else _checked
     if response_stream:
         def streaming(request, context):

@@ -31,6 +31,7 @@ log = logging.getLogger("bidaw.tracing")
 # Awareness stream whose single span would last for the life of the process.
 UNTRACED_METHODS = frozenset({
     "/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch",
+    "/grpc.health.v1.Health/List",
     "/bidaw.v1.KVStore/Awareness",
 })
 
