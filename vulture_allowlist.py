@@ -14,6 +14,9 @@ _.intercept_stream_unary
 _.intercept_stream_stream
 _.Export
 _.List  # the health service's List (services/runtime/health.py)
+# http.server and socketserver read these (services/runtime/metrics.py's /metrics server).
+_.log_message
+_.daemon_threads
 
 # The store's counters, reported whole (`dataclasses.asdict` into StoreStats and /metrics).
 _.dram_hits
