@@ -11,7 +11,7 @@ import urllib.request
 
 from prometheus_client import CollectorRegistry, Counter
 
-from services.runtime import metrics
+from services.runtime import metrics, metrics_http
 
 
 def _registry() -> CollectorRegistry:
@@ -35,9 +35,9 @@ def _wait(predicate, timeout: float = 10.0) -> bool:
 
 
 def test_idle_connections_hold_at_most_the_cap_and_are_let_go(monkeypatch):
-    monkeypatch.setattr(metrics, "METRICS_CONNECTIONS", 8)
-    monkeypatch.setattr(metrics._Handler, "timeout", 1.0)
-    server = metrics.serve_metrics("127.0.0.1", 0, _registry())
+    monkeypatch.setattr(metrics_http, "METRICS_CONNECTIONS", 8)
+    monkeypatch.setattr(metrics_http._Handler, "timeout", 1.0)
+    server = metrics_http.serve_metrics("127.0.0.1", 0, _registry())
     port = server.server_port
     before = threading.active_count()
     idle = []
