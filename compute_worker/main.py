@@ -22,7 +22,11 @@ from compute_worker.loaders.model_source import model_source
 log = logging.getLogger("bidaw.compute_worker")
 # The local Ray's temporary directory, named for the worker that owns it: removed on stop, and
 # by the next worker to start if its owner was killed. Short: Ray's socket paths must stay short.
+# Private (0700) from its creation on; Ray gets a folder inside it (RAY_TEMP_INNER), which Ray
+# opens to everyone while it starts: a stranger who stepped in during those seconds would keep
+# its logs and sockets after a chmod, but cannot pass the parent.
 RAY_TEMP_PREFIX = "ray-bidaw-"
+RAY_TEMP_INNER = "r"
 _RAY_TEMP_RE = re.compile(rf"^{RAY_TEMP_PREFIX}(\d+)-")
 _ray_temp_dir: str | None = None
 # What the engine actor reads from its environment: tracing, gRPC keepalives, logs, the native
@@ -64,8 +68,8 @@ def init_ray(config: WorkerConfig) -> None:
     _ray_temp_dir = tempfile.mkdtemp(prefix=f"{RAY_TEMP_PREFIX}{os.getpid()}-", dir="/tmp")
     with signal_handlers_kept():
         ray.init(num_cpus=config.ray_num_cpus, object_store_memory=config.ray_object_store_bytes,
-                 include_dashboard=False, _temp_dir=_ray_temp_dir, log_to_driver=True)
-    os.chmod(_ray_temp_dir, 0o700)  # Ray opens it to all: its logs and sockets are ours
+                 include_dashboard=False, log_to_driver=True,
+                 _temp_dir=os.path.join(_ray_temp_dir, RAY_TEMP_INNER))
 
 
 def shutdown_ray() -> None:

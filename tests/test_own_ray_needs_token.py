@@ -48,7 +48,9 @@ def test_a_workers_own_ray_refuses_callers_without_its_token():
                              env={**env, "RAY_AUTH_MODE": "disabled"})  # as the launcher sets
     try:
         gcs, temp_dir, token = owner.stdout.readline().split()
+        # Ray's folder is inside one that was never open to others (Ray opens its own to all)
         assert stat.S_IMODE(os.stat(temp_dir).st_mode) == 0o700
+        assert list((pathlib.Path(temp_dir) / "r").glob("session_*"))
         assert len(token) == 64 and not (pathlib.Path.home() / ".ray" / "auth_token").exists()
         target = f"{_machine_address()}:{gcs.rsplit(':', 1)[1]}"
         for auth in ({"RAY_AUTH_MODE": "disabled"},
