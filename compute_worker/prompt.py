@@ -8,6 +8,22 @@ class TurnError(ValueError):
 
 
 ROLES = ("system", "user", "assistant")
+# OpenAI's and vLLM's opening words for a prompt the context cannot hold: clients match them
+# (LiteLLM's ContextWindowExceededError, context-trimming retries) and the gateway gives such a
+# refusal the code context_length_exceeded (services/gateway/errors.py CONTEXT_EXCEEDED)
+CONTEXT_EXCEEDED = "This model's maximum context length is"
+
+
+def context_exceeded(max_context: int, why: str) -> TurnError:
+    return TurnError(f"{CONTEXT_EXCEEDED} {max_context} tokens. However, {why}. "
+                     "Please reduce the length of the prompt.")
+
+
+def too_many_tokens(prompt_tokens: int, max_context: int) -> TurnError:
+    """vLLM's numbers: the answer needs at least one token beside the prompt (a larger
+    max_tokens is clamped to what is left, so only the prompt can be too long)."""
+    return context_exceeded(max_context, f"you requested {prompt_tokens + 1} tokens "
+                            f"({prompt_tokens} in the prompt, 1 in the completion)")
 
 
 def prompt_ids(turn, tokenizer, vocab_size: int, max_context: int) -> list[int]:
@@ -24,7 +40,7 @@ def prompt_ids(turn, tokenizer, vocab_size: int, max_context: int) -> list[int]:
     else:
         ids = chat_ids(turn, tokenizer)
     if len(ids) >= max_context:
-        raise TurnError(f"prompt is {len(ids)} tokens; the model's context is {max_context}")
+        raise too_many_tokens(len(ids), max_context)
     return ids
 
 

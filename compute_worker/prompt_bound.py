@@ -12,7 +12,7 @@ tokenisation of megabytes it would refuse afterwards. For SmolLM2-135M: 8192 tok
 """
 from __future__ import annotations
 
-from compute_worker.prompt import TurnError
+from compute_worker.prompt import context_exceeded, too_many_tokens
 
 
 def longest_token_bytes(tokenizer) -> int:
@@ -30,11 +30,11 @@ def check_turn_size(turn, max_prompt_bytes: int, max_context: int) -> None:
     """Raise TurnError (INVALID_ARGUMENT) for a prompt that cannot fit the context, cheaply:
     token ids by count, text by its UTF-8 length."""
     if len(turn.prompt_token_ids) >= max_context:
-        raise TurnError(f"prompt is {len(turn.prompt_token_ids)} tokens; the model's context "
-                        f"is {max_context}")
+        raise too_many_tokens(len(turn.prompt_token_ids), max_context)
     total = 0
     for text in (turn.raw_prompt, *(m.content for m in turn.messages)):  # raw: no template
         total += len(text.encode("utf-8", "surrogatepass"))
         if total > max_prompt_bytes:
-            raise TurnError(f"the prompt holds more than {max_prompt_bytes} bytes of text, "
-                            f"more than {max_context} tokens of this model's context can hold")
+            raise context_exceeded(max_context, f"the prompt holds more than "
+                                   f"{max_prompt_bytes} bytes of text, more than "
+                                   f"{max_context} tokens can hold")

@@ -206,7 +206,8 @@ class Gateway:
         def prepare(request: web.Request, tenant: str, body: dict):
             model = check_model(body, self.config.served_model_name)
             parsed = (parse_chat if chat else parse_completion)(body, self.config)
-            check_prompt_size(parsed, chat, self.config.max_prompt_bytes)
+            check_prompt_size(parsed, chat, self.config.max_prompt_bytes,
+                              self.config.max_model_len)
             return lambda: self.turns.serve(request, tenant, parsed, Reply(chat, model))
         return prepare
 

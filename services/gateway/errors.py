@@ -36,6 +36,12 @@ class ApiError(Exception):
         return response
 
 
+# OpenAI's and vLLM's opening words for a prompt the context cannot hold (the worker's too:
+# compute_worker/prompt.py), which clients match; OpenAI's code for it
+CONTEXT_EXCEEDED = "This model's maximum context length is"
+CONTEXT_CODE = "context_length_exceeded"
+
+
 def bad_request(message: str, param: str | None = None) -> ApiError:
     return ApiError(400, message, param, "invalid_value" if param else "invalid_request")
 
@@ -44,7 +50,8 @@ def from_grpc(exc: grpc.RpcError, retry_after: int) -> ApiError:
     """The HTTP face of a scheduler error; its message is passed on for client errors only."""
     code, details = exc.code(), exc.details() or ""
     if code == grpc.StatusCode.INVALID_ARGUMENT:
-        return ApiError(400, details, None, "invalid_request")
+        return ApiError(400, details, None, CONTEXT_CODE if details.startswith(CONTEXT_EXCEEDED)
+                        else "invalid_request")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return ApiError(429, f"the scheduler is full: {details}", None, "overloaded",
                         retry_after)

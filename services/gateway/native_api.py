@@ -119,7 +119,7 @@ def parse_generate(body: dict, config) -> Parsed:
     _sampling(typed(body, "sampling_params", (dict,), {}), parsed, config)
     parsed.stream = typed(body, "stream", (bool,), False)
     try:
-        check_prompt_size(parsed, False, config.max_prompt_bytes)
+        check_prompt_size(parsed, False, config.max_prompt_bytes, config.max_model_len)
     except ApiError as exc:
         raise _renamed(exc, "text") from None
     return parsed
@@ -131,9 +131,10 @@ class NativeReply:
     def __init__(self):
         self.id = uuid.uuid4().hex
 
-    def chunk(self, text: str, summary=None) -> dict:
-        if summary is None:
-            return {"text": text, "meta_info": {"id": self.id, "finish_reason": None}}
+    def chunk(self, text: str, summary=None, completion_tokens: int = 0) -> dict:
+        if summary is None:  # SGLang's clients read completion_tokens from every chunk
+            return {"text": text, "meta_info": {"id": self.id, "finish_reason": None,
+                                                "completion_tokens": completion_tokens}}
         finish = ({"type": "length", "length": summary.completion_tokens}
                   if summary.finish_reason == "length" else {"type": "stop", "matched": None})
         return {"text": text, "meta_info": {
@@ -159,15 +160,16 @@ class NativeTurns(TurnServer):
     async def _stream(self, request, call, first, parsed: Parsed, reply: NativeReply,
                       headers: dict) -> web.StreamResponse:
         response = await self._open_stream(request, reply.id, headers)
-        text = ""
+        text, tokens = "", 0
         try:
             async for event in self._events(call, first):
                 text += event.text
+                tokens += len(event.token_ids)
                 if event.HasField("summary"):
                     self._finished(event.summary)
                     await response.write(_sse(reply.chunk(text, event.summary)))
                 elif event.text:
-                    await response.write(_sse(reply.chunk(text)))
+                    await response.write(_sse(reply.chunk(text, completion_tokens=tokens)))
         except grpc.RpcError as exc:  # headers are gone: report in-band
             metrics.TURNS.labels("error").inc()
             await response.write(_sse(from_grpc(exc, self.retry_after).body()))

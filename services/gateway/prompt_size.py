@@ -3,11 +3,12 @@ worker holds or tokenises it: its text is longer than the context's tokens times
 token's bytes (compute_worker/prompt_bound.py explains why no prompt that fits is refused)."""
 from __future__ import annotations
 
-from services.gateway.errors import bad_request
+from services.gateway.errors import CONTEXT_CODE, CONTEXT_EXCEEDED, ApiError
 from services.gateway.protocol import Parsed
 
 
-def check_prompt_size(parsed: Parsed, chat: bool, max_prompt_bytes: int) -> None:
+def check_prompt_size(parsed: Parsed, chat: bool, max_prompt_bytes: int,
+                      max_model_len: int = 0) -> None:
     if not max_prompt_bytes:
         return
     total = 0
@@ -17,5 +18,10 @@ def check_prompt_size(parsed: Parsed, chat: bool, max_prompt_bytes: int) -> None
         total += len(content.encode())  # surrogates were refused with the body
         if total > max_prompt_bytes:
             field = "messages" if chat else "prompt"
-            raise bad_request(f"'{field}' holds more than {max_prompt_bytes} bytes of text: "
-                              "more than the model's context can hold", field)
+            # OpenAI's words and code for it, which clients match (errors.CONTEXT_EXCEEDED)
+            head = (f"{max_model_len} tokens. However," if max_model_len
+                    else "too small for this prompt:")
+            raise ApiError(400, f"{CONTEXT_EXCEEDED} {head} '{field}' holds more than "
+                           f"{max_prompt_bytes} bytes of text, more than the model's context "
+                           f"can hold. Please reduce the length of the {field}.", field,
+                           CONTEXT_CODE)
