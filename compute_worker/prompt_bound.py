@@ -12,7 +12,7 @@ tokenisation of megabytes it would refuse afterwards. For SmolLM2-135M: 8192 tok
 """
 from __future__ import annotations
 
-from compute_worker.prompt import context_exceeded, too_many_tokens
+from compute_worker.prompt import TurnError, context_exceeded, too_many_tokens
 
 
 def longest_token_bytes(tokenizer) -> int:
@@ -28,7 +28,11 @@ def prompt_byte_bound(tokenizer, max_context: int) -> int:
 
 def check_turn_size(turn, max_prompt_bytes: int, max_context: int) -> None:
     """Raise TurnError (INVALID_ARGUMENT) for a prompt that cannot fit the context, cheaply:
-    token ids by count, text by its UTF-8 length."""
+    token ids by count, text by its UTF-8 length; an answer length no context holds, by name."""
+    for name in ("max_tokens", "min_tokens"):
+        if getattr(turn, name) > max_context:
+            raise TurnError(f"{name} {getattr(turn, name)} is more than the model's context of "
+                            f"{max_context} tokens")
     if len(turn.prompt_token_ids) >= max_context:
         raise too_many_tokens(len(turn.prompt_token_ids), max_context)
     total = 0

@@ -44,7 +44,9 @@ class SchedulerConfig(SecurityConfig):
         "help": "gRPC threads (a turn holds one while queued or running); 0: max_queue + 512 "
                 "running + 32 for Stats, health and heartbeats. Calls beyond it are refused "
                 "(RESOURCE_EXHAUSTED), never queued unseen"})
-    max_tokens_limit: int = field(default=4096, metadata={"help": "largest max_tokens accepted"})
+    max_tokens_limit: int = field(default=0, metadata={
+        "help": "largest max_tokens (and min_tokens) accepted; 0: no limit but the model's "
+                "context, as the gateway advertises it (the worker clamps to what is left)"})
     scheduler_id: str = field(default="scheduler", metadata={"help": "id on the Awareness stream"})
     conversation_keys: int = field(default=1_000_000, metadata={
         "help": "turns sent without a session id are recognised by their history: the most "
@@ -64,6 +66,6 @@ class SchedulerConfig(SecurityConfig):
             raise ValueError(f"--policy must be one of {', '.join(QUEUE_POLICIES)}, not "
                              f"{self.policy!r}")
         check_bounds(self, at_least={"prefetch_window": 1, "max_loads": 1, "max_queue": 1,
-                                     "max_tokens_limit": 1, "rpc_threads": 0,
+                                     "max_tokens_limit": 0, "rpc_threads": 0,
                                      "conversation_keys": 0, "restore_stall_weight": 0},
                      above={"heartbeat_s": 0, "conversation_ttl_s": 0})

@@ -28,8 +28,9 @@ def turn_problem(turn: common_pb2.TurnRequest, max_tokens_limit: int) -> str | N
     bounds = turn_bounds_problem(turn)
     if bounds is not None:
         return bounds
-    if turn.max_tokens > max_tokens_limit:
-        return f"max_tokens {turn.max_tokens} exceeds the limit {max_tokens_limit}"
+    for name in ("max_tokens", "min_tokens"):  # (min_tokens raises an unset max_tokens)
+        if max_tokens_limit and getattr(turn, name) > max_tokens_limit:
+            return f"{name} {getattr(turn, name)} exceeds the limit {max_tokens_limit}"
     if not 0.0 <= turn.temperature <= 2.0:
         return f"temperature {turn.temperature} is outside [0, 2]"
     return None

@@ -317,6 +317,7 @@ def test_a_prepare_is_scoped_to_the_callers_tenant(fake):
 def test_scheduler_errors_map_to_http(gateway):
     status, headers, body = post(gateway, "/v1/chat/completions", chat_body("!invalid"))
     assert_error(status, body, 400, "max_tokens 99999 exceeds the limit")
+    assert body["error"]["param"] == "max_tokens"  # the scheduler's message names it first
     status, headers, body = post(gateway, "/v1/chat/completions", chat_body("!exhausted"))
     assert_error(status, body, 429) and headers["Retry-After"] == "1"
     assert headers["Retry-After"] == "1"

@@ -242,6 +242,8 @@ PAST_32_BITS = [
     ("prompt_token_ids", blob(1, b"t") + uint(3, -1)),
     ("max_tokens", turn(uint(4, 1 << 40))),
     ("top_k", turn(uint(18, 1 << 40))),
+    ("min_tokens", turn(uint(19, 1 << 40))),
+    ("min_tokens", turn(uint(4, 5), uint(19, 6))),  # above max_tokens
     ("logit_bias", turn(blob(15, uint(1, 1 << 40) + f32(2, 1.0)))),
     ("tenant", turn(blob(8, b"a/b"))),
     ("tenant", turn(blob(8, b"t" * 65))),

@@ -51,6 +51,9 @@ def test_no_token_stands_for_more_text_than_the_longest_one(smollm, text):
         content="é" * 25)]), False),  # exactly 100
     (common_pb2.TurnRequest(prompt_token_ids=[1] * 16), True),
     (common_pb2.TurnRequest(prompt_token_ids=[1] * 15), False),
+    (common_pb2.TurnRequest(raw_prompt="x", max_tokens=17), True),  # no context holds it
+    (common_pb2.TurnRequest(raw_prompt="x", max_tokens=16, min_tokens=16), False),  # clamped
+    (common_pb2.TurnRequest(raw_prompt="x", min_tokens=17), True),
 ])
 def test_the_worker_check_counts_every_text_and_token_ids(turn, refused):
     try:

@@ -50,8 +50,12 @@ def from_grpc(exc: grpc.RpcError, retry_after: int) -> ApiError:
     """The HTTP face of a scheduler error; its message is passed on for client errors only."""
     code, details = exc.code(), exc.details() or ""
     if code == grpc.StatusCode.INVALID_ARGUMENT:
-        return ApiError(400, details, None, CONTEXT_CODE if details.startswith(CONTEXT_EXCEEDED)
-                        else "invalid_request")
+        if details.startswith(CONTEXT_EXCEEDED):
+            return ApiError(400, details, None, CONTEXT_CODE)
+        # a length the scheduler's --max-tokens-limit refuses: the field is named first
+        param = next((f for f in ("max_tokens", "min_tokens") if details.startswith(f + " ")),
+                     None)
+        return ApiError(400, details, param, "invalid_value" if param else "invalid_request")
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return ApiError(429, f"the scheduler is full: {details}", None, "overloaded",
                         retry_after)
