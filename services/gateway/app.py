@@ -15,6 +15,7 @@ from services.gateway.admission import FairQueue
 from services.gateway.auth import Tenants
 from services.gateway.backend import Backend
 from services.gateway.config import GatewayConfig
+from services.gateway.cors import Cors
 from services.gateway.errors import ApiError
 from services.gateway.health import HealthCheck
 from services.gateway.headers import check_headers
@@ -66,8 +67,10 @@ class Gateway:
         self.draining = False
         self.started = int(time.time())
         self.metrics_port = 0  # of --metrics-listen, once serving
+        self.cors = Cors(config.allowed_origins)
         self.app = web.Application(client_max_size=config.max_body_bytes,
-                                   middlewares=[self._observe, self._errors])
+                                   middlewares=[self._observe, self.cors.preflight,
+                                                self._errors])
         self.app.add_routes([
             web.post("/v1/chat/completions", self.chat),
             web.post("/v1/completions", self.completions),
@@ -80,6 +83,7 @@ class Gateway:
             *SessionsApi(self).routes(),  # DELETE /v1/sessions/{session}, POST .../prepare
         ])
         self.app.on_cleanup.append(lambda _: self.backend.close())
+        self.app.on_response_prepare.append(self.cors.on_prepare)
         if tracing.enabled():
             self.app.on_response_prepare.append(_trace_header)
 

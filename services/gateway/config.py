@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from services.gateway.cors import origins_problem
 from services.runtime.config import check_bounds
 from services.runtime.limits import MAX_SESSION_ID_BYTES
 from services.runtime.security_config import ClusterTokenConfig
@@ -36,6 +37,9 @@ class GatewayConfig(ClusterTokenConfig):
     vocab_size: int = field(default=STOCK_VOCAB, metadata={
         "help": "the served model's vocabulary: prompt token ids and logit_bias keys at or "
                 "above it get 400 (0: unknown, left to the worker)"})
+    allowed_origins: list[str] = field(default_factory=list, metadata={
+        "help": "origins whose pages may call the API from a browser (CORS), comma separated: "
+                "scheme://host[:port], or * for any"})
     api_keys: str = field(default="", metadata={
         "help": "API keys as tenant:key pairs, comma separated; prefer the env var "
         "BIDAW_GATEWAY_API_KEYS or --api-keys-file so keys stay out of `ps`"})
@@ -100,6 +104,9 @@ class GatewayConfig(ClusterTokenConfig):
                      "tenant_max_in_flight"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 0")
+        problem = origins_problem(self.allowed_origins)
+        if problem:
+            raise ValueError(problem)
         if self.max_in_flight < 1:
             raise ValueError("--max-in-flight must be >= 1")
         if not self.max_queue_wait_s > 0:  # also refuses NaN
