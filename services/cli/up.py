@@ -13,7 +13,8 @@ SERVICE_OPTIONS = [("--dram-bytes", StoreConfig, "dram_bytes"),
                    ("--ssd-bytes", StoreConfig, "ssd_bytes"),
                    ("--eviction", StoreConfig, "eviction"),
                    ("--policy", SchedulerConfig, "policy"),
-                   ("--model", WorkerConfig, "model")]
+                   ("--model", WorkerConfig, "model"),
+                   ("--default-max-tokens", WorkerConfig, "default_max_tokens")]
 
 
 def _listen(config: type) -> tuple[str, int]:

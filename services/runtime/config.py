@@ -52,7 +52,10 @@ def _convert(field: dataclasses.Field, hint: typing.Any, raw: typing.Any) -> typ
     if hint is int:
         if isinstance(raw, bool) or not isinstance(raw, (int, str)):
             raise ValueError(f"not an integer: {raw!r}")
-        return int(raw)
+        try:
+            return int(raw)
+        except ValueError:  # int()'s own words name Python, not the setting
+            raise ValueError(f"not an integer: {raw!r}") from None
     if hint is float:
         if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
             raise ValueError(f"not a number: {raw!r}")
