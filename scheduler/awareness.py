@@ -35,6 +35,7 @@ class AwarenessClient:
         self.queued_sessions = queued_sessions
         self.locations: dict[str, kv_store_pb2.SessionLocation] = {}
         self._said_at: dict[str, float] = {}  # session -> when its location arrived
+        self._gone: dict[str, threading.Event] = {}  # ended sessions whose KV we wait to go
         self.connected = threading.Event()
         self._outbox: queue.Queue = queue.Queue()
         self._stop = threading.Event()
@@ -60,12 +61,24 @@ class AwarenessClient:
         self._outbox.put(kv_store_pb2.ComputeEvent(turn_complete=kv_store_pb2.TurnComplete(
             session_id=session_id, answer_tokens=answer_tokens)))
 
-    def session_end(self, session_id: str) -> None:
-        with self._lock:  # gone as far as we are concerned; the store's word follows
+    def session_end(self, session_id: str, confirm: bool = False) -> threading.Event | None:
+        """Gone as far as we are concerned; the store's word follows. With `confirm`, an event
+        set once the store says the session's KV is gone (a location of tier NONE, or a
+        snapshot without it); the caller waits on it, then calls `ended(session_id)`."""
+        gone = threading.Event() if confirm else None
+        with self._lock:
             self.locations.pop(session_id, None)
             self._said_at.pop(session_id, None)
+            if gone is not None:
+                self._gone[session_id] = gone
         self._outbox.put(kv_store_pb2.ComputeEvent(
             session_end=kv_store_pb2.SessionEnd(session_id=session_id)))
+        return gone
+
+    def ended(self, session_id: str) -> None:
+        """The caller of `session_end(confirm=True)` waits no more."""
+        with self._lock:
+            self._gone.pop(session_id, None)
 
     def tier(self, session_id: str) -> int:
         with self._lock:
@@ -130,6 +143,9 @@ class AwarenessClient:
             with self._lock:
                 self.locations = {loc.session_id: loc for loc in event.snapshot.sessions}
                 self._said_at = dict.fromkeys(self.locations, now)
+                for session_id, gone in self._gone.items():
+                    if session_id not in self.locations:
+                        gone.set()
             self.connected.set()
         elif kind == "location":
             loc = event.location
@@ -137,6 +153,8 @@ class AwarenessClient:
                 if loc.tier == common_pb2.TIER_NONE:
                     self.locations.pop(loc.session_id, None)
                     self._said_at.pop(loc.session_id, None)
+                    if loc.session_id in self._gone:
+                        self._gone[loc.session_id].set()
                 else:
                     self.locations[loc.session_id] = loc
                     self._said_at[loc.session_id] = time.monotonic()

@@ -31,6 +31,7 @@ from scheduler.session_locks import SessionLocks
 from scheduler.validation import session_problem, turn_problem
 from scheduler.workers import WorkerPool
 
+END_CONFIRM_S = 5.0  # how long an EndSession waits for the store to say the session's KV is gone
 # The store's Promote answers the tier at arrival -> (the outcome counted, the tier after it).
 PREPARED = {common_pb2.TIER_SSD: ("promoted", common_pb2.TIER_LOADING),
             common_pb2.TIER_LOADING: ("in_dram", common_pb2.TIER_LOADING),
@@ -93,8 +94,12 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         try:
             with self._session_locks.hold(session, context.time_remaining()):
                 known = self.recognition.end(session)
-                known = self.stores.holds(session) or known
-                self.stores.session_end(session)
+                stored = self.stores.holds(session)
+                # KV it held is gone before the client hears so: its next turn (a session
+                # name used afresh) must not find it (bounded: a store that is down hears later)
+                self.stores.session_end(session, min(END_CONFIRM_S, context.time_remaining()
+                                                     or END_CONFIRM_S) if stored else 0.0)
+                known = stored or known
         except TimeoutError:  # a turn of it is still running: nothing was ended
             context.abort(grpc.StatusCode.DEADLINE_EXCEEDED,
                           "a turn of this session is still running")

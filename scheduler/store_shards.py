@@ -114,12 +114,21 @@ class StoreShards:
         if owner is not None:
             owner[1].turn_complete(session_id, answer_tokens)
 
-    def session_end(self, session_id: str) -> None:
+    def session_end(self, session_id: str, wait_s: float = 0.0) -> bool:
         """Tell the owning shard the session is over (sent when the stream is up again if it
-        is down now, as completions are)."""
+        is down now, as completions are); with `wait_s`, wait up to that long for the shard to
+        say its KV is gone. True once it has said so."""
         owner = self._owner(session_id)
-        if owner is not None:
-            owner[1].session_end(session_id)
+        if owner is None:
+            return False
+        awareness = owner[1]
+        gone = awareness.session_end(session_id, confirm=wait_s > 0)
+        if gone is None:
+            return False
+        try:
+            return gone.wait(wait_s)
+        finally:
+            awareness.ended(session_id)
 
     def sessions_known(self) -> int:
         with self._lock:

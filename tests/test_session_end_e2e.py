@@ -61,7 +61,8 @@ def test_a_plain_client_ends_its_conversation_and_its_kv_is_freed(deployment):
 
     status, body = delete(deployment.gateway_url, session)
     assert (status, body) == (200, {"id": session, "object": "session.deleted", "deleted": True})
-    assert wait_gone(deployment, scoped) == common_pb2.TIER_NONE
+    # gone when the client hears so (the store said so before the 200), not some time after
+    assert store_tier(deployment, scoped) == common_pb2.TIER_NONE
     assert len({p.name for p in deployment_ssd_files(deployment)}) < len(files_before)
 
     # the same history again: not recognised, nothing cached, the answer of a recompute
@@ -84,6 +85,7 @@ def test_a_named_session_ends_and_the_name_starts_afresh(deployment):
     first, messages = converse(c, "named-end", QUESTIONS[:2], session="ends-here")
     assert first[1][1].prompt_tokens_details.cached_tokens > 0
     assert delete(deployment.gateway_url, "ends-here")[0] == 200
+    assert store_tier(deployment, "default/ends-here") == common_pb2.TIER_NONE
     messages.append({"role": "user", "content": QUESTIONS[2]})
     answer, usage, named, how = chat(c, messages, session="ends-here")
     assert (named, how) == ("ends-here", "id")
