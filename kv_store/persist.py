@@ -213,6 +213,13 @@ class Persister:
             raise
         except OSError as exc:
             result = ReadResult(SessionLog(), 0, f"unreadable: {exc.strerror or exc}")
+        found = result.log.meta
+        if found is not None and found.session_id != session_id:
+            # The file under this session's name holds another session's records (copied or
+            # restored over it while we run; the start-up scan refuses such files too): none
+            # of it is this session's KV, and its bytes must never be served under this name.
+            result = ReadResult(SessionLog(), 0, f"the file holds the records of session "
+                                                 f"{found.session_id!r}")
         version = entry.version
         if result.corrupt:
             version = self._drop_bad_tail(session_id, entry, result, base)
