@@ -12,6 +12,7 @@ from __future__ import annotations
 import errno
 import logging
 import threading
+import time
 import zlib
 
 from kv_store import errors
@@ -35,6 +36,7 @@ log = logging.getLogger("bidaw.kv_store")
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 COMPACT_MIN_WASTE = 4 << 20  # bytes of headers, padding and replaced tails before compacting
 COMPACT_WASTE_RATIO = 0.25  # ... and that share of the session's own bytes
+DISK_FULL_REMIND_S = 300.0  # while the disk stays full: one WARNING, then one this often
 
 
 class Persister:
@@ -49,6 +51,9 @@ class Persister:
         self.space = space
         self.counters = counters
         self._lock = lock
+        self._clock = time.monotonic
+        self._full_since: float | None = None  # when a disk-full line was last logged
+        self._full_writes = 0  # refused writes since, not logged
 
     # -- writes (on the writer thread of the session) -----------------------------------------
 
@@ -116,7 +121,7 @@ class Persister:
         except OSError as exc:
             if exc.errno not in _DISK_FULL:
                 raise
-            log.warning("SSD disk full writing %r (%s): evicting to make room", session_id, exc)
+            self._disk_full(session_id, exc)
         with self._lock:
             freed = self.space.reserve_ssd(session_id, need, force=True)
         if freed:
@@ -127,6 +132,19 @@ class Persister:
                     raise
         raise errors.exhausted("the SSD tier's disk is full and nothing more can be evicted; "
                                "the KV was not stored (the next turn recomputes)")
+
+    def _disk_full(self, session_id: str, exc: OSError) -> None:
+        """The disk refused a write (evicting follows): one WARNING, then at most one every
+        DISK_FULL_REMIND_S with the count since. A disk smaller than --ssd-bytes, or filled by
+        something else, refuses a write on every turn: a line each was thousands of lines."""
+        with self._lock:
+            now = self._clock()
+            self._full_writes += 1
+            if self._full_since is not None and now - self._full_since < DISK_FULL_REMIND_S:
+                return
+            held, self._full_since, self._full_writes = self._full_writes - 1, now, 0
+        log.warning("SSD disk full writing %r (%s): evicting to make room%s", session_id, exc,
+                    f" ({held} more refused writes since the last such line)" if held else "")
 
     @staticmethod
     def _wants_compaction(meta: SessionMeta, end: int) -> bool:

@@ -87,3 +87,30 @@ def test_disk_full_evicts_then_refuses_and_keeps_serving(small_disk):
     finally:
         server.stop(0)
         core.close()
+
+
+def test_a_disk_that_stays_full_is_one_warning_not_one_per_write(small_disk, caplog):
+    """--ssd-bytes larger than the disk: every write past the disk's size is refused once and
+    written after evicting. That was a WARNING per write (per turn, for as long as it lasts);
+    now the first, then one every few minutes counting the others."""
+    server, core = start(StoreConfig(listen="127.0.0.1:0", data_dir=str(small_disk),
+                                     dram_bytes=0, ssd_bytes=1 << 30))
+    client = KVClient(f"127.0.0.1:{server.port}")
+    caplog.set_level("WARNING", logger="bidaw.kv_store")
+    try:
+        for i in range(16):  # four times what the disk holds
+            assert client.write(f"s{i}", 0, list(range(TOKENS)), KV, BPT, "m",
+                                os.urandom(BPT * TOKENS)).durable
+        assert core.stats()["ssd_evictions"] >= 10
+        full = [r for r in caplog.records if "disk full" in r.getMessage()]
+        assert len(full) == 1, [r.getMessage() for r in full]
+        # Minutes later, still full: one reminder counting the writes refused meanwhile.
+        core.reads.parts.persister._full_since -= 301
+        for i in range(4):
+            client.write(f"late{i}", 0, list(range(TOKENS)), KV, BPT, "m",
+                         os.urandom(BPT * TOKENS))
+        full = [r.getMessage() for r in caplog.records if "disk full" in r.getMessage()]
+        assert len(full) == 2 and "more refused writes since" in full[1], full
+    finally:
+        server.stop(0)
+        core.close()
