@@ -83,12 +83,13 @@ class SsdTier:
         since they were never acknowledged. Returns each session's log and committed length."""
         found = []
         for path in sorted((self.root / "sessions").glob("*/*.kv")):
-            log, good_len = self.scan_file(path)
+            scanned = ssd_scan.scan_stored(path, self.path)
+            if scanned is None:
+                continue  # not a file, or unreadable: skipped, left where it is
+            log, good_len = scanned
             if log.meta is None:
                 path.unlink(missing_ok=True)
                 continue
-            if good_len < path.stat().st_size:
-                os.truncate(path, good_len)
             self.set_length(log.meta.session_id, good_len)
             found.append((log, good_len))
         for tmp in (self.root / "sessions").glob("*/*.tmp"):

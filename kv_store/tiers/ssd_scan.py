@@ -3,7 +3,10 @@ how much of the file a read of its first tokens needs, and where a read of its l
 start. Headers are small, so these cost a few short reads of a file, never its KV."""
 from __future__ import annotations
 
+import logging
+import os
 import pathlib
+import stat
 from typing import Callable
 
 from kv_store.tiers import ssd_record
@@ -11,6 +14,27 @@ from kv_store.tiers.ssd_log import Piece, SessionLog
 from kv_store.tiers.ssd_record import CorruptRecord
 
 UNREAD = -1  # Piece.offset of bytes a suffix read leaves on the disk
+log = logging.getLogger("bidaw.kv_store")
+
+
+def scan_stored(path: pathlib.Path, path_of: Callable[[str], pathlib.Path]
+                ) -> tuple[SessionLog, int] | None:
+    """scan_file of an entry found in the tier at start-up, a torn or corrupt tail cut off (it
+    was never acknowledged); None, with a WARNING, for an entry that is not a regular file (a
+    directory; a FIFO, whose open would block the start for good) or cannot be read (EIO,
+    EACCES): it is left where it is, and one such entry no longer stops the store's start."""
+    try:
+        if not stat.S_ISREG(path.lstat().st_mode):
+            log.warning("SSD tier: %s is not a regular file: ignored", path)
+            return None
+        session_log, length = scan_file(path, path_of)
+        if session_log.meta is not None and length < path.stat().st_size:
+            os.truncate(path, length)
+    except OSError as exc:
+        log.warning("SSD tier: cannot read %s (%s): its session is not restored", path,
+                    exc.strerror or exc)
+        return None
+    return session_log, length
 
 
 def scan_file(path: pathlib.Path, path_of: Callable[[str], pathlib.Path],
