@@ -9,6 +9,7 @@ others): the defaults below are those types' own, and every flag passed is built
 name by services.runtime.config.config_flags, so a misspelt setting fails here, not in a child."""
 from __future__ import annotations
 
+import os
 import pathlib
 import subprocess
 import time
@@ -19,8 +20,8 @@ from compute_worker.config import WorkerConfig
 from kv_store.config import StoreConfig
 from scheduler.config import SchedulerConfig
 from services.gateway.config import GatewayConfig, model_flags
-from services.launch.service_process import (ServiceProcess, free_port, port_in_use,
-                                             private_dir, private_file, wait_http)
+from services.launch.service_process import (ServiceProcess, free_port, lock_data_dir,
+                                             port_in_use, private_dir, private_file, wait_http)
 from services.launch.supervisor import RestartPolicy, Supervisor
 from services.runtime.cluster_auth import (cluster_token as process_token, configure_token,
                                            ensure_token, write_token_file)
@@ -74,6 +75,7 @@ class LocalDeployment:
     # This process's token before start installed ours: stop() puts it back, so a later
     # deployment in the same process (tests) makes its own instead of inheriting a stale one.
     _prior_token: str | None = field(default=None, init=False, repr=False)
+    _lock_fd: int = field(default=-1, init=False, repr=False)  # data_dir is ours while held
 
     def __post_init__(self):
         self.store_data_dir = self.store_data_dir or str(pathlib.Path(self.data_dir) / "kv")
@@ -195,6 +197,7 @@ class LocalDeployment:
             raise RuntimeError(f"{'ports' if len(taken) > 1 else 'port'} {', '.join(taken)} "
                                f"on {self.host} in use: another deployment, or a service left "
                                "running?")
+        self._lock_fd = lock_data_dir(self.run_dir)  # before the token file is rewritten
         self._write_token()
         try:
             for name, kind, port, values in self._settings():
@@ -264,16 +267,26 @@ class LocalDeployment:
         if self.supervisor is not None:  # first: nothing stopped on purpose is restarted
             self.supervisor.stop()
             self.supervisor = None
-        for svc in reversed(self.services.values()):
-            svc.terminate()
-        for svc in reversed(self.services.values()):
-            svc.reap(timeout)
+        # The gateway first, alone: told to stop, it answers new turns 503 and lets the running
+        # ones finish (its drain), which needs the scheduler, workers and store still serving.
+        # Stopped together, the scheduler left after its 2-s grace and every streaming client
+        # got "the serving backend is unavailable" mid-answer. The drain is bounded by `timeout`.
+        services = list(reversed(self.services.values()))
+        for group in ([s for s in services if s.kind == "gateway"],
+                      [s for s in services if s.kind != "gateway"]):
+            for svc in group:
+                svc.terminate()
+            for svc in group:
+                svc.reap(timeout)
         # Give back the token this process had before, but never "none": another deployment
         # started meanwhile in this process may still run on the made one (ensure_token shared
         # it), and its clients here would then be refused.
         if self._prior_token:
             configure_token(self._prior_token)
         self._prior_token = None
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
 
     def __enter__(self) -> "LocalDeployment":
         return self if self.services else self.start()  # `with dep.start(timeout=...)` too

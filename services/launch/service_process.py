@@ -3,6 +3,7 @@ its own (so it and whatever it starts, e.g. Ray, can be signalled as a group), i
 private log file, restartable with the same command (so on the same port and data directory)."""
 from __future__ import annotations
 
+import fcntl
 import os
 import pathlib
 import signal
@@ -39,6 +40,27 @@ def port_in_use(host: str, port: int) -> bool:
         except OSError:
             return True
     return False
+
+
+def lock_data_dir(run_dir: pathlib.Path) -> int:
+    """An exclusive lock on a deployment's data directory (`run_dir/lock`, held by the open fd
+    returned, which the kernel drops however this process ends; children do not inherit it).
+    RuntimeError naming the holder if another deployment has it: a second one on the same
+    directory overwrote the cluster token, so the first one's next restarted service was
+    refused by its peers (UNAUTHENTICATED on every turn), and both wrote the same SSD tier,
+    conversation journal and logs."""
+    fd = os.open(private_dir(run_dir) / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise RuntimeError(f"--data-dir {run_dir.parent} is in use by another deployment "
+                           f"(pid {holder}); stop it, or give this one its own --data-dir"
+                           ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 def private_dir(path: pathlib.Path) -> pathlib.Path:
