@@ -154,8 +154,13 @@ class ReadPath:
             self.parts.counters.ssd_bytes_read += result.valid_end
             self.parts.index.touch_ssd(session_id)
             served = log_.meta.copy()
+            indexed = self.parts.index.metas.get(session_id)
+            # DRAM serves the index's token ids: only bytes read for exactly those go there (a
+            # file rewritten behind the index, by a second store over this directory, is
+            # served as read, with its own token ids, but never kept under the index's)
             if segments and not prefix and not start_token \
                     and self.parts.index.versions.get(session_id) == version \
+                    and indexed is not None and indexed.token_ids == log_.meta.token_ids \
                     and not self.parts.writer.busy(session_id):
                 self.parts.dram.put(session_id, _image_pieces(segments, log_.pieces), time.monotonic())
             log_.cut(served.num_tokens if max_tokens == 0 else max_tokens)

@@ -59,3 +59,22 @@ def test_a_misplaced_file_never_feeds_an_appended_turn(store):
     client.write("a", 0, a + [9], KV, BPT, "m", token_bytes("a", a + [9]))
     got = client.read("a")
     assert got.token_ids == a + [9] and got.data == token_bytes("a", a + [9])
+
+
+def test_a_session_rewritten_by_a_second_store_is_never_served_with_the_wrong_tokens(store):
+    """Two stores with the embedded index over one data directory (two `bidaw serve store`, or
+    two deployments given the same --data-dir): the second rewrites a session the first holds,
+    under the same name. The first served the new file's bytes with their own token ids (KV
+    that matches its tokens), but kept them in DRAM, from where they were served with the token
+    ids it had indexed: wrong KV. Every read must give KV that matches its token ids."""
+    first, core = store(dram_bytes=12 * BPT)
+    second, _ = store(dram_bytes=12 * BPT)
+    mine, theirs = list(range(100, 110)), list(range(200, 210))
+    first.write("s", 0, mine, KV, BPT, "m", token_bytes("s", mine))
+    first.write("t", 0, theirs, KV, BPT, "m", token_bytes("t", theirs))  # "s" leaves DRAM
+    second.write("s", 0, theirs, KV, BPT, "m", token_bytes("s", theirs))  # over its file
+    for _ in range(3):
+        got = first.read("s")
+        assert got.data == token_bytes("s", got.token_ids), \
+            f"tokens {got.token_ids[:2]}... served with the bytes of other tokens"
+    assert first.read("t").data == token_bytes("t", theirs)  # the rest is served as before
