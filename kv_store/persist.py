@@ -112,6 +112,11 @@ class Persister:
 
     def _append(self, session_id: str, offset: int, header: bytes, view: ScatterView) -> int:
         need = len(header) + len(view) + 4096
+        if offset + need > self.space.ssd_bytes:  # no eviction can make this room: evict none
+            raise errors.exhausted(
+                f"the session's KV ({offset + need} bytes on SSD with this record) is larger "
+                f"than the SSD tier ({self.space.ssd_bytes} bytes, --ssd-bytes): not stored "
+                "(the next turn recomputes)")
         with self._lock:
             if not self.space.reserve_ssd(session_id, need):
                 raise errors.exhausted("SSD tier is full of KV in use (leased, loading or being "

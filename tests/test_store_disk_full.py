@@ -114,3 +114,23 @@ def test_a_disk_that_stays_full_is_one_warning_not_one_per_write(small_disk, cap
     finally:
         server.stop(0)
         core.close()
+
+
+def test_kv_larger_than_the_ssd_tier_is_refused_saying_so(tmp_path):
+    """`--ssd-bytes` below a session's KV (0, or a typo): every write of it was refused as "SSD
+    tier is full of KV in use (leased, loading or being written); retry later", logged by the
+    worker on every turn, though nothing was in use and no retry could ever succeed."""
+    server, core = start(StoreConfig(listen="127.0.0.1:0", data_dir=str(tmp_path / "ssd"),
+                                     dram_bytes=0, ssd_bytes=BPT * TOKENS // 2))
+    client = KVClient(f"127.0.0.1:{server.port}")
+    try:
+        client.write("small", 0, [1], KV, BPT, "m", os.urandom(BPT))  # what fits is stored
+        with pytest.raises(grpc.RpcError) as err:
+            client.write("big", 0, list(range(TOKENS)), KV, BPT, "m", os.urandom(BPT * TOKENS))
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "larger than the SSD tier" in err.value.details()
+        assert "--ssd-bytes" in err.value.details() and "retry" not in err.value.details()
+        assert client.lookup("small").tier != common_pb2.TIER_NONE  # nothing evicted for it
+    finally:
+        server.stop(0)
+        core.close()
