@@ -13,6 +13,9 @@ from scheduler.service import SchedulerService
 from scheduler.workers import WorkerPool
 
 log = logging.getLogger("bidaw.scheduler")
+# On SIGTERM the scheduler refuses new turns (the gateway answers 503 and retries elsewhere) and
+# lets the ones it relays finish this long, as a worker does (within Kubernetes' 60-s grace).
+DRAIN_S = 30.0
 
 
 def start(config: SchedulerConfig) -> tuple[Server, SchedulerService]:
@@ -32,5 +35,5 @@ def serve(config: SchedulerConfig) -> None:
     except ValueError as exc:  # a flag that cannot work (--state-dir): one line
         raise SystemExit(f"bidaw serve scheduler: {exc}") from None
     wait_for_signal()
-    server.stop()
+    server.stop(DRAIN_S)
     service.stop()

@@ -45,6 +45,8 @@ class FakeScheduler(scheduler_pb2_grpc.SchedulerServicer):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "1024 turns queued")
         if last == "!unavailable":
             context.abort(grpc.StatusCode.UNAVAILABLE, "no worker")
+        if last == "!unauthenticated":  # a gateway whose cluster token is not the deployment's
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "internal gRPC needs the token")
         if last == "!block":
             with self._lock:
                 self.blocked += 1

@@ -325,6 +325,10 @@ def test_scheduler_errors_map_to_http(gateway):
                                                                              stream=True))
     assert_error(status, body, 503)
     assert headers["Retry-After"] == "1"
+    # the deployment's own misconfiguration: 503 saying so, never a 500
+    status, headers, body = post(gateway, "/v1/chat/completions", chat_body("!unauthenticated"))
+    assert_error(status, body, 503, "refused the gateway")
+    assert body["error"]["code"] == "backend_refused"
     with pytest.raises(openai.RateLimitError):
         client(gateway).chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "!exhausted"}])

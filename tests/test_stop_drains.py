@@ -1,15 +1,18 @@
 """One deployment per data directory: a second `bidaw up` on it is refused before it touches
 anything (it used to start, rewrite the cluster token, and the first deployment's next restarted
-service was refused by its peers: HTTP 500 "backend error UNAUTHENTICATED" on every turn).
+service was refused by its peers: HTTP 500 "backend error UNAUTHENTICATED" on every turn; that
+refusal is now a 503 saying the backend refused the gateway).
 
 Stopping a deployment (`bidaw up` on Ctrl-C or SIGTERM, `LocalDeployment.stop`) lets the
 answers being streamed finish: the gateway stops first and drains while the scheduler, the
 worker and the store still serve. All stopped at once, the scheduler left after its 2-s grace
-and a client streaming an answer got "the serving backend is unavailable" in the middle of it."""
+and a client streaming an answer got "the serving backend is unavailable" in the middle of it.
+A scheduler stopped alone (a rolling restart) now lets the answers it relays finish too."""
 from __future__ import annotations
 
 import json
 import os
+import signal
 import threading
 import time
 import urllib.error
@@ -69,6 +72,33 @@ def test_a_second_deployment_on_the_same_data_dir_is_refused(dep):
         second.start()
     assert not second.services
     assert open(dep.token_file).read() == token  # untouched: the first keeps working
+
+
+def _healthy(url: str, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url.removesuffix("/v1") + "/health", timeout=5) as r:
+                if r.status == 200:
+                    return True
+        except (OSError, urllib.error.URLError):
+            pass
+        time.sleep(0.5)
+    return False
+
+
+def test_a_scheduler_told_to_stop_lets_the_answers_it_relays_finish(dep):
+    """SIGTERM to the scheduler alone (a rolling restart): it left after 2 s, cutting them."""
+    out: dict = {}
+    started = threading.Event()
+    client = threading.Thread(target=_stream, args=(dep.gateway_url, out, started))
+    client.start()
+    assert started.wait(240), "no answer started streaming"
+    os.kill(dep.services["scheduler"].pid, signal.SIGTERM)
+    client.join(240)
+    assert not out["errors"], out
+    assert out["finish"] == "length" and out["chunks"] >= TOKENS - 5, out
+    assert _healthy(dep.gateway_url, 120)  # restarted by the supervisor, for the next test
 
 
 def test_stop_lets_a_streaming_answer_finish(dep):

@@ -59,9 +59,15 @@ def from_grpc(exc: grpc.RpcError, retry_after: int) -> ApiError:
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return ApiError(429, f"the scheduler is full: {details}", None, "overloaded",
                         retry_after)
-    if code == grpc.StatusCode.UNAVAILABLE:
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED,
+                grpc.StatusCode.ABORTED):  # (a scheduler stopping, or cut off mid-call)
         return ApiError(503, "the serving backend is unavailable; retry later", None,
                         "unavailable", retry_after)
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        # the deployment's own misconfiguration, not the client's: its token is never named
+        return ApiError(503, "the serving backend refused the gateway (its cluster token or "
+                        "certificate is not the deployment's); the operator must fix it", None,
+                        "backend_refused", retry_after)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return ApiError(504, "the turn did not finish within the gateway's deadline", None,
                         "timeout")
