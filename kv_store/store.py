@@ -21,6 +21,7 @@ the rest. Otherwise, and whenever DRAM cannot hold the KV, the reply waits for t
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 
@@ -106,6 +107,10 @@ class KVStore:
             self.index.adopt(entry)
         log.info("index (%s) holds %d sessions, %d bytes on SSD; DRAM regions in %s",
                  self.catalog.kind, len(self.index.metas), self.ssd.used_bytes, self.arena.dir)
+        room = self.ssd.used_bytes + shutil.disk_usage(self.ssd.root).free
+        if room < config.ssd_bytes:  # each write past it would meet a full disk, evict, retry
+            log.warning("%s can hold %d bytes of KV (free plus held), less than --ssd-bytes %d",
+                        config.data_dir, room, config.ssd_bytes)
         self._stop = threading.Event()
         self._housekeeper = threading.Thread(target=self._housekeep, name="store-housekeeping",
                                              daemon=True)

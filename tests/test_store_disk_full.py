@@ -4,7 +4,9 @@ one, and a size limit on the directory injected at the write call (ENOSPC past 2
 from __future__ import annotations
 
 import errno
+import logging
 import os
+import shutil
 import subprocess
 
 import grpc
@@ -134,3 +136,19 @@ def test_kv_larger_than_the_ssd_tier_is_refused_saying_so(tmp_path):
     finally:
         server.stop(0)
         core.close()
+
+
+def test_an_ssd_tier_larger_than_its_disk_is_warned_about_at_start(tmp_path, caplog):
+    """`--ssd-bytes` past what the filesystem can hold: said at start (as a DRAM tier larger
+    than /dev/shm is), not found out write by write as a full disk."""
+    free = shutil.disk_usage(tmp_path).free
+    for ssd_bytes, warned in ((free * 4, True), (1 << 20, False)):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="bidaw.kv_store"):
+            server, core = start(StoreConfig(listen="127.0.0.1:0", dram_bytes=0,
+                                             data_dir=str(tmp_path / str(ssd_bytes)),
+                                             ssd_bytes=ssd_bytes))
+            server.stop(0)
+            core.close()
+        said = [r.getMessage() for r in caplog.records if "--ssd-bytes" in r.getMessage()]
+        assert bool(said) == warned, said
