@@ -22,6 +22,7 @@ import grpc
 import torch
 
 import services.runtime.tracing as tracing
+from services.runtime.log_repeats import Reminder, since
 
 from compute_worker import kv_codec
 from compute_worker.dtype_reuse import CONVERT, RECOMPUTE, reuse_action
@@ -62,6 +63,7 @@ class StoreConnector(KVConnector):
         self.store = store
         self.model_name = model_name
         self.dtype_actions: collections.Counter[str] = collections.Counter()  # convert|recompute
+        self._write_failure_said = Reminder()
 
     def _dtype_action(self, session_id: str, stored_dtype: int) -> str:
         action = reuse_action(stored_dtype, self.kv_dtype)
@@ -211,4 +213,7 @@ class StoreConnector(KVConnector):
                         self.bytes_per_token, self.model_name, data, durable=False,
                         dtype=self.kv_dtype)
         except grpc.RpcError as exc:  # the answer stands; the next turn recomputes
-            log.warning("KV write of %r failed: %s %s", session_id, exc.code(), exc.details())
+            held = self._write_failure_said.due()  # (a store refusing all: not a line a turn)
+            if held is not None:
+                log.warning("KV write of %r failed: %s %s%s", session_id, exc.code(),
+                            exc.details(), since(held))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import errno
 import logging
 import threading
-import time
 import zlib
 
 from kv_store import errors
@@ -31,6 +30,7 @@ from kv_store.tiers.ssd import SsdTier
 from kv_store.tiers.ssd_log import SessionLog
 from kv_store.tiers.ssd_record import CorruptRecord
 from kv_store.tiers.ssd_verify import ReadResult
+from services.runtime.log_repeats import Reminder, since
 
 log = logging.getLogger("bidaw.kv_store")
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -51,9 +51,7 @@ class Persister:
         self.space = space
         self.counters = counters
         self._lock = lock
-        self._clock = time.monotonic
-        self._full_since: float | None = None  # when a disk-full line was last logged
-        self._full_writes = 0  # refused writes since, not logged
+        self._disk_full_said = Reminder(DISK_FULL_REMIND_S)
 
     # -- writes (on the writer thread of the session) -----------------------------------------
 
@@ -142,14 +140,10 @@ class Persister:
         """The disk refused a write (evicting follows): one WARNING, then at most one every
         DISK_FULL_REMIND_S with the count since. A disk smaller than --ssd-bytes, or filled by
         something else, refuses a write on every turn: a line each was thousands of lines."""
-        with self._lock:
-            now = self._clock()
-            self._full_writes += 1
-            if self._full_since is not None and now - self._full_since < DISK_FULL_REMIND_S:
-                return
-            held, self._full_since, self._full_writes = self._full_writes - 1, now, 0
-        log.warning("SSD disk full writing %r (%s): evicting to make room%s", session_id, exc,
-                    f" ({held} more refused writes since the last such line)" if held else "")
+        held = self._disk_full_said.due()
+        if held is not None:
+            log.warning("SSD disk full writing %r (%s): evicting to make room%s", session_id,
+                        exc, since(held))
 
     @staticmethod
     def _wants_compaction(meta: SessionMeta, end: int) -> bool:

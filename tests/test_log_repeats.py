@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from services.runtime.log_repeats import RepeatFilter
+from services.runtime.log_repeats import Reminder, RepeatFilter, since
 
 
 class Clock:
@@ -45,3 +45,15 @@ def test_library_repeats_are_bounded_and_counted_ours_all_pass():
         "305 s)",
         "Transient error UNAVAILABLE encountered"]
     assert sum(1 for n, _ in lines if n == "bidaw.scheduler") == 40
+
+
+def test_a_reminder_says_the_first_then_one_a_period_with_the_count():
+    clock = Clock()
+    said = Reminder(every_s=300.0, clock=clock)
+    got = []
+    for _ in range(50):  # every 10 s for 500 s
+        got.append(said.due())
+        clock.t += 10.0
+    assert got[0] == 0 and got[30] == 29  # the first at once; at 300 s, the 29 held back
+    assert [i for i, held in enumerate(got) if held is not None] == [0, 30]
+    assert since(29) == " (29 more like it since the last such line)" and since(0) == ""

@@ -1,12 +1,42 @@
 """Repeated log lines from libraries, bounded: a tracing collector that is down makes the
 OpenTelemetry exporter log a WARNING and an ERROR for every batch of spans, every few seconds,
 for as long as it is down. The first of each kind passes; then at most one every `every_s`,
-saying how many like it were held back. Our own loggers are never filtered."""
+saying how many like it were held back. Our own loggers are never filtered; a line of ours that
+a lasting cause would write on every turn is bounded where it is written (Reminder)."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Callable
+
+
+class Reminder:
+    """For a line of our own that the same cause would write on every turn (a disk that stays
+    full, a store that refuses every write): `due()` says whether to write it now, the first
+    time and then at most once every `every_s`, with how many were held back since. Thread-safe."""
+
+    def __init__(self, every_s: float = 300.0, clock: Callable[[], float] = time.monotonic):
+        self.every_s = every_s
+        self.clock = clock
+        self._last: float | None = None
+        self._held = 0
+        self._lock = threading.Lock()
+
+    def due(self) -> int | None:
+        """None: hold this one back; else write it, saying how many were held back before."""
+        with self._lock:
+            now = self.clock()
+            if self._last is not None and now - self._last < self.every_s:
+                self._held += 1
+                return None
+            held, self._last, self._held = self._held, now, 0
+            return held
+
+
+def since(held: int) -> str:
+    """The suffix of a reminded line: how many like it were held back."""
+    return f" ({held} more like it since the last such line)" if held else ""
 
 
 class RepeatFilter(logging.Filter):
