@@ -27,7 +27,7 @@ def refusal(arg: str) -> str:
     ("bidaw-size.size_exponent=x", "size_exponent='x' is not a finite number"),
     ("bidaw-size.size_exponent=.nan", "is not a finite number"),
     ("bidaw-size.size_exponent=" + "[" * 50_000 + "]" * 50_000, "not a YAML scalar or list"),
-    ("bidaw-size.pace_decay=2", "0 <= pace_decay < 1"),  # was an OverflowError in the replay
+    ("bidaw-size.pace_decay=2", "0 <= pace_decay <= 1"),  # was an OverflowError in the replay
     ("bidaw-size.classes_per_octave=0", "classes_per_octave >= 1"),
     ("bidaw-size.nope=1", "'nope' is not a setting of BidawSizePolicy"),
     ("bidaw-prefetch.end_pace_edges=[a]", "is not a list of a finite number or null"),
@@ -50,7 +50,9 @@ def test_good_values_are_typed_as_declared():
     assert isinstance(args["horizon_s"], float)
 
 
-def test_the_replay_runs_with_a_good_arg(capsys):
+@pytest.mark.parametrize("arg", ["bidaw-size.size_exponent=0.3",
+                                 "bidaw-size.pace_decay=1.0"])  # the own-pace ablation
+def test_the_replay_runs_with_a_good_arg(capsys, arg):
     assert main(["simulate", "--cache-only", "--trace", SAMPLE, "--policies", "bidaw-size",
-                 "--dram-gib", "4", "--policy-arg", "bidaw-size.size_exponent=0.3"]) == 0
+                 "--dram-gib", "4", "--policy-arg", arg]) == 0
     assert "bidaw-size" in capsys.readouterr().out

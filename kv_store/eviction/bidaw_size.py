@@ -66,10 +66,10 @@ class BidawSizePolicy(AnswerRankedPolicy):
                  per_user_signal: bool = True, answer_signal: bool = True,
                  idle_signal: bool = True, loaded_size_exponent: float | None = 0.7,
                  demand_tau_s: float = 300.0) -> None:
-        if not (size_exponent >= 0 and 0 <= pace_decay < 1 and classes_per_octave >= 1
+        if not (size_exponent >= 0 and 0 <= pace_decay <= 1 and classes_per_octave >= 1
                 and stale_factor > 0 and (stale_quantile is None or 0 < stale_quantile < 1)
                 and (loaded_size_exponent is None or loaded_size_exponent >= 0)):
-            raise ValueError("bidaw-size needs size_exponent >= 0, 0 <= pace_decay < 1, "
+            raise ValueError("bidaw-size needs size_exponent >= 0, 0 <= pace_decay <= 1, "
                              "classes_per_octave >= 1, stale_factor > 0, stale_quantile in (0, 1) "
                              "or null and loaded_size_exponent >= 0 or null")
         self.size_exponent = size_exponent
@@ -85,7 +85,7 @@ class BidawSizePolicy(AnswerRankedPolicy):
         self.idle_signal = idle_signal
         self.stale_quantile = stale_quantile
         self.stale_factor = stale_factor
-        self.pace_decay = pace_decay
+        self.pace_decay = pace_decay  # 1: every user keeps the population's pace (the ablation)
         self.classes_per_octave = classes_per_octave
         self.think = ThinkTimeModel(extra_quantiles=(stale_quantile,))
         self._sessions: SessionRegistry[_Session] = SessionRegistry(_Session)
