@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Callable
 
 import grpc
@@ -85,13 +86,14 @@ class StoreShards:
         return None if owner is None else owner[1].location(session_id)
 
     def holds(self, session_id: str, timeout: float = 5.0) -> bool:
-        """Whether the owning shard holds KV of the session: the Awareness view, else the
-        shard's own answer (the view lags a write by the stream's delay: a turn that has just
-        saved its KV may not be in it yet). False when no shard could say."""
+        """Whether a shard holds KV of the session: the owner's Awareness view, else the
+        owner's own answer (the view lags a write by the stream's delay: a turn that has just
+        saved its KV may not be in it yet), else another shard's view (an earlier owner: the
+        ring changed since the KV was written). False when no shard could say."""
         owner = self._owner(session_id)
         if owner is None:
             return False
-        if owner[1].location(session_id) is not None:
+        if owner[1].location(session_id) is not None or self._earlier_owners(session_id):
             return True
         try:
             return owner[0].Lookup(kv_store_pb2.LookupRequest(session_id=session_id),
@@ -99,6 +101,14 @@ class StoreShards:
         except grpc.RpcError as exc:
             log.warning("lookup of %r failed: %s", session_id, exc.code())
             return False
+
+    def _earlier_owners(self, session_id: str) -> list[AwarenessClient]:
+        """The Awareness streams of the shards, other than the owner, that say they hold KV
+        of the session: it was written there before a shard joined or left moved it."""
+        with self._lock:
+            owner = self.ring.node_for(session_id)
+            others = [a for t, (_, a) in self._shards.items() if t != owner]
+        return [a for a in others if a.location(session_id) is not None]
 
     def tier(self, session_id: str) -> int:
         owner = self._owner(session_id)
@@ -116,19 +126,23 @@ class StoreShards:
 
     def session_end(self, session_id: str, wait_s: float = 0.0) -> bool:
         """Tell the owning shard the session is over (sent when the stream is up again if it
-        is down now, as completions are); with `wait_s`, wait up to that long for the shard to
-        say its KV is gone. True once it has said so."""
+        is down now, as completions are), and every earlier owner still holding KV of it (a
+        shard that joined or left since moved it: that copy would be found again once the ring
+        moves back); with `wait_s`, wait up to that long for them to say its KV is gone. True
+        once they all have."""
         owner = self._owner(session_id)
         if owner is None:
             return False
-        awareness = owner[1]
-        gone = awareness.session_end(session_id, confirm=wait_s > 0)
-        if gone is None:
-            return False
+        confirm = wait_s > 0
+        streams = [owner[1], *self._earlier_owners(session_id)]
+        pending = [(a, a.session_end(session_id, confirm=confirm)) for a in streams]
+        deadline = time.monotonic() + wait_s
         try:
-            return gone.wait(wait_s)
+            return confirm and all(gone.wait(max(deadline - time.monotonic(), 0.0))
+                                   for _, gone in pending if gone is not None)
         finally:
-            awareness.ended(session_id)
+            for awareness, _ in pending:
+                awareness.ended(session_id)
 
     def sessions_known(self) -> int:
         with self._lock:
