@@ -17,6 +17,7 @@ import grpc
 
 from services.runtime import metrics
 from services.runtime.gen import common_pb2, scheduler_pb2, scheduler_pb2_grpc
+from services.runtime.grpc_util import RECONNECT_BACKOFF_MS
 
 from scheduler.config import SchedulerConfig
 from scheduler.conversation_journal import ConversationJournal
@@ -32,6 +33,9 @@ from scheduler.validation import session_problem, turn_problem
 from scheduler.workers import WorkerPool
 
 END_CONFIRM_S = 5.0  # how long an EndSession waits for the store to say the session's KV is gone
+# A member dials a restarted scheduler at most this long after its last try (grpc_util's longest
+# reconnect backoff), and beats twice a heartbeat: all have registered again within the sum.
+REJOIN_S = RECONNECT_BACKOFF_MS[1] / 1000
 # The store's Promote answers the tier at arrival -> (the outcome counted, the tier after it).
 PREPARED = {common_pb2.TIER_SSD: ("promoted", common_pb2.TIER_LOADING),
             common_pb2.TIER_LOADING: ("in_dram", common_pb2.TIER_LOADING),
@@ -65,8 +69,16 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             index, journal=self.journal,
             alive=lambda s: not self.stores.all_connected() or self.stores.location(s) is not None)
         self._session_locks = SessionLocks()  # entries live only while a turn needs one
+        # Members that register (no --store or no --workers list) come back one by one after a
+        # restart; until then the ring is partial: a session would hash to a shard that does not
+        # hold its KV (recomputed; and a conversation sent without an id taken for a new one),
+        # or no worker would be there yet (refused). Turns wait for them, this long at most.
+        self._settled_at = 0.0
+        self._settle_s = (config.heartbeat_s + REJOIN_S
+                          if not self.members.static_stores or not config.workers else 0.0)
 
     def start(self) -> "SchedulerService":
+        self._settled_at = time.monotonic() + self._settle_s
         self.members.start()
         self.dispatcher.start(maintain=self.members.maintain)
         return self
@@ -81,6 +93,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         problem = turn_problem(request, self.config.max_tokens_limit)
         if problem:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        self._settle(context)
         arrival = time.monotonic()
         turn = self.recognition.resolve(request)
         with self._session_locks.hold(turn.session_id):
@@ -91,6 +104,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         if problem:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
         session = request.session_id
+        self._settle(context)  # the shards holding its KV must have registered again
         try:
             with self._session_locks.hold(session, context.time_remaining()):
                 known = self.recognition.end(session)
@@ -105,6 +119,13 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                           "a turn of this session is still running")
         metrics.SESSION_ENDS.labels("ended" if known else "unknown").inc()
         return scheduler_pb2.EndSessionReply(known=known)
+
+    def _settle(self, context) -> None:
+        """Wait, right after the start, for the members to have registered again."""
+        wait = self._settled_at - time.monotonic()
+        if wait > 0:
+            left = context.time_remaining()
+            time.sleep(max(min(wait, left if left is not None else wait), 0.0))
 
     def PrepareSession(self, request, context):
         problem = session_problem(request)
