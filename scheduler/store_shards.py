@@ -124,25 +124,21 @@ class StoreShards:
         if owner is not None:
             owner[1].turn_complete(session_id, answer_tokens)
 
-    def session_end(self, session_id: str, wait_s: float = 0.0) -> bool:
+    def session_end(self, session_id: str, wait_s: float = 0.0) -> None:
         """Tell the owning shard the session is over (sent when the stream is up again if it
         is down now, as completions are), and every earlier owner still holding KV of it (a
         shard that joined or left since moved it: that copy would be found again once the ring
-        moves back); with `wait_s`, wait up to that long for them to say its KV is gone. True
-        once they all have."""
+        moves back); with `wait_s`, wait up to that long in all for them to say it is gone."""
         owner = self._owner(session_id)
         if owner is None:
-            return False
-        confirm = wait_s > 0
+            return
         streams = [owner[1], *self._earlier_owners(session_id)]
-        pending = [(a, a.session_end(session_id, confirm=confirm)) for a in streams]
+        pending = [(a, a.session_end(session_id, confirm=wait_s > 0)) for a in streams]
         deadline = time.monotonic() + wait_s
-        try:
-            return confirm and all(gone.wait(max(deadline - time.monotonic(), 0.0))
-                                   for _, gone in pending if gone is not None)
-        finally:
-            for awareness, _ in pending:
-                awareness.ended(session_id)
+        for awareness, gone in pending:
+            if gone is not None:
+                gone.wait(max(deadline - time.monotonic(), 0.0))
+            awareness.ended(session_id)
 
     def sessions_known(self) -> int:
         with self._lock:
