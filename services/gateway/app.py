@@ -26,12 +26,13 @@ from services.gateway.protocol import check_model, parse_chat, parse_completion
 from services.gateway.ratelimit import InFlight, RateLimiter, retry_after_s
 from services.gateway.request_body import read_body
 from services.gateway.responses import VERSION, Reply, model_card
+from services.gateway.responses_api import ResponsesApi
 from services.gateway.sessions_api import SessionsApi
 from services.gateway.turns import TurnServer
 from services.gateway.waiting import Admission, Shed, Slot
 
 log = logging.getLogger("bidaw.gateway")
-TURN_ROUTES = ("/v1/chat/completions", "/v1/completions", "/generate")
+TURN_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/generate")
 
 
 async def _trace_header(request: web.Request, response: web.StreamResponse) -> None:
@@ -80,6 +81,7 @@ class Gateway:
             web.get("/version", self.version),
             web.get("/metrics", self.metrics),
             *NativeApi(self).routes(),  # SGLang's /generate and its helpers
+            *ResponsesApi(self).routes(),  # OpenAI's Responses API, previous_response_id
             *SessionsApi(self).routes(),  # DELETE /v1/sessions/{session}, POST .../prepare
         ])
         self.app.on_cleanup.append(lambda _: self.backend.close())

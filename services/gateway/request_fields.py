@@ -64,6 +64,11 @@ def _check(obj: dict, read: set, neutral: dict, prefix: str = "") -> None:
             raise _unsupported(name, param, neutral[name])
 
 
+def check_fields(obj: dict, read: set, neutral: dict) -> None:
+    """400 naming the first field of `obj` neither read nor at a neutral value (Responses API)."""
+    _check(obj, read, neutral)
+
+
 def check_chat_fields(body: dict) -> None:
     """400 naming the first chat field or message key this server would otherwise ignore."""
     _check(body, CHAT_READ | CHAT_IGNORED, CHAT_NEUTRAL)

@@ -1,0 +1,153 @@
+"""OpenAI's Responses API: POST /v1/responses (plain or streamed), GET and DELETE
+/v1/responses/{id}, GET /v1/responses/{id}/input_items.
+
+A response is one chat turn through the gateway's own path (auth, tenant limits, FIFO
+admission, the prompt bound: Gateway._turn). With `previous_response_id` the client sends only
+its new input: the gateway rebuilds the conversation from the responses it stored
+(response_store.py) and sends it whole, without a session id, so the scheduler recognises the
+conversation by its content and reuses its KV as for any client that resends its history
+(`usage.input_tokens_details.cached_tokens` says how much). A branch (two responses after the
+same one) is recognised as a branch. An X-Session-Id header names the session, as on chat.
+"""
+from __future__ import annotations
+
+import json
+
+import grpc
+from aiohttp import web
+
+from services.runtime import metrics
+
+from services.gateway.errors import ApiError, from_grpc
+from services.gateway.protocol import check_model
+from services.gateway.response_objects import ResponseReply, input_items
+from services.gateway.response_store import ResponseStore
+from services.gateway.responses_input import ResponseAsk, parse_response_request, stored
+from services.gateway.turns import TurnServer
+
+MAX_LIST = 100
+
+
+def _sse(event: dict) -> bytes:
+    return f"event: {event['type']}\ndata: {json.dumps(event, separators=(',', ':'))}\n\n" \
+        .encode()
+
+
+class ResponseTurns(TurnServer):
+    """TurnServer's session, tracing and cancellation, with the Responses API's shapes; a
+    finished response is stored when the client asked it to be (`store`, the default)."""
+
+    def __init__(self, store: ResponseStore, *args):
+        super().__init__(*args)
+        self.store = store
+
+    def _finish(self, reply: ResponseReply, text: str, summary) -> dict:
+        self._finished(summary)
+        body = reply.response(text, summary)
+        if reply.ask.store:
+            self.store.put(stored(reply.ask, reply.id, text, body,
+                                  input_items(reply.ask)))
+        return body
+
+    async def _whole(self, call, first, reply: ResponseReply, headers: dict) -> web.Response:
+        text, summary = [], None
+        try:
+            async for event in self._events(call, first):
+                text.append(event.text)
+                if event.HasField("summary"):
+                    summary = event.summary
+        except grpc.RpcError as exc:
+            metrics.TURNS.labels("error").inc()
+            raise from_grpc(exc, self.retry_after) from None
+        if summary is None:
+            raise ApiError(500, "the turn ended without a summary")
+        body = self._finish(reply, "".join(text), summary)
+        return web.json_response(body, headers={"x-request-id": reply.id, **headers})
+
+    async def _stream(self, request, call, first, parsed, reply: ResponseReply,
+                      headers: dict) -> web.StreamResponse:
+        response = await self._open_stream(request, reply.id, headers)
+        text = []
+        try:
+            for event in reply.opening():
+                await response.write(_sse(event))
+            async for event in self._events(call, first):
+                if event.text:
+                    text.append(event.text)
+                    await response.write(_sse(reply.delta(event.text)))
+                if event.HasField("summary"):
+                    body = self._finish(reply, "".join(text), event.summary)
+                    for closing in reply.closing("".join(text), event.summary, body):
+                        await response.write(_sse(closing))
+        except grpc.RpcError as exc:  # headers are gone: report in-band, as OpenAI does
+            metrics.TURNS.labels("error").inc()
+            error = from_grpc(exc, self.retry_after)
+            await response.write(_sse(reply.event("error", code=error.code,
+                                                  message=error.message, param=error.param)))
+        except (ConnectionResetError, ConnectionError):
+            metrics.TURNS.labels("cancelled").inc()
+            return response
+        await response.write_eof()
+        return response
+
+
+class ResponsesApi:
+    def __init__(self, gateway):
+        self.gateway = gateway
+        config = gateway.config
+        self.store = ResponseStore(config.responses_store_bytes, config.responses_ttl_s)
+        self.turns = ResponseTurns(self.store, gateway.backend, config.retry_after_s,
+                                   config.max_session_id)
+
+    def routes(self) -> list:
+        return [web.post("/v1/responses", self.create),
+                web.get("/v1/responses/{id}", self.retrieve),
+                web.delete("/v1/responses/{id}", self.delete),
+                web.get("/v1/responses/{id}/input_items", self.list_input)]
+
+    def _prepare(self, request: web.Request, tenant: str, body: dict):
+        model = check_model(body, self.gateway.config.served_model_name)
+        ask: ResponseAsk = parse_response_request(body, self.gateway.config, self.store, tenant)
+        reply = ResponseReply(ask, model, ask.parsed.temperature, ask.parsed.top_p)
+        return lambda: self.turns.serve(request, tenant, ask.parsed, reply)
+
+    async def create(self, request: web.Request) -> web.StreamResponse:
+        return await self.gateway._turn(request, self._prepare)
+
+    def _stored(self, request: web.Request):
+        tenant = self.gateway._tenant(request)
+        response_id = request.match_info["id"]
+        record = self.store.get(tenant, response_id)
+        if record is None:
+            raise ApiError(404, f"Response with id '{response_id[:80]}' not found.", None,
+                           "not_found")
+        return tenant, record
+
+    async def retrieve(self, request: web.Request) -> web.Response:
+        return web.json_response(self._stored(request)[1].body)
+
+    async def delete(self, request: web.Request) -> web.Response:
+        tenant, record = self._stored(request)
+        self.store.delete(tenant, record.id)
+        return web.json_response({"id": record.id, "object": "response", "deleted": True})
+
+    async def list_input(self, request: web.Request) -> web.Response:
+        items = list(self._stored(request)[1].input_items)
+        order = request.query.get("order", "desc")
+        if order not in ("asc", "desc"):
+            raise ApiError(400, "'order' must be asc or desc", "order", "invalid_value")
+        limit = request.query.get("limit", "20")
+        if not (limit.isascii() and limit.isdigit() and 1 <= int(limit[:4]) <= MAX_LIST):
+            raise ApiError(400, f"'limit' must be an integer in [1, {MAX_LIST}]", "limit",
+                           "invalid_value")
+        if order == "desc":
+            items.reverse()
+        after = request.query.get("after")
+        if after:
+            ids = [item["id"] for item in items]
+            items = items[ids.index(after) + 1:] if after in ids else []
+        page = items[:int(limit[:4])]
+        return web.json_response({"object": "list", "data": page,
+                                  "first_id": page[0]["id"] if page else None,
+                                  "last_id": page[-1]["id"] if page else None,
+                                  "has_more": len(items) > len(page)})

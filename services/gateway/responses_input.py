@@ -1,0 +1,152 @@
+"""A Responses API body (POST /v1/responses) -> the chat turn it asks for, with OpenAI's rules.
+
+The context is `instructions` (a system message, never carried over from an earlier response,
+as OpenAI says), then the conversation that `previous_response_id` ends (each stored response's
+input and answer), then `input`. Text messages only: every other item or content type, and every
+option this server lacks (tools, reasoning, truncation "auto", JSON output), is refused with a 400
+naming it, as on the chat route.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from services.gateway.config import GatewayConfig
+from services.gateway.errors import ApiError, bad_request
+from services.gateway.fields import UINT32_MAX, integer, typed
+from services.gateway.prompt_size import check_prompt_size
+from services.gateway.protocol import ROLES, Parsed
+from services.gateway.request_fields import check_fields
+from services.gateway.response_store import MissingResponse, ResponseStore, StoredResponse
+from services.gateway.sampling_params import parse_sampling
+
+READ = {"model", "input", "instructions", "previous_response_id", "max_output_tokens",
+        "temperature", "top_p", "stream", "store", "metadata", "text", "tools", "tool_choice",
+        "truncation", "reasoning",
+        "seed", "top_k", "presence_penalty", "frequency_penalty", "logit_bias", "min_p",
+        "repetition_penalty"}  # vLLM's sampling extensions, as on the chat route
+IGNORED = {"user", "safety_identifier", "prompt_cache_key", "service_tier",
+           "parallel_tool_calls", "max_tool_calls", "stream_options"}  # same answer here
+NEUTRAL = {"include": ([],), "background": (False,), "top_logprobs": (0,),
+           "conversation": (), "prompt": ()}
+TEXT_PARTS = {"input_text", "output_text", "text"}
+MAX_METADATA = 16
+
+
+@dataclass
+class ResponseAsk:
+    """What one POST /v1/responses asks: the turn, and what its response object echoes."""
+    parsed: Parsed
+    tenant: str = ""
+    instructions: str | None = None
+    previous_id: str | None = None
+    own: list[tuple[str, str]] = field(default_factory=list)  # its input, as messages
+    store: bool = True
+    metadata: dict = field(default_factory=dict)
+    max_output_tokens: int | None = None
+
+
+def _text(content, where: str) -> str:
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise bad_request("'content' must be a string or an array of text parts", where)
+    parts = []
+    for j, part in enumerate(content):
+        if not isinstance(part, dict) or part.get("type") not in TEXT_PARTS \
+                or not isinstance(part.get("text"), str):
+            kind = part.get("type") if isinstance(part, dict) else None
+            raise bad_request(f"content part type {str(kind)[:40]!r} is not supported (text "
+                              "parts only: input_text, output_text)", f"{where}[{j}]")
+        parts.append(part["text"])
+    return "".join(parts)
+
+
+def _input(body: dict) -> list[tuple[str, str]]:
+    raw = body.get("input")
+    if isinstance(raw, str) and raw:
+        return [("user", raw)]
+    if not isinstance(raw, list) or not raw:
+        raise bad_request("'input' must be a non-empty string or array of messages", "input")
+    out = []
+    for i, item in enumerate(raw):
+        where = f"input[{i}]"
+        if not isinstance(item, dict):
+            raise bad_request("each input item must be an object", where)
+        if item.get("type", "message") != "message":
+            raise bad_request(f"input items of type {str(item.get('type'))[:40]!r} are not "
+                              "supported (messages only: no tools, files or images)",
+                              where + ".type")
+        role = item.get("role")
+        if role not in ROLES:
+            raise bad_request(f"role {str(role)[:40]!r} is not supported (system, developer, "
+                              "user, assistant)", where + ".role")
+        out.append((ROLES[role], _text(item.get("content"), where + ".content")))
+    return out
+
+
+def _refuse_options(body: dict) -> None:
+    if body.get("tools"):
+        raise bad_request("tools are not supported", "tools")
+    if body.get("tool_choice") not in (None, "none", "auto"):
+        raise bad_request("tool_choice needs tools, which are not supported", "tool_choice")
+    if body.get("truncation") not in (None, "disabled"):
+        raise bad_request("only truncation \"disabled\" is supported: a conversation past the "
+                          "context is refused, never cut silently", "truncation")
+    if body.get("reasoning") not in (None, {}) and typed(body, "reasoning", (dict,)).get(
+            "effort") not in (None, "none"):
+        raise bad_request("this model does not reason: only reasoning null is supported",
+                          "reasoning")
+    fmt = typed(typed(body, "text", (dict,), {}), "format", (dict,), {}, "text.format")
+    if fmt.get("type", "text") != "text":
+        raise bad_request("only text output is supported (no JSON mode or schema)",
+                          "text.format")
+
+
+def _metadata(body: dict) -> dict:
+    meta = typed(body, "metadata", (dict,), {})
+    if len(meta) > MAX_METADATA or not all(
+            isinstance(k, str) and len(k) <= 64 and isinstance(v, str) and len(v) <= 512
+            for k, v in meta.items()):
+        raise bad_request(f"'metadata' holds at most {MAX_METADATA} pairs of strings: keys of "
+                          "up to 64 characters, values of up to 512", "metadata")
+    return meta
+
+
+def parse_response_request(body: dict, config: GatewayConfig, store: ResponseStore,
+                           tenant: str) -> ResponseAsk:
+    check_fields(body, READ | IGNORED, NEUTRAL)
+    _refuse_options(body)
+    ask = ResponseAsk(Parsed(), tenant, own=_input(body), metadata=_metadata(body))
+    ask.instructions = typed(body, "instructions", (str,)) or None
+    ask.previous_id = typed(body, "previous_response_id", (str,)) or None
+    ask.store = typed(body, "store", (bool,), True)
+    history = []
+    if ask.previous_id:
+        try:
+            for record in store.chain(tenant, ask.previous_id):
+                history += [*record.messages, ("assistant", record.output)]
+        except MissingResponse as exc:
+            raise ApiError(404, f"Previous response with id '{exc.response_id[:80]}' not "
+                           "found.", "previous_response_id", "previous_response_not_found")
+    system = [("system", ask.instructions)] if ask.instructions else []
+    ask.parsed.messages = system + history + ask.own
+    ask.max_output_tokens = integer(body, "max_output_tokens", 1, UINT32_MAX)
+    if config.max_model_len and (ask.max_output_tokens or 0) > config.max_model_len:
+        raise bad_request(f"'max_output_tokens' is {ask.max_output_tokens}, more than the "
+                          f"model's context of {config.max_model_len} tokens",
+                          "max_output_tokens")
+    ask.parsed.max_tokens = ask.max_output_tokens or 0  # 0: the worker's default
+    parse_sampling(body, ask.parsed, config.vocab_size)
+    ask.parsed.stream = typed(body, "stream", (bool,), False)
+    try:
+        check_prompt_size(ask.parsed, True, config.max_prompt_bytes, config.max_model_len)
+    except ApiError as exc:
+        raise ApiError(exc.status, exc.message.replace("'messages'", "'input'").replace(
+            "the messages", "the input"), "input", exc.code) from None
+    return ask
+
+
+def stored(ask: ResponseAsk, response_id: str, output: str, body: dict,
+           input_items: list[dict]) -> StoredResponse:
+    return StoredResponse(response_id, ask.tenant, ask.previous_id, list(ask.own), output, body,
+                          input_items)

@@ -1,0 +1,73 @@
+"""The Responses API's stored responses: per tenant, bounded by bytes (least recently used
+first) and idle time, and chains read back by their links."""
+from __future__ import annotations
+
+import pytest
+
+from services.gateway.response_store import MissingResponse, ResponseStore, StoredResponse
+
+
+class Clock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def record(rid: str, tenant: str = "alice", previous: str | None = None,
+           text: str = "hi") -> StoredResponse:
+    return StoredResponse(rid, tenant, previous, [("user", text)], "answer " + rid,
+                          {"id": rid})
+
+
+def test_a_chain_is_read_back_oldest_first_within_its_tenant():
+    store = ResponseStore(1 << 20, 60)
+    for rid, prev in (("r1", None), ("r2", "r1"), ("r3", "r2")):
+        store.put(record(rid, previous=prev))
+    assert [r.id for r in store.chain("alice", "r3")] == ["r1", "r2", "r3"]
+    # another tenant's id is the same miss as an unknown one
+    assert store.get("bob", "r1") is None
+    with pytest.raises(MissingResponse) as miss:
+        store.chain("bob", "r3")
+    assert miss.value.response_id == "r3"
+    # a deleted link breaks the chain, naming it
+    assert store.delete("alice", "r2") and not store.delete("alice", "r2")
+    with pytest.raises(MissingResponse) as miss:
+        store.chain("alice", "r3")
+    assert miss.value.response_id == "r2"
+
+
+def test_bytes_bound_drops_the_least_recently_used_first():
+    size = record("x").size
+    store = ResponseStore(3 * size, 60)
+    for rid in ("a", "b", "c"):
+        store.put(record(rid))
+    store.get("alice", "a")  # read: now the most recently used
+    store.put(record("d"))
+    assert store.get("alice", "b") is None
+    assert all(store.get("alice", rid) for rid in ("a", "c", "d"))
+    assert store.bytes == 3 * size
+    # one larger than the whole store is never kept, and evicts nothing
+    store.put(record("big", text="x" * (4 * size)))
+    assert store.get("alice", "big") is None and store.bytes == 3 * size
+
+
+def test_an_idle_response_expires_and_a_read_keeps_it():
+    clock = Clock()
+    store = ResponseStore(1 << 20, 60, clock)
+    store.put(record("a"))
+    store.put(record("b"))
+    clock.now = 50
+    assert store.get("alice", "a") is not None
+    clock.now = 100  # a read 50 s ago, b untouched for 100 s
+    assert store.get("alice", "a") is not None and store.get("alice", "b") is None
+    assert store.bytes == record("a").size
+
+
+def test_a_cycle_of_links_is_a_miss_not_a_hang():
+    store = ResponseStore(1 << 20, 60)
+    store.put(record("a", previous="b"))
+    store.put(record("b", previous="a"))
+    with pytest.raises(MissingResponse):
+        store.chain("alice", "a")
