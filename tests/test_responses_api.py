@@ -10,6 +10,9 @@ import uuid
 import openai
 import pytest
 
+from services.gateway.config import GatewayConfig
+from tests.background_gateway import BackgroundGateway
+
 MODEL = "smollm2-135m"
 
 
@@ -128,3 +131,24 @@ def test_what_this_server_lacks_is_refused_naming_the_field(client, extra, param
     with pytest.raises(openai.BadRequestError) as err:
         client.post("/responses", body=body, cast_to=object)
     assert err.value.status_code == 400 and err.value.body["param"] == param
+
+
+def test_a_tenant_reaches_no_other_tenants_responses(deployment):
+    config = GatewayConfig(listen="127.0.0.1:0", scheduler=deployment.scheduler_target,
+                           api_keys="erin:key-erin-123,frank:key-frank-456")
+    with BackgroundGateway(config) as gw:
+        erin, frank, nobody = (openai.OpenAI(base_url=gw.url, api_key=k, max_retries=0,
+                                             timeout=300)
+                               for k in ("key-erin-123", "key-frank-456", "wrong"))
+        mine = erin.responses.create(model=MODEL, input=tagged("Say hi."), temperature=0,
+                                     max_output_tokens=4)
+        for call in (lambda: frank.responses.retrieve(mine.id),
+                     lambda: frank.responses.input_items.list(mine.id),
+                     lambda: frank.delete(f"/responses/{mine.id}", cast_to=object),
+                     lambda: frank.responses.create(model=MODEL, input="Go on.",
+                                                    previous_response_id=mine.id)):
+            with pytest.raises(openai.NotFoundError):
+                call()
+        with pytest.raises(openai.AuthenticationError):
+            nobody.responses.retrieve(mine.id)
+        assert erin.responses.retrieve(mine.id).output_text == mine.output_text
