@@ -1,6 +1,6 @@
-"""Next-token choice: OpenAI's penalties and logit_bias on the logits, the end-of-sequence
-tokens barred until min_tokens, then greedy (temperature 0, reproducible) or seeded sampling
-from the top_k / top_p nucleus.
+"""Next-token choice: logit_bias, vLLM's repetition_penalty and OpenAI's penalties on the
+logits, the end-of-sequence tokens barred until min_tokens, then greedy (temperature 0,
+reproducible) or seeded sampling from what min_p, top_k and top_p keep.
 
 The logit rules are pure functions over one step's logits so that they can be checked on
 hand-made tensors; `Sampler` keeps the per-answer state (the generator, the tokens so far).
@@ -27,6 +27,25 @@ def penalized(logits: torch.Tensor, counts: Counter, presence: float,
     out = logits.clone()
     out[ids] -= n * frequency + presence
     return out
+
+
+def repetition_penalized(logits: torch.Tensor, seen: torch.Tensor,
+                         penalty: float) -> torch.Tensor:
+    """vLLM's (and Hugging Face's) repetition penalty: each token marked in `seen` (a bool mask
+    over the vocabulary: the prompt's tokens and the answer's so far) has its logit divided by
+    `penalty` when positive, multiplied by it otherwise; 1 leaves the logits as they are."""
+    if penalty == 1:
+        return logits
+    scaled = torch.where(logits > 0, logits / penalty, logits * penalty)
+    return torch.where(seen, scaled, logits)
+
+
+def min_p_kept(probs: torch.Tensor, min_p: float) -> torch.Tensor:
+    """vLLM's min_p: the probabilities with every token below min_p times the largest set to 0
+    (not renormalised: sampling draws in proportion); 0 keeps them all."""
+    if min_p <= 0:
+        return probs
+    return torch.where(probs < min_p * probs.max(), torch.zeros_like(probs), probs)
 
 
 def biased(logits: torch.Tensor, bias: dict[int, float]) -> torch.Tensor:
@@ -65,7 +84,8 @@ class Sampler:
     def __init__(self, temperature: float = 0.0, seed: int = 0, *, top_p: float = 1.0,
                  top_k: int = 0, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
                  logit_bias: dict[int, float] | None = None, min_tokens: int = 0,
-                 eos: list[int] | tuple = ()):
+                 eos: list[int] | tuple = (), repetition_penalty: float = 1.0,
+                 min_p: float = 0.0, prompt: list[int] | tuple = ()):
         if temperature < 0:
             raise ValueError("temperature must be >= 0")
         self.temperature = temperature
@@ -77,14 +97,22 @@ class Sampler:
         self.min_tokens = min_tokens  # the eos ids are barred until this many are chosen
         self.eos = [t for t in eos if 0 <= t]
         self.counts: Counter = Counter()  # tokens chosen so far in this answer
+        self.repetition = repetition_penalty
+        self.min_p = min_p
+        # the repetition penalty's tokens: the prompt's, then each chosen one (a mask built at
+        # the first step, on the logits' device and size)
+        self._prompt = list(prompt) if repetition_penalty != 1 else []
+        self._seen: torch.Tensor | None = None
         self.generator = None
         if temperature > 0:
             self.generator = torch.Generator().manual_seed(seed)
 
     @classmethod
-    def for_turn(cls, turn, vocab_size: int, eos: list[int] | tuple = ()) -> "Sampler":
+    def for_turn(cls, turn, vocab_size: int, eos: list[int] | tuple = (),
+                 prompt: list[int] | tuple = ()) -> "Sampler":
         """The turn's sampling knobs, checked; bad ones are the caller's error (TurnError).
-        `eos`: the model's end-of-sequence ids, barred before the turn's min_tokens."""
+        `eos`: the model's end-of-sequence ids, barred before the turn's min_tokens; `prompt`:
+        its token ids (the repetition penalty's first tokens)."""
         bad = [t for t in turn.logit_bias if not 0 <= t < vocab_size]
         if bad:
             raise TurnError(f"logit_bias token id {bad[0]} is outside the vocabulary "
@@ -93,15 +121,23 @@ class Sampler:
             raise TurnError(f"logit_bias values must lie in [-{MAX_BIAS:g}, {MAX_BIAS:g}]")
         if not 0 <= turn.top_p <= 1:
             raise TurnError(f"top_p {turn.top_p} is outside [0, 1]")
+        if not 0 <= turn.repetition_penalty <= 2:  # (0: unset, off)
+            raise TurnError(f"repetition_penalty {turn.repetition_penalty:g} is outside (0, 2]")
+        if not 0 <= turn.min_p <= 1:
+            raise TurnError(f"min_p {turn.min_p:g} is outside [0, 1]")
         return cls(turn.temperature, turn.seed, top_p=turn.top_p or 1.0, top_k=turn.top_k,
                    presence_penalty=turn.presence_penalty,
                    frequency_penalty=turn.frequency_penalty, logit_bias=dict(turn.logit_bias),
-                   min_tokens=turn.min_tokens, eos=[t for t in eos if t < vocab_size])
+                   min_tokens=turn.min_tokens, eos=[t for t in eos if t < vocab_size],
+                   repetition_penalty=turn.repetition_penalty or 1.0, min_p=turn.min_p,
+                   prompt=prompt)
 
     def adjusted(self, logits: torch.Tensor) -> torch.Tensor:
         """The logits after bias, penalties and the minimum length: what greedy and sampling
         both choose from."""
         logits = biased(logits.float(), self.bias)
+        if self.repetition != 1:
+            logits = repetition_penalized(logits, self._seen_mask(logits), self.repetition)
         logits = penalized(logits, self.counts, self.presence, self.frequency)
         if self.min_tokens and self.counts.total() < self.min_tokens:
             logits = barred(logits, self.eos)
@@ -111,12 +147,22 @@ class Sampler:
         """logits [vocab] -> token id."""
         token = self._choose(self.adjusted(logits))
         self.counts[token] += 1
+        if self._seen is not None:
+            self._seen[token] = True
         return token
+
+    def _seen_mask(self, logits: torch.Tensor) -> torch.Tensor:
+        if self._seen is None:
+            self._seen = torch.zeros(logits.shape[-1], dtype=torch.bool, device=logits.device)
+            ids = [t for t in self._prompt + list(self.counts) if 0 <= t < len(self._seen)]
+            if ids:
+                self._seen[torch.tensor(ids, device=logits.device)] = True
+        return self._seen
 
     def _choose(self, logits: torch.Tensor) -> int:
         if self.temperature == 0:
             return int(torch.argmax(logits))
-        probs = torch.softmax(logits.cpu() / self.temperature, dim=-1)
+        probs = min_p_kept(torch.softmax(logits.cpu() / self.temperature, dim=-1), self.min_p)
         if self.top_k <= 0 and self.top_p >= 1:
             return int(torch.multinomial(probs, 1, generator=self.generator))
         order, kept = nucleus(probs, self.top_k, self.top_p)

@@ -175,7 +175,7 @@ class TurnRunner:
         return Sequence(
             session_id=turn.session_id, prompt=prompt, cache=restored.cache,
             pending=prompt[restored.tokens:],
-            sampler=Sampler.for_turn(turn, cfg.vocab_size, cfg.eos_token_ids),
+            sampler=Sampler.for_turn(turn, cfg.vocab_size, cfg.eos_token_ids, prompt),
             detok=Detokenizer(self.tokenizer),
             max_new=min(turn.max_tokens or max(self.default_max_tokens, turn.min_tokens),
                         self.max_context - len(prompt)),

@@ -33,6 +33,16 @@ def turn_problem(turn: common_pb2.TurnRequest, max_tokens_limit: int) -> str | N
             return f"{name} {getattr(turn, name)} exceeds the limit {max_tokens_limit}"
     if not 0.0 <= turn.temperature <= 2.0:
         return f"temperature {turn.temperature} is outside [0, 2]"
+    return _sampling_problem(turn)
+
+
+def _sampling_problem(turn: common_pb2.TurnRequest) -> str | None:
+    """vLLM's ranges (NaN fails every one): repetition_penalty in (0, 2] (0 is unset: off),
+    min_p in [0, 1]."""
+    if not 0.0 <= turn.repetition_penalty <= 2.0:
+        return f"repetition_penalty {turn.repetition_penalty:g} is outside (0, 2]"
+    if not 0.0 <= turn.min_p <= 1.0:
+        return f"min_p {turn.min_p:g} is outside [0, 1]"
     return None
 
 

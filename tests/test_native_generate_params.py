@@ -54,13 +54,15 @@ def stream(gw, payload, headers=None) -> list:
 
 def test_bench_multiturn_body_maps_to_the_completion_turn(gateway, fake):
     status, _, got = generate(gateway, body(top_p=0.5, top_k=7, stop=["END"], seed=3,
-                                            presence_penalty=0.5, frequency_penalty=-0.5))
+                                            presence_penalty=0.5, frequency_penalty=-0.5,
+                                            repetition_penalty=1.5, min_p=0.25))
     assert status == 200, got
     sent = fake[1].requests[-1]
     assert (sent.raw_prompt, sent.max_tokens, sent.temperature, sent.ignore_eos) == (
         "one two three four", 3, 0.0, True)
     assert (round(sent.top_p, 3), sent.top_k, list(sent.stop), sent.seed) == (0.5, 7, ["END"], 3)
     assert (sent.presence_penalty, sent.frequency_penalty) == (0.5, -0.5)
+    assert (sent.repetition_penalty, sent.min_p) == (1.5, 0.25)
     assert sent.tenant == "acme" and sent.session_id == "" and not sent.messages
     assert got["text"] == "echo: one two"
     meta = got["meta_info"]
@@ -128,7 +130,8 @@ def _without(payload, key):
     (body(stop_token_ids=[2]), "sampling_params.stop_token_ids"),
     (body(min_new_tokens=200), "sampling_params.min_new_tokens"),  # above max_new_tokens 128
     (body(skip_special_tokens=False), "sampling_params.skip_special_tokens"),
-    (body(repetition_penalty=1.2), "sampling_params.repetition_penalty"),
+    (body(repetition_penalty=2.1), "sampling_params.repetition_penalty"),
+    (body(min_p=1.5), "sampling_params.min_p"),
     (body(frobnicate=1), "sampling_params.frobnicate"),
     (body(max_new_tokens=0), "sampling_params.max_new_tokens"),
     (body(max_new_tokens=8193), "sampling_params.max_new_tokens"),  # beyond the context

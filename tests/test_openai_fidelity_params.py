@@ -59,8 +59,14 @@ def completion(prompt, **extra) -> dict:
     ("chat", chat_body("x", response_format={"type": "json_object"}), "response_format"),
     ("chat", chat_body("x", response_format={"type": "json_schema", "json_schema": {
         "name": "a", "schema": {"type": "object"}}}), "response_format"),
-    ("chat", chat_body("x", min_p=0.1), "min_p"),
-    ("chat", chat_body("x", repetition_penalty=1.3), "repetition_penalty"),
+    ("chat", chat_body("x", min_p=1.1), "min_p"),
+    ("chat", chat_body("x", min_p=-0.1), "min_p"),
+    ("chat", chat_body("x", min_p="0.1"), "min_p"),
+    ("chat", chat_body("x", repetition_penalty=0), "repetition_penalty"),
+    ("chat", chat_body("x", repetition_penalty=2.5), "repetition_penalty"),
+    ("chat", chat_body("x", repetition_penalty=-1), "repetition_penalty"),
+    ("cmpl", completion("x", repetition_penalty=True), "repetition_penalty"),
+    ("cmpl", completion("x", min_p=float("inf")), "min_p"),
     ("chat", chat_body("x", continue_final_message=True), "continue_final_message"),
     ("chat", chat_body("x", continue_final_message=True, add_generation_prompt=False),
      "messages"),  # the last message is the user's: nothing to continue
@@ -95,6 +101,14 @@ def test_sampling_fields_reach_the_scheduler(gateway, fake):
         20, 2 ** 64 - 1, 0.5, -1.0)
     assert sent.top_p == pytest.approx(0.9) and sent.temperature == pytest.approx(0.7)
     assert dict(sent.logit_bias) == {42: -100.0, 7: 2.5}
+    assert (sent.min_p, sent.repetition_penalty) == (0.0, 1.0)
+    client(gateway).completions.create(model=MODEL, prompt="x", temperature=0.5,
+                                       extra_body={"min_p": 0.25, "repetition_penalty": 1.5})
+    sent = fake.requests[-1]
+    assert (sent.min_p, sent.repetition_penalty) == (0.25, 1.5)
+    client(gateway).chat.completions.create(model=MODEL, messages=[{"role": "user",
+                                                                    "content": "x"}])
+    assert (fake.requests[-1].min_p, fake.requests[-1].repetition_penalty) == (0.0, 1.0)
     client(gateway).chat.completions.create(model=MODEL, messages=[{"role": "user",
                                                                     "content": "x"}],
                                             extra_body={"top_k": -1})

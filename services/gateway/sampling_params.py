@@ -22,6 +22,8 @@ class Sampling:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     logit_bias: dict[int, float] = field(default_factory=dict)
+    repetition_penalty: float = 1.0  # vLLM's: 1 is off
+    min_p: float = 0.0  # vLLM's: 0 is off
 
 
 def parse_sampling(body: dict, s: Sampling, vocab_size: int) -> None:
@@ -36,6 +38,10 @@ def parse_sampling(body: dict, s: Sampling, vocab_size: int) -> None:
     s.presence_penalty = number(body, "presence_penalty", -2.0, 2.0, 0.0)
     s.frequency_penalty = number(body, "frequency_penalty", -2.0, 2.0, 0.0)
     s.logit_bias = _logit_bias(body, vocab_size)
+    # vLLM's ranges: the penalty in (0, 2] (over the prompt's and the answer's tokens), min_p
+    # in [0, 1] (a fraction of the most likely token's probability)
+    s.repetition_penalty = number(body, "repetition_penalty", 0.0, 2.0, 1.0, low_open=True)
+    s.min_p = number(body, "min_p", 0.0, 1.0, 0.0)
     _refuse_unsupported(body)
 
 
@@ -62,8 +68,3 @@ def _refuse_unsupported(body: dict) -> None:
     if response_format is not None and response_format.get("type") != "text":
         raise bad_request("only response_format {\"type\": \"text\"} is supported (no JSON "
                           "mode or schema)", "response_format")
-    for name, neutral in (("min_p", 0), ("repetition_penalty", 1)):
-        value = typed(body, name, (int, float))
-        if value is not None and value != neutral:
-            raise bad_request(f"{name} is not supported (only its neutral value {neutral}; "
-                              "presence_penalty and frequency_penalty are)", name)

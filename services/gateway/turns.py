@@ -59,6 +59,8 @@ def turn_request(parsed: Parsed, tenant: str, session: str) -> common_pb2.TurnRe
         presence_penalty=parsed.presence_penalty,
         frequency_penalty=parsed.frequency_penalty,
         logit_bias=parsed.logit_bias,
+        repetition_penalty=parsed.repetition_penalty,
+        min_p=parsed.min_p,
         continue_final_message=parsed.continue_final_message,
         no_generation_prompt=parsed.no_generation_prompt)
 
