@@ -17,6 +17,7 @@ import services.runtime.tracing as tracing
 from services.runtime.gen import common_pb2, compute_worker_pb2
 
 from compute_worker.engine_config import EngineConfig
+from compute_worker.turn_summary import TurnSummary
 
 log = logging.getLogger("bidaw.compute_worker")
 # The wire's names, not kv_codec's: this module is also the worker's main process, which has
@@ -64,6 +65,7 @@ class EngineHost:
         from compute_worker.kv_shards import KVShards
         from compute_worker.loaders.device import pick_device, resolve_dtype
         from compute_worker.loaders.registry import load_model
+        from compute_worker.logprobs import TokenSpeller
         from compute_worker.models.prepare import prepare_model  # fused projections, format
         from compute_worker.models.quant import weights_label
         from compute_worker.prompt_bound import prompt_byte_bound
@@ -88,6 +90,7 @@ class EngineHost:
                         restore_in_step=config.restore_in_step,
                         small_step_threads=config.small_step_threads)
         self.runner = TurnRunner(engine, connector, tokenizer, config.default_max_tokens)
+        self.speller = TokenSpeller(tokenizer)  # logprobs' token bytes
         self.max_prompt_bytes = prompt_byte_bound(tokenizer, self.runner.max_context)
 
     def info(self) -> dict:
@@ -116,16 +119,26 @@ class EngineHost:
             try:
                 stores = list(req.kv_stores) if self.use_scheduler_stores else None
                 limit = 0 if req.recompute_kv else (req.kv_prefix_tokens or None)
-                for ids, text, summary in self.runner.run(req.turn, req.since_arrival_s,
-                                                          req.queue_s, stores, key, limit,
-                                                          req.kv_suffix_from):
-                    event = common_pb2.TurnEvent(token_ids=ids, text=text)
-                    if summary is not None:
-                        event.summary.CopyFrom(common_pb2.TurnSummary(
-                            **dataclasses.asdict(summary)))
-                    yield "event", event.SerializeToString()
+                for ids, text, extra in self.runner.run(req.turn, req.since_arrival_s,
+                                                        req.queue_s, stores, key, limit,
+                                                        req.kv_suffix_from):
+                    yield "event", self._event(ids, text, extra).SerializeToString()
             except TurnError as exc:
                 yield "error", str(exc)
+
+
+    def _event(self, ids: list[int], text: str, extra) -> common_pb2.TurnEvent:
+        """The wire's TurnEvent; `extra`: None, the token's StepLogprobs or the TurnSummary."""
+        event = common_pb2.TurnEvent(token_ids=ids, text=text)
+        if isinstance(extra, TurnSummary):
+            event.summary.CopyFrom(common_pb2.TurnSummary(**dataclasses.asdict(extra)))
+        elif extra is not None:
+            spell = lambda t, lp: common_pb2.TokenLogprob(  # noqa: E731
+                token_id=t, logprob=lp, token=self.speller(t))
+            event.logprobs.append(common_pb2.StepLogprobs(
+                chosen=spell(extra.token, extra.logprob),
+                top=[spell(t, lp) for t, lp in extra.top]))
+        return event
 
 
 EngineActor = ray.remote(max_restarts=-1)(EngineHost)

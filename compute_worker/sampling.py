@@ -11,6 +11,7 @@ from collections import Counter
 
 import torch
 
+from compute_worker.logprobs import MAX_TOP_LOGPROBS, StepLogprobs, step_logprobs
 from compute_worker.prompt import TurnError
 
 MAX_BIAS = 100.0  # OpenAI's logit_bias range
@@ -85,7 +86,8 @@ class Sampler:
                  top_k: int = 0, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
                  logit_bias: dict[int, float] | None = None, min_tokens: int = 0,
                  eos: list[int] | tuple = (), repetition_penalty: float = 1.0,
-                 min_p: float = 0.0, prompt: list[int] | tuple = ()):
+                 min_p: float = 0.0, prompt: list[int] | tuple = (),
+                 logprobs: int | None = None):
         if temperature < 0:
             raise ValueError("temperature must be >= 0")
         self.temperature = temperature
@@ -103,6 +105,8 @@ class Sampler:
         # the first step, on the logits' device and size)
         self._prompt = list(prompt) if repetition_penalty != 1 else []
         self._seen: torch.Tensor | None = None
+        self.logprobs = logprobs  # None: off; else how many top tokens to give (logprobs.py)
+        self.last_logprobs: StepLogprobs | None = None  # the last chosen token's, if asked
         self.generator = None
         if temperature > 0:
             self.generator = torch.Generator().manual_seed(seed)
@@ -125,12 +129,14 @@ class Sampler:
             raise TurnError(f"repetition_penalty {turn.repetition_penalty:g} is outside (0, 2]")
         if not 0 <= turn.min_p <= 1:
             raise TurnError(f"min_p {turn.min_p:g} is outside [0, 1]")
+        if turn.top_logprobs > MAX_TOP_LOGPROBS:
+            raise TurnError(f"top_logprobs {turn.top_logprobs} is above {MAX_TOP_LOGPROBS}")
         return cls(turn.temperature, turn.seed, top_p=turn.top_p or 1.0, top_k=turn.top_k,
                    presence_penalty=turn.presence_penalty,
                    frequency_penalty=turn.frequency_penalty, logit_bias=dict(turn.logit_bias),
                    min_tokens=turn.min_tokens, eos=[t for t in eos if t < vocab_size],
                    repetition_penalty=turn.repetition_penalty or 1.0, min_p=turn.min_p,
-                   prompt=prompt)
+                   prompt=prompt, logprobs=turn.top_logprobs if turn.logprobs else None)
 
     def adjusted(self, logits: torch.Tensor) -> torch.Tensor:
         """The logits after bias, penalties and the minimum length: what greedy and sampling
@@ -144,8 +150,10 @@ class Sampler:
         return logits
 
     def __call__(self, logits: torch.Tensor) -> int:
-        """logits [vocab] -> token id."""
+        """logits [vocab] -> token id (and its logprobs in last_logprobs, when asked)."""
         token = self._choose(self.adjusted(logits))
+        if self.logprobs is not None:
+            self.last_logprobs = step_logprobs(logits, token, self.logprobs)
         self.counts[token] += 1
         if self._seen is not None:
             self._seen[token] = True

@@ -77,7 +77,7 @@ class Sequence:
 
     def accept(self, token: int) -> None:
         """Take the sampled token; emit the text it releases; decide whether the turn is over.
-        Each event carries its token; its text lags while it may begin a stop string
+        Each event carries its token (and its logprobs, when the turn asked for them); its text lags while it may begin a stop string
         (stop_text.py), and the stop string itself is never sent, though its tokens are (they
         are generated, counted and saved in the KV, as in vLLM)."""
         self.generated.append(token)
@@ -85,7 +85,7 @@ class Sequence:
             self.ttft = time.monotonic() - self.arrived
         if token in self.eos:
             self.finish_reason = "stop"
-            self.out.put(([token], self._stop_text.flush()))
+            self.out.put(([token], self._stop_text.flush(), self.sampler.last_logprobs))
             return
         text = self.detok.add(token)
         if len(self.generated) < self.min_new:
@@ -97,7 +97,7 @@ class Sequence:
         elif len(self.generated) >= self.max_new:
             self.finish_reason = "length"
             text += self._stop_text.flush()
-        self.out.put(([token], text))
+        self.out.put(([token], text, self.sampler.last_logprobs))
 
     def fail(self, exc: BaseException) -> None:
         self.error = exc

@@ -58,7 +58,8 @@ class TurnRunner:
     def run(self, turn, since_arrival_s: float = 0.0, queue_s: float = 0.0,
             kv_stores: list[str] | None = None, key: str = "",
             kv_max_tokens: int | None = None, kv_suffix_from: int = 0) -> Iterator:
-        """Yields (token_ids, text, None) as tokens come, then ([], '', TurnSummary).
+        """Yields (token_ids, text, None) as tokens come ((token_ids, text, StepLogprobs) when
+        the turn asks for logprobs), then ([], '', TurnSummary).
         `turn`: a TurnRequest (or anything with its fields). `kv_stores`: the store shards the
         scheduler sent (None: the connector's own). `key`: a unique name under which cancel()
         stops this turn. `kv_max_tokens`: the scheduler's load-or-recompute choice, reuse at
@@ -209,7 +210,7 @@ class TurnRunner:
         self.engine.add(seq)
         try:
             while (item := seq.out.get()) is not DONE:
-                yield item[0], item[1], None
+                yield item  # (ids, text, StepLogprobs or None)
         finally:
             seq.cancelled = True  # a caller that leaves early frees the batch slot
         if not seq.finished:

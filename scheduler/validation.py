@@ -9,6 +9,7 @@ from scheduler.member_address import address_problem
 
 ROLES = ("system", "user", "assistant")
 MEMBER_KINDS = (scheduler_pb2.MEMBER_KIND_WORKER, scheduler_pb2.MEMBER_KIND_STORE)
+MAX_TOP_LOGPROBS = 20  # OpenAI's and vLLM's most (the gateway's and the worker's too)
 _TOO_LONG = f"session_id is longer than {MAX_SESSION_ID_BYTES} bytes"
 
 
@@ -38,11 +39,13 @@ def turn_problem(turn: common_pb2.TurnRequest, max_tokens_limit: int) -> str | N
 
 def _sampling_problem(turn: common_pb2.TurnRequest) -> str | None:
     """vLLM's ranges (NaN fails every one): repetition_penalty in (0, 2] (0 is unset: off),
-    min_p in [0, 1]."""
+    min_p in [0, 1], top_logprobs up to 20."""
     if not 0.0 <= turn.repetition_penalty <= 2.0:
         return f"repetition_penalty {turn.repetition_penalty:g} is outside (0, 2]"
     if not 0.0 <= turn.min_p <= 1.0:
         return f"min_p {turn.min_p:g} is outside [0, 1]"
+    if turn.top_logprobs > MAX_TOP_LOGPROBS:
+        return f"top_logprobs {turn.top_logprobs} is above {MAX_TOP_LOGPROBS}"
     return None
 
 

@@ -57,8 +57,9 @@ REFUSED = [  # (route, body, the param the 400 names)
     ("chat", chat(modalities=["text", "audio"], audio={"voice": "alloy", "format": "wav"}),
      "modalities"),
     ("chat", chat(audio={"voice": "alloy", "format": "wav"}), "audio"),
-    ("chat", chat(top_logprobs=3), "top_logprobs"),
-    ("chat", chat(logprobs=True, top_logprobs=3), "top_logprobs"),
+    ("chat", chat(top_logprobs=3), "top_logprobs"),  # without logprobs: true
+    ("chat", chat(logprobs=True, top_logprobs=21), "top_logprobs"),
+    ("chat", chat(logprobs=1), "logprobs"),  # a boolean in chat
     ("chat", chat(prediction={"type": "content", "content": "4"}), "prediction"),
     ("chat", chat(web_search_options={}), "web_search_options"),
     ("chat", chat(reasoning_effort="high"), "reasoning_effort"),
@@ -84,7 +85,9 @@ REFUSED = [  # (route, body, the param the 400 names)
     ("cmpl", completion(continue_final_message=True), "continue_final_message"),
     ("cmpl", completion(tools=[TOOL]), "tools"),
     ("cmpl", completion(min_tokens=17), "min_tokens"),  # above completions' default of 16
-    ("cmpl", completion(logprobs=2), "logprobs"),
+    ("cmpl", completion(logprobs=21), "logprobs"),
+    ("cmpl", completion(logprobs=True), "logprobs"),  # a number in completions
+    ("cmpl", completion(top_logprobs=2), "top_logprobs"),  # not a completions field
 ]
 
 ACCEPTED = [  # metadata, neutral values, and the project's own clients' bodies
@@ -96,6 +99,8 @@ ACCEPTED = [  # metadata, neutral values, and the project's own clients' bodies
     ("chat", chat(functions=[], function_call="none")),
     ("chat", chat(modalities=["text"], audio=None, prediction=None, web_search_options=None)),
     ("chat", chat(logprobs=False, top_logprobs=0, reasoning_effort=None, echo=False)),
+    ("chat", chat(logprobs=True, top_logprobs=20)),
+    ("cmpl", completion(logprobs=0)),
     ("chat", chat(top_k=20, min_p=0, repetition_penalty=1, ignore_eos=True,
                   skip_special_tokens=True, spaces_between_special_tokens=True,
                   include_stop_str_in_output=False, min_tokens=0, stop_token_ids=[])),

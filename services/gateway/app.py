@@ -214,7 +214,8 @@ class Gateway:
             parsed = (parse_chat if chat else parse_completion)(body, self.config)
             check_prompt_size(parsed, chat, self.config.max_prompt_bytes,
                               self.config.max_model_len)
-            return lambda: self.turns.serve(request, tenant, parsed, Reply(chat, model))
+            return lambda: self.turns.serve(request, tenant, parsed,
+                                            Reply(chat, model, parsed.logprobs))
         return prepare
 
     async def chat(self, request: web.Request) -> web.StreamResponse:

@@ -6,6 +6,8 @@ ids, the same sampling checks), and passes the same auth, tenant limits, FIFO ad
 prompt bound (app.Gateway._turn). Its answer is SGLang's: `text` is the CUMULATIVE generated
 text of each stream chunk, `meta_info` carries the token counts and finish reason. As on the
 OpenAI routes, an option that would change the answer is refused with a 400 naming it.
+`return_logprob` adds SGLang's output_token_logprobs / output_top_logprobs to meta_info,
+cumulative like the text (each chunk's cover the tokens whose text it has released).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from services.runtime import metrics
 
 from services.gateway.errors import ApiError, bad_request, from_grpc
 from services.gateway.fields import INT32_MAX, UINT32_MAX, integer, typed
+from services.gateway import logprobs as shapes
 from services.gateway.prompt_size import check_prompt_size
 from services.gateway.protocol import Parsed, check_model, min_tokens
 from services.runtime.turn_bounds import MAX_STOPS
@@ -28,10 +31,10 @@ from services.gateway.turns import TurnServer
 
 SGLANG_MAX_NEW_TOKENS = 128  # SGLang's default when sampling_params names none
 # top-level fields that are accepted only at their neutral value (None is always neutral)
-TOP_NEUTRAL = {"lora_path": ("",), "return_logprob": (False,), "top_logprobs_num": (0,),
-               "image_data": ("", []), "return_hidden_states": (False,)}
-TOP_IGNORED = ("logprob_start_len", "return_text_in_logprobs", "rid")  # no effect here
-TOP_READ = ("text", "input_ids", "sampling_params", "stream", "model")
+TOP_NEUTRAL = {"lora_path": ("",), "image_data": ("", []), "return_hidden_states": (False,)}
+TOP_IGNORED = ("rid",)  # no effect here
+TOP_READ = ("text", "input_ids", "sampling_params", "stream", "model", "return_logprob",
+            "top_logprobs_num", "logprob_start_len", "return_text_in_logprobs")
 # sampling_params read by parse_sampling or here; then those refused unless neutral
 SAMPLING_READ = ("max_new_tokens", "temperature", "top_p", "top_k", "min_p", "presence_penalty",
                  "frequency_penalty", "repetition_penalty", "logit_bias", "seed", "stop",
@@ -110,11 +113,28 @@ def _sampling(sp: dict, parsed: Parsed, config) -> None:
           p + "spaces_between_special_tokens")  # no effect: special tokens are skipped
 
 
-def parse_generate(body: dict, config) -> Parsed:
-    """A /generate body -> the Parsed turn (what a completion with that prompt would be)."""
+def _logprobs(body: dict, parsed: Parsed) -> bool:
+    """return_logprob and top_logprobs_num (0..20) as the OpenAI routes' logprobs; the
+    answer's tokens only: a logprob_start_len that asks for the prompt's is refused.
+    Returns return_text_in_logprobs."""
+    parsed.logprobs = typed(body, "return_logprob", (bool,), False)
+    parsed.top_logprobs = integer(body, "top_logprobs_num", 0, shapes.MAX_TOP_LOGPROBS, 0)
+    start = integer(body, "logprob_start_len", -1, INT32_MAX, -1)
+    if parsed.logprobs and start != -1:
+        raise bad_request("only the generated tokens' logprobs are given (logprob_start_len "
+                          "-1): prompt logprobs are not supported", "logprob_start_len")
+    if parsed.top_logprobs and not parsed.logprobs:
+        raise bad_request("top_logprobs_num needs 'return_logprob': true", "top_logprobs_num")
+    return typed(body, "return_text_in_logprobs", (bool,), False)
+
+
+def parse_generate(body: dict, config) -> tuple[Parsed, bool]:
+    """A /generate body -> the Parsed turn (what a completion with that prompt would be), and
+    whether logprobs carry the tokens' text."""
     _refuse(body, TOP_NEUTRAL, TOP_READ + TOP_IGNORED)
     check_model(body, config.served_model_name)  # optional; if sent, a served name
     parsed = Parsed()
+    with_text = _logprobs(body, parsed)
     _prompt(body, parsed, config.vocab_size)
     _sampling(typed(body, "sampling_params", (dict,), {}), parsed, config)
     parsed.stream = typed(body, "stream", (bool,), False)
@@ -122,30 +142,35 @@ def parse_generate(body: dict, config) -> Parsed:
         check_prompt_size(parsed, False, config.max_prompt_bytes, config.max_model_len)
     except ApiError as exc:
         raise _renamed(exc, "text") from None
-    return parsed
+    return parsed, with_text
 
 
 class NativeReply:
-    """One answer's id and its SGLang-shaped chunks."""
+    """One answer's id and its SGLang-shaped chunks; with logprobs, `steps` are the
+    StepLogprobs of every token so far whose text was released."""
 
-    def __init__(self):
+    def __init__(self, logprobs: bool = False, with_text: bool = False):
         self.id = uuid.uuid4().hex
+        self.logprobs = logprobs
+        self.with_text = with_text
 
-    def chunk(self, text: str, summary=None, completion_tokens: int = 0) -> dict:
+    def chunk(self, text: str, summary=None, completion_tokens: int = 0, steps=()) -> dict:
+        logprobs = shapes.native(steps, self.with_text) if self.logprobs else {}
         if summary is None:  # SGLang's clients read completion_tokens from every chunk
             return {"text": text, "meta_info": {"id": self.id, "finish_reason": None,
-                                                "completion_tokens": completion_tokens}}
+                                                "completion_tokens": completion_tokens,
+                                                **logprobs}}
         finish = ({"type": "length", "length": summary.completion_tokens}
                   if summary.finish_reason == "length" else {"type": "stop", "matched": None})
         return {"text": text, "meta_info": {
             "id": self.id, "finish_reason": finish, "prompt_tokens": summary.prompt_tokens,
             "completion_tokens": summary.completion_tokens,
             "cached_tokens": summary.cached_tokens, "e2e_latency": summary.latency_s,
-            "bidaw": extension(summary)}}
+            **logprobs, "bidaw": extension(summary)}}
 
-    def complete(self, text: str, summary) -> dict:
+    def complete(self, text: str, summary, steps=()) -> dict:
         """The non-streamed answer (TurnServer._whole): the last chunk's shape."""
-        return self.chunk(text, summary)
+        return self.chunk(text, summary, steps=steps)
 
 
 def _sse(payload) -> bytes:
@@ -160,16 +185,18 @@ class NativeTurns(TurnServer):
     async def _stream(self, request, call, first, parsed: Parsed, reply: NativeReply,
                       headers: dict) -> web.StreamResponse:
         response = await self._open_stream(request, reply.id, headers)
-        text, tokens = "", 0
+        text, tokens, steps = "", 0, []
         try:
             async for event in self._events(call, first):
                 text += event.text
                 tokens += len(event.token_ids)
+                steps.extend(event.logprobs)
                 if event.HasField("summary"):
                     self._finished(event.summary)
-                    await response.write(_sse(reply.chunk(text, event.summary)))
+                    await response.write(_sse(reply.chunk(text, event.summary, steps=steps)))
                 elif event.text:
-                    await response.write(_sse(reply.chunk(text, completion_tokens=tokens)))
+                    await response.write(_sse(reply.chunk(text, completion_tokens=tokens,
+                                                          steps=steps)))
         except grpc.RpcError as exc:  # headers are gone: report in-band
             metrics.TURNS.labels("error").inc()
             await response.write(_sse(from_grpc(exc, self.retry_after).body()))
@@ -195,8 +222,9 @@ class NativeApi:
                 web.get("/health_generate", self.gateway.health)]
 
     def _prepare(self, request: web.Request, tenant: str, body: dict):
-        parsed = parse_generate(body, self.gateway.config)
-        return lambda: self.turns.serve(request, tenant, parsed, NativeReply())
+        parsed, with_text = parse_generate(body, self.gateway.config)
+        return lambda: self.turns.serve(request, tenant, parsed,
+                                        NativeReply(parsed.logprobs, with_text))
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         return await self.gateway._turn(request, self._prepare)

@@ -1,8 +1,8 @@
 """OpenAI request bodies -> the fields of a bidaw.v1.TurnRequest, with OpenAI's validation rules.
 
 Every field either means what OpenAI (or vLLM, for its extensions) says it means or is refused
-with a 400 naming it: features whose absence would change the answer (n > 1, logprobs, tools,
-echo, JSON mode) are never silently dropped; which fields may appear at all: request_fields.py.
+with a 400 naming it: features whose absence would change the answer (n > 1, tools, echo, JSON
+mode) are never silently dropped; which fields may appear at all: request_fields.py.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from services.gateway.config import GatewayConfig
 from services.gateway.errors import ApiError, bad_request
 from services.gateway.fields import INT32_MAX, UINT32_MAX, integer, typed
+from services.gateway.logprobs import MAX_TOP_LOGPROBS
 from services.gateway.request_fields import check_chat_fields, check_completion_fields
 from services.gateway.sampling_params import Sampling, parse_sampling
 from services.runtime.turn_bounds import MAX_STOPS
@@ -33,6 +34,8 @@ class Parsed(Sampling):
     stream: bool = False
     include_usage: bool = False
     user: str = ""
+    logprobs: bool = False  # each token's logprob in the answer
+    top_logprobs: int = 0  # and this many most likely alternatives per token
 
 
 def check_model(body: dict, served: list[str]) -> str:
@@ -92,8 +95,6 @@ def _common(body: dict, parsed: Parsed, config: GatewayConfig,
                                           "stream_options.include_usage"))
     if integer(body, "n", 1, INT32_MAX, 1) != 1:
         raise bad_request("only n=1 is supported", "n")
-    if typed(body, "logprobs", (bool, int), False):
-        raise bad_request("logprobs are not supported", "logprobs")
     parsed.user = typed(body, "user", (str,), "")
 
 
@@ -148,6 +149,11 @@ def parse_chat(body: dict, config: GatewayConfig) -> Parsed:
         raise bad_request("tools are not supported", "tools")
     _template_flags(body, parsed)
     _common(body, parsed, config)
+    # OpenAI's chat: logprobs a boolean, top_logprobs 0..20 and only with it
+    parsed.logprobs = typed(body, "logprobs", (bool,), False)
+    parsed.top_logprobs = integer(body, "top_logprobs", 0, MAX_TOP_LOGPROBS, 0)
+    if parsed.top_logprobs and not parsed.logprobs:
+        raise bad_request("top_logprobs needs 'logprobs': true", "top_logprobs")
     return parsed
 
 
@@ -177,4 +183,8 @@ def parse_completion(body: dict, config: GatewayConfig) -> Parsed:
         if refused:
             raise bad_request(f"{name} is not supported", name)
     _common(body, parsed, config, max_tokens_default=16)  # OpenAI's default for completions
+    # legacy completions: logprobs is the number of alternatives (OpenAI's most is 5, vLLM's
+    # 20: we take vLLM's); 0 gives the chosen tokens' logprobs only
+    top = integer(body, "logprobs", 0, MAX_TOP_LOGPROBS)
+    parsed.logprobs, parsed.top_logprobs = top is not None, top or 0
     return parsed

@@ -14,7 +14,8 @@ _SHARED = {"model", "max_tokens", "max_completion_tokens", "temperature", "seed"
            "presence_penalty", "frequency_penalty", "logit_bias", "response_format", "stop",
            "stream", "stream_options", "n", "logprobs", "user",
            "top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens"}  # vLLM's
-CHAT_READ = _SHARED | {"messages", "tools", "continue_final_message", "add_generation_prompt"}
+CHAT_READ = _SHARED | {"messages", "tools", "continue_final_message", "add_generation_prompt",
+                       "top_logprobs"}
 COMPLETION_READ = _SHARED | {"prompt", "echo", "suffix", "best_of"}
 # OpenAI's metadata: stored, billed or routed differently there, the same answer here
 CHAT_IGNORED = {"metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier",
@@ -26,7 +27,7 @@ _VLLM_NEUTRAL = {"skip_special_tokens": (True,), "spaces_between_special_tokens"
 CHAT_NEUTRAL = {**_VLLM_NEUTRAL, "tool_choice": ("none", "auto"), "functions": ([],),
                 "function_call": ("none",), "modalities": (["text"],), "audio": (),
                 "prediction": (), "web_search_options": (), "reasoning_effort": ("none",),
-                "verbosity": (), "top_logprobs": (0,), "echo": (False,)}
+                "verbosity": (), "echo": (False,)}
 COMPLETION_NEUTRAL = _VLLM_NEUTRAL
 STREAM_OPTIONS = {"include_usage", "include_obfuscation"}  # no padding is ever added
 # message keys besides role and content: what an OpenAI or vLLM answer carries when it is
@@ -39,8 +40,7 @@ _WHY = {"name": "participant names are not shown to the model",
         "not supported", "functions": "function calling is not supported",
         "tool_choice": "tools are not supported",
         "modalities": "only text output is supported", "audio": "audio output is not "
-        "supported", "reasoning_effort": "this model does not reason",
-        "top_logprobs": "logprobs are not supported"}
+        "supported", "reasoning_effort": "this model does not reason"}
 
 
 def _unsupported(name: str, param: str, allowed: tuple) -> ApiError:

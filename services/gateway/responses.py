@@ -7,6 +7,8 @@ import uuid
 
 from services.runtime.wire_names import TIER_NAMES
 
+from services.gateway import logprobs as shapes
+
 try:
     VERSION = importlib.metadata.version("bidaw")
 except importlib.metadata.PackageNotFoundError:  # run from a source tree, not installed
@@ -14,11 +16,15 @@ except importlib.metadata.PackageNotFoundError:  # run from a source tree, not i
 
 
 class Reply:
-    """The identity shared by every chunk of one answer, and its final figures."""
+    """The identity shared by every chunk of one answer, and its final figures; with
+    `logprobs`, each choice carries the logprobs of the tokens whose text it carries (the
+    worker's StepLogprobs records, shaped by logprobs.py)."""
 
-    def __init__(self, chat: bool, model: str):
+    def __init__(self, chat: bool, model: str, logprobs: bool = False):
         self.chat = chat
         self.model = model
+        self.logprobs = logprobs
+        self._offsets = shapes.CompletionOffsets()
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.object = "chat.completion" if chat else "text_completion"
@@ -27,19 +33,25 @@ class Reply:
         obj = self.object + (".chunk" if chunk and self.chat else "")
         return {"id": self.id, "object": obj, "created": self.created, "model": self.model}
 
-    def _choice(self, text: str, finish: str | None, chunk: bool) -> dict:
-        if not self.chat:
-            return {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
-        if chunk:
-            return {"index": 0, "delta": {"content": text} if text else {}, "logprobs": None,
-                    "finish_reason": finish}
-        return {"index": 0, "message": {"role": "assistant", "content": text},
-                "logprobs": None, "finish_reason": finish}
+    def _logprobs(self, steps) -> dict | None:
+        if not self.logprobs:
+            return None
+        return shapes.chat(steps) if self.chat else self._offsets.shape(steps)
 
-    def complete(self, text: str, summary) -> dict:
-        """The whole non-streamed answer."""
+    def _choice(self, text: str, finish: str | None, chunk: bool, steps) -> dict:
+        logprobs = self._logprobs(steps)
+        if not self.chat:
+            return {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
+        if chunk:
+            return {"index": 0, "delta": {"content": text} if text else {},
+                    "logprobs": logprobs, "finish_reason": finish}
+        return {"index": 0, "message": {"role": "assistant", "content": text},
+                "logprobs": logprobs, "finish_reason": finish}
+
+    def complete(self, text: str, summary, steps=()) -> dict:
+        """The whole non-streamed answer; `steps`: every token's logprobs, when asked."""
         return {**self._head(False), "choices": [self._choice(text, summary.finish_reason or
-                                                              "stop", False)],
+                                                              "stop", False, steps)],
                 "usage": usage(summary), "bidaw": extension(summary)}
 
     def first_chunk(self) -> dict:
@@ -48,8 +60,9 @@ class Reply:
                                                                         "content": ""},
                                                   "logprobs": None, "finish_reason": None}]}
 
-    def chunk(self, text: str, finish: str | None = None) -> dict:
-        return {**self._head(True), "choices": [self._choice(text, finish, True)]}
+    def chunk(self, text: str, finish: str | None = None, steps=()) -> dict:
+        """`steps`: the logprobs of the tokens since the last chunk (this chunk's text's)."""
+        return {**self._head(True), "choices": [self._choice(text, finish, True, steps)]}
 
     def usage_chunk(self, summary) -> dict:
         """stream_options.include_usage: one last chunk with no choices and the usage."""

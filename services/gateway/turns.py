@@ -61,6 +61,8 @@ def turn_request(parsed: Parsed, tenant: str, session: str) -> common_pb2.TurnRe
         logit_bias=parsed.logit_bias,
         repetition_penalty=parsed.repetition_penalty,
         min_p=parsed.min_p,
+        logprobs=parsed.logprobs,
+        top_logprobs=parsed.top_logprobs,
         continue_final_message=parsed.continue_final_message,
         no_generation_prompt=parsed.no_generation_prompt)
 
@@ -121,10 +123,11 @@ class TurnServer:
             yield event
 
     async def _whole(self, call, first, reply: Reply, headers: dict) -> web.Response:
-        text, summary = [], None
+        text, summary, steps = [], None, []
         try:
             async for event in self._events(call, first):
                 text.append(event.text)
+                steps.extend(event.logprobs)
                 if event.HasField("summary"):
                     summary = event.summary
         except grpc.RpcError as exc:
@@ -133,7 +136,7 @@ class TurnServer:
         if summary is None:
             raise ApiError(500, "the turn ended without a summary")
         self._finished(summary)
-        return web.json_response(reply.complete("".join(text), summary),
+        return web.json_response(reply.complete("".join(text), summary, steps),
                                  headers={"x-request-id": reply.id, **headers})
 
     @staticmethod
@@ -150,13 +153,16 @@ class TurnServer:
         try:
             if reply.chat:
                 await response.write(_sse(reply.first_chunk()))
+            steps = []  # logprobs of tokens whose text is still held back (a partial character)
             async for event in self._events(call, first):
+                steps.extend(event.logprobs)
                 if event.text:
-                    await response.write(_sse(reply.chunk(event.text)))
+                    await response.write(_sse(reply.chunk(event.text, steps=steps)))
+                    steps = []
                 if event.HasField("summary"):
                     self._finished(event.summary)
                     await response.write(_sse(reply.chunk("", event.summary.finish_reason
-                                                          or "stop")))
+                                                          or "stop", steps)))
                     if parsed.include_usage:
                         await response.write(_sse(reply.usage_chunk(event.summary)))
         except grpc.RpcError as exc:  # headers are gone: report in-band, as vLLM does
