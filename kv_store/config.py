@@ -8,6 +8,8 @@ from services.runtime.security_config import SecurityConfig
 
 from kv_store.eviction.registry import LIVE_POLICY_NAMES
 
+MAX_DRAIN_S = 3600.0
+
 
 @dataclass
 class StoreConfig(SecurityConfig):
@@ -52,6 +54,9 @@ class StoreConfig(SecurityConfig):
         "help": "address the scheduler and workers should dial (default: the listen address)"})
     metrics_listen: str = field(default="", metadata={
         "help": "host:port for Prometheus /metrics (empty: off)"})
+    drain_seconds: float = field(default=20.0, metadata={
+        "help": "told to stop (SIGTERM), the store refuses new calls and waits this long at "
+                "most for the KV writes and reads in flight and their SSD copies; then it stops"})
 
     def __post_init__(self):
         if self.eviction not in LIVE_POLICY_NAMES:  # found by the store's start, a traceback
@@ -61,6 +66,9 @@ class StoreConfig(SecurityConfig):
         check_bounds(self, at_least={"dram_bytes": 0, "ssd_bytes": 0, "promote_concurrency": 1,
                                      "ssd_io_bytes": 1, "ssd_read_depth": 1,
                                      "ssd_write_concurrency": 1, "ssd_read_gbps_cap": 0,
-                                     "ssd_read_burst_bytes": -1},
+                                     "ssd_read_burst_bytes": -1, "drain_seconds": 0},
                      above={"policy_time_scale": 0, "lease_seconds": 0,
                             "promotion_hold_seconds": 0, "ssd_read_gbps": 0})
+        if not self.drain_seconds <= MAX_DRAIN_S:  # infinity: a stop that never ends
+            raise ValueError(f"--drain-seconds must be <= {MAX_DRAIN_S:g}, "
+                             f"got {self.drain_seconds!r}")

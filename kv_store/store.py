@@ -169,6 +169,12 @@ class KVStore:
                         leases=len(self.leases), **vars(self.counters),
                         **vars(self.prefetcher.counters if self.prefetcher else PrefetchCounters()))
 
+    def unfinished_writes(self) -> int:
+        """What a stopping store waits for besides its calls (drain.py): regions prepared for
+        a co-located write whose WriteKV has yet to come, and SSD copies queued or running."""
+        with self._lock:
+            return self.writes.prepared() + self.writer.pending()
+
     def snapshot(self):
         with self._lock:
             return [self.index.location(s) for s in self.index.metas]

@@ -170,6 +170,9 @@ class WritePath:
 
     # -- prepared regions (under the store lock) --------------------------------------------
 
+    def prepared(self) -> int:
+        return len(self._prepared)
+
     def drop_expired_prepared(self) -> None:
         for region, (_, payload, lease_id) in list(self._prepared.items()):
             if lease_id not in self.parts.leases:
