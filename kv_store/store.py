@@ -28,7 +28,7 @@ import time
 from services.runtime import metrics
 
 from kv_store import errors
-from kv_store.catalog.factory import make_catalog
+from kv_store.catalog.factory import is_embedded, make_catalog
 from kv_store.compute_signals import ComputeSignals
 from kv_store.config import StoreConfig
 from kv_store.events import EventHub
@@ -46,6 +46,7 @@ from kv_store.session_index import SessionIndex
 from kv_store.store_state import SessionLocks, StoreCounters, Tier, check_session_id
 from kv_store.tier_space import TierSpace
 from kv_store.tiers.bandwidth import BandwidthCap, BandwidthMeter
+from kv_store.tiers.dir_lock import DirLock
 from kv_store.tiers.dram import DramTier
 from kv_store.tiers.shm_arena import ShmArena
 from kv_store.tiers.ssd import SsdTier
@@ -66,6 +67,8 @@ def make_store_policy(config: StoreConfig):
 class KVStore:
     def __init__(self, config: StoreConfig):
         self.config = config
+        # first: a second store on this directory is refused before it touches anything
+        self.dir_lock = DirLock(config.data_dir) if is_embedded(config.index) else None
         self.arena = ShmArena(config.shm_dir, config.dram_bytes)
         self.policy = with_prefetch(make_store_policy(config))  # bidaw-prefetch: promotes too
         self.dram = DramTier(self.arena, TierLedger(self.policy, self.arena.capacity))
@@ -277,3 +280,5 @@ class KVStore:
         self.ssd.close()
         self.catalog.close()
         self.arena.close()
+        if self.dir_lock is not None:
+            self.dir_lock.release()

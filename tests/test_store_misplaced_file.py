@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from services.runtime.gen import common_pb2
-from tests.store_helpers import BPT, store, token_bytes  # noqa: F401 (store: a fixture)
+from tests.store_helpers import BPT, Stores, store, token_bytes  # noqa: F401 (a fixture)
 
 KV = common_pb2.KV_FORMAT_KV
 STORE_DEFAULTS = dict(eviction="lru")
@@ -61,18 +61,25 @@ def test_a_misplaced_file_never_feeds_an_appended_turn(store):
     assert got.token_ids == a + [9] and got.data == token_bytes("a", a + [9])
 
 
-def test_a_session_rewritten_by_a_second_store_is_never_served_with_the_wrong_tokens(store):
-    """Two stores with the embedded index over one data directory (two `bidaw serve store`, or
-    two deployments given the same --data-dir): the second rewrites a session the first holds,
-    under the same name. The first served the new file's bytes with their own token ids (KV
-    that matches its tokens), but kept them in DRAM, from where they were served with the token
-    ids it had indexed: wrong KV. Every read must give KV that matches its token ids."""
+def test_a_session_rewritten_by_a_second_store_is_never_served_with_the_wrong_tokens(store,
+                                                                                     tmp_path):
+    """Another store's file of the same session copied over this store's (a restore, an
+    operator's copy; two stores with the embedded index over one data directory did it too
+    before the directory lock refused the second, tests/test_store_dir_lock.py). The first
+    served the new file's bytes with their own token ids (KV that matches its tokens), but kept
+    them in DRAM, from where they were served with the token ids it had indexed: wrong KV.
+    Every read must give KV that matches its token ids."""
     first, core = store(dram_bytes=12 * BPT)
-    second, _ = store(dram_bytes=12 * BPT)
-    mine, theirs = list(range(100, 110)), list(range(200, 210))
-    first.write("s", 0, mine, KV, BPT, "m", token_bytes("s", mine))
-    first.write("t", 0, theirs, KV, BPT, "m", token_bytes("t", theirs))  # "s" leaves DRAM
-    second.write("s", 0, theirs, KV, BPT, "m", token_bytes("s", theirs))  # over its file
+    elsewhere = Stores(tmp_path / "elsewhere", eviction="lru")
+    try:
+        second, other = elsewhere(dram_bytes=12 * BPT)
+        mine, theirs = list(range(100, 110)), list(range(200, 210))
+        first.write("s", 0, mine, KV, BPT, "m", token_bytes("s", mine))
+        first.write("t", 0, theirs, KV, BPT, "m", token_bytes("t", theirs))  # "s" leaves DRAM
+        second.write("s", 0, theirs, KV, BPT, "m", token_bytes("s", theirs))
+        shutil.copyfile(other.ssd.path("s"), core.ssd.path("s"))  # over its file
+    finally:
+        elsewhere.close()
     for _ in range(3):
         got = first.read("s")
         assert got.data == token_bytes("s", got.token_ids), \
