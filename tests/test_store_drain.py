@@ -30,7 +30,7 @@ HEALTH = health_pb2.HealthCheckResponse
 def _store(tmp_path, *flags: str) -> ServiceProcess:
     (tmp_path / "shm").mkdir(exist_ok=True)
     return ServiceProcess("store", tmp_path, "--data-dir", str(tmp_path / "ssd"),
-                          "--shm-dir", str(tmp_path / "shm"), "--dram-bytes", "16MiB",
+                          "--shm-dir", str(tmp_path / "shm"), "--dram-bytes", "48MiB",
                           "--eviction", "lru", *flags).wait()
 
 
@@ -155,6 +155,30 @@ def test_a_store_told_to_stop_finishes_the_writes_in_flight_and_refuses_new_call
         store.stop()
         scheduler.stop()
     _restarted_store_holds(tmp_path, {"slow": slow}, absent="new")
+
+
+def test_a_read_in_flight_is_answered_whole(tmp_path):
+    """A worker reading a long history over the stream when the signal comes (it reads slowly:
+    gRPC's flow control holds the store's sender) gets all of it."""
+    store = _store(tmp_path, "--drain-seconds", "30")
+    ch = channel(store.target)
+    stub = kv_store_pb2_grpc.KVStoreStub(ch)
+    tokens = list(range(1, 8193))  # 32 MiB: more than the flow-control windows hold
+    data = token_bytes("long", tokens)
+    try:
+        stub.WriteKV(iter([_header("long", tokens)] + [
+            kv_store_pb2.KVChunk(data=data[o:o + (2 << 20)], offset=o)
+            for o in range(0, len(data), 2 << 20)]), timeout=60)
+        stream = stub.ReadKV(kv_store_pb2.ReadKVRequest(session_id="long"), timeout=60)
+        got = [next(stream), next(stream)]  # the header and the first chunk
+        _sigterm(store)
+        time.sleep(3.0)  # past the 2-s grace it had
+        got += list(stream)
+        assert b"".join(c.data for c in got[1:]) == data
+        assert store.proc.wait(30) == 0
+    finally:
+        ch.close()
+        store.stop()
 
 
 def test_a_write_into_regions_prepared_before_the_signal_is_taken(tmp_path):
