@@ -6,7 +6,9 @@ left of it now (the disk has been reading since), so a turn that arrives mid-loa
 the whole load is still to come. Us -> store: arrivals, turn completions with answer lengths,
 session ends.
 The stream reconnects with backoff; on reconnection the store's snapshot replaces our map and we
-re-announce the turns still queued, so both sides resynchronise after either restarts.
+re-announce the turns still queued, so both sides resynchronise after either restarts. A session
+the snapshot lists that ended while the store was away (ended_sessions.py) is not taken into the
+map: the store is told to drop it, there and then.
 """
 from __future__ import annotations
 
@@ -22,14 +24,18 @@ from services.runtime.gen import common_pb2, kv_store_pb2, kv_store_pb2_grpc
 from services.runtime.grpc_util import channel
 from services.runtime.outage import Outage
 
+from scheduler.ended_sessions import EndedSessions
+
 log = logging.getLogger("bidaw.scheduler")
 
 
 class AwarenessClient:
     def __init__(self, target: str, client_id: str,
                  on_load_finished: Callable[[str, bool], None] = lambda s, ok: None,
-                 queued_sessions: Callable[[], list[str]] = lambda: []):
+                 queued_sessions: Callable[[], list[str]] = lambda: [],
+                 ends: EndedSessions | None = None):
         self.target = target
+        self.ends = ends  # session ends this store may not have heard of
         self.client_id = client_id
         self.on_load_finished = on_load_finished
         self.queued_sessions = queued_sessions
@@ -71,9 +77,12 @@ class AwarenessClient:
             self._said_at.pop(session_id, None)
             if gone is not None:
                 self._gone[session_id] = gone
+        self._send_end(session_id)
+        return gone
+
+    def _send_end(self, session_id: str) -> None:
         self._outbox.put(kv_store_pb2.ComputeEvent(
             session_end=kv_store_pb2.SessionEnd(session_id=session_id)))
-        return gone
 
     def ended(self, session_id: str) -> None:
         """The caller of `session_end(confirm=True)` waits no more."""
@@ -140,17 +149,28 @@ class AwarenessClient:
         kind = event.WhichOneof("kind")
         if kind == "snapshot":
             now = time.monotonic()
+            listed = {loc.session_id: loc for loc in event.snapshot.sessions}
+            drop = [] if self.ends is None else self.ends.on_snapshot(self.target, listed)
             with self._lock:
-                self.locations = {loc.session_id: loc for loc in event.snapshot.sessions}
-                self._said_at = dict.fromkeys(self.locations, now)
                 for session_id, gone in self._gone.items():
-                    if session_id not in self.locations:
+                    if session_id not in listed:
                         gone.set()
+                for session_id in drop:  # ended while this store was away: never served
+                    del listed[session_id]
+                self.locations = listed
+                self._said_at = dict.fromkeys(self.locations, now)
+            for session_id in drop:
+                self._send_end(session_id)
+            if drop:
+                log.info("KV store %s holds %d sessions ended while it was away: told to "
+                         "drop them", self.target, len(drop))
             self.connected.set()
         elif kind == "location":
             loc = event.location
             with self._lock:
                 if loc.tier == common_pb2.TIER_NONE:
+                    if self.ends is not None:
+                        self.ends.confirmed(self.target, loc.session_id)
                     self.locations.pop(loc.session_id, None)
                     self._said_at.pop(loc.session_id, None)
                     if loc.session_id in self._gone:

@@ -1,5 +1,6 @@
 """The KV store shards as the scheduler sees them: a consistent-hash ring, and per shard a stub
-and an Awareness stream. A session's location, loads and events go to the shard that owns it."""
+and an Awareness stream. A session's location, loads and events go to the shard that owns it;
+its end to every shard that may hold its KV, now or once it is reachable again (ended_sessions.py)."""
 from __future__ import annotations
 
 import logging
@@ -14,6 +15,7 @@ from services.runtime.grpc_util import channel
 from services.runtime.hash_ring import HashRing
 
 from scheduler.awareness import AwarenessClient
+from scheduler.ended_sessions import EndedSessions
 
 log = logging.getLogger("bidaw.scheduler")
 
@@ -25,6 +27,7 @@ class StoreShards:
         self.on_load_finished = on_load_finished
         self.queued_sessions = queued_sessions
         self.ring = HashRing()
+        self.ends = EndedSessions()
         self._shards: dict[str, tuple[kv_store_pb2_grpc.KVStoreStub, AwarenessClient]] = {}
         self._lock = threading.Lock()
 
@@ -36,7 +39,9 @@ class StoreShards:
             awareness = AwarenessClient(
                 target, self.client_id, on_load_finished=self.on_load_finished,
                 queued_sessions=lambda: [s for s in self.queued_sessions()
-                                         if self.ring.node_for(s) == target])
+                                         if self.ring.node_for(s) == target],
+                ends=self.ends)
+            self.ends.shard_seen(target)
             self._shards[target] = (kv_store_pb2_grpc.KVStoreStub(channel(target)), awareness)
             self.ring.add(target)
         awareness.start()
@@ -115,6 +120,7 @@ class StoreShards:
         return common_pb2.TIER_NONE if owner is None else owner[1].tier(session_id)
 
     def arrival(self, session_id: str) -> None:
+        self.ends.begun(session_id)  # a session of an ended one's name: its KV is new
         owner = self._owner(session_id)
         if owner is not None:
             owner[1].arrival(session_id)
@@ -125,20 +131,28 @@ class StoreShards:
             owner[1].turn_complete(session_id, answer_tokens)
 
     def session_end(self, session_id: str, wait_s: float = 0.0) -> None:
-        """Tell the owning shard the session is over (sent when the stream is up again if it
-        is down now, as completions are), and every earlier owner still holding KV of it (a
-        shard that joined or left since moved it: that copy would be found again once the ring
-        moves back); with `wait_s`, wait up to that long in all for them to say it is gone."""
+        """Tell the owning shard the session is over, and every earlier owner still holding KV
+        of it (a shard that joined or left since moved it: that copy would be found again once
+        the ring moves back); with `wait_s`, wait up to that long in all for those connected
+        to say it is gone. Owed until confirmed (told again when its stream is back, or its
+        snapshot lists the session) to each of them that did not, and to every shard that is
+        out of reach now: a member whose stream is down, an address that left membership."""
         owner = self._owner(session_id)
-        if owner is None:
-            return
-        streams = [owner[1], *self._earlier_owners(session_id)]
-        pending = [(a, a.session_end(session_id, confirm=wait_s > 0)) for a in streams]
+        streams = [] if owner is None else [owner[1], *self._earlier_owners(session_id)]
+        holding = {a.target for a in streams if a.location(session_id) is not None}
+        pending = [(a, a.session_end(session_id, confirm=wait_s > 0 and a.connected.is_set()))
+                   for a in streams]
         deadline = time.monotonic() + wait_s
         for awareness, gone in pending:
             if gone is not None:
                 gone.wait(max(deadline - time.monotonic(), 0.0))
             awareness.ended(session_id)
+        with self._lock:
+            reached = {t for t, (_, a) in self._shards.items() if a.connected.is_set()}
+        told = {a.target for a, gone in pending if gone is not None and gone.is_set()}
+        owed = {a.target for a, gone in pending  # it held KV of it, or we waited in vain
+                if a.target not in told and (a.target in holding or gone is not None)}
+        self.ends.ended(session_id, owed | (set(self.ends.shards()) - reached - told))
 
     def sessions_known(self) -> int:
         with self._lock:
