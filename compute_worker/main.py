@@ -142,8 +142,9 @@ def serve(config: WorkerConfig) -> None:
         except ValueError as exc:
             raise SystemExit(f"bidaw serve worker: --model {exc}") from None
     try:  # Ray stopped and its directory removed also when the start fails or is cut short
-        server, _ = start(config)  # (SIGTERM during ray.init meets Ray's handler: sys.exit)
+        server, service = start(config)  # (SIGTERM in ray.init meets Ray's handler: sys.exit)
         serve_registered(config, scheduler_pb2.MEMBER_KIND_WORKER, server,
-                         grace=30.0)  # running turns finish
+                         grace=30.0,  # running turns finish
+                         model=service.info["model"], kv_dtype=service.info["kv_dtype"])
     finally:
         shutdown_ray()

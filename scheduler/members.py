@@ -1,7 +1,8 @@
 """Workers and KV store shards joining and leaving at run time: Register and Deregister
 (validated once, here), heartbeat expiry and the worker pool's refresh. Who beat when is the
 pure timetable of membership.py; members configured at start (--workers, --store) need no
-heartbeat and cannot leave."""
+heartbeat and cannot leave. A worker of another model than the others is refused
+(worker_models.py)."""
 from __future__ import annotations
 
 import logging
@@ -11,11 +12,13 @@ from typing import Callable
 import grpc
 
 from services.runtime.gen import scheduler_pb2
+from services.runtime.log_repeats import Reminder, since
 
 from scheduler.config import SchedulerConfig
 from scheduler.membership import Membership
 from scheduler.store_shards import StoreShards
 from scheduler.validation import member_problem
+from scheduler.worker_models import clash, dtype_name, model_problem
 from scheduler.workers import WorkerPool
 
 log = logging.getLogger("bidaw.scheduler")
@@ -39,6 +42,8 @@ class Members:
         self.static_stores = [t.strip() for t in config.store.split(",") if t.strip()]
         self.timetable = Membership(config.heartbeat_s, static=[
             *((WORKER, w) for w in config.workers), *((STORE, t) for t in self.static_stores)])
+        self._unnamed: set[str] = set()  # workers that registered without their model (warned)
+        self._refused: dict[tuple[str, str], Reminder] = {}  # (worker, model): its reminder
 
     def start(self) -> None:
         """Join the configured store shards and ask every configured worker for its info."""
@@ -46,20 +51,48 @@ class Members:
             self.stores.add(target)
         self.pool.refresh()
 
-    def register(self, kind: int, address: str) -> scheduler_pb2.RegistrationReply:
+    def register(self, kind: int, address: str, model: str = "",
+                 kv_dtype: int = 0) -> scheduler_pb2.RegistrationReply:
         """A heartbeat; the first one of a member makes it join."""
         self._check(kind, address)
+        if kind == WORKER:
+            self._check_model(address, model, kv_dtype)
         if self.timetable.is_static(kind, address):
             return self.reply()  # configured at start: it needs no heartbeat
         if self.timetable.beat(kind, address, time.monotonic()):
-            log.info("%s %s joined", scheduler_pb2.MemberKind.Name(kind), address)
+            said = f" (model {model!r}, KV {dtype_name(kv_dtype)})" if model else ""
+            log.info("%s %s joined%s", scheduler_pb2.MemberKind.Name(kind), address, said)
             if kind == WORKER:
-                self.pool.add(address)
+                self.pool.add(address, model)
                 self.pool.refresh_one(address)
                 self.on_worker_joined()
             else:
                 self.stores.add(address)
         return self.reply()
+
+    def _check_model(self, address: str, model: str, kv_dtype: int) -> None:
+        """Refuse a worker whose model is not the one the others serve (worker_models.py); one
+        that was a member under another model leaves (it restarted with another model)."""
+        problem = model_problem(model, kv_dtype)
+        if problem:
+            raise Refused(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        if not model:
+            if address not in self._unnamed and len(self._unnamed) < 4096:
+                self._unnamed.add(address)
+                log.warning("worker %s registered without saying its model (a worker from "
+                            "before Registration.model): accepted; its Info is checked", address)
+            return
+        serving, serving_at = self.pool.serving(besides=address)
+        if serving and model != serving:
+            if self.timetable.leave(WORKER, address):
+                self._drop(WORKER, address)
+            details = clash(address, model, serving, serving_at)
+            if len(self._refused) > 1024:  # a bound; kinds are few
+                self._refused.clear()
+            held = self._refused.setdefault((address, model), Reminder()).due()
+            if held is not None:  # it tries again at every beat: once, then every 5 minutes
+                log.warning("refused: %s%s", details, since(held))
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, details)
 
     def deregister(self, kind: int, address: str) -> scheduler_pb2.RegistrationReply:
         self._check(kind, address)

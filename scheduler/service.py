@@ -153,18 +153,20 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             turns_failed=self.relay.failed, workers=self.pool.healthy_count(),
             sessions_known=self.stores.sessions_known(),
             awareness_connected=self.stores.all_connected(), policy=self.config.policy,
-            turns_rerun=self.relay.rerun, stores=len(self.stores.members()))
+            turns_rerun=self.relay.rerun, stores=len(self.stores.members()),
+            model=self.pool.serving()[0])
 
     # The cluster token was checked before these handlers (services/runtime/cluster_auth.py).
     def Register(self, request, context):
-        return self._membership(self.members.register, request, context)
+        return self._membership(self.members.register, context, request.kind, request.address,
+                                request.model, request.kv_dtype)
 
     def Deregister(self, request, context):
-        return self._membership(self.members.deregister, request, context)
+        return self._membership(self.members.deregister, context, request.kind, request.address)
 
     @staticmethod
-    def _membership(change, request, context):
+    def _membership(change, context, *args):
         try:
-            return change(request.kind, request.address)
+            return change(*args)
         except Refused as refused:
             context.abort(refused.code, refused.details)

@@ -10,6 +10,8 @@ import grpc
 from services.runtime.gen import compute_worker_pb2, compute_worker_pb2_grpc
 from services.runtime.grpc_util import channel
 
+from scheduler.worker_models import clash
+
 log = logging.getLogger("bidaw.scheduler")
 
 
@@ -20,6 +22,9 @@ class Worker:
     max_running: int = 1
     running: int = 0
     healthy: bool = False
+    static: bool = False  # from --workers: alive while it answers Info (else: while it beats)
+    model: str = ""  # the model it serves: from its Registration, then from its Info
+    other_model: bool = False  # its Info named another model than the others': no turns
 
 
 class WorkerPool:
@@ -27,16 +32,26 @@ class WorkerPool:
         self._lock = threading.Lock()
         self.workers: list[Worker] = []
         for target in targets:
-            self.add(target)
+            self.add(target, static=True)
 
-    def add(self, target: str) -> bool:
+    def add(self, target: str, model: str = "", static: bool = False) -> bool:
         """A new worker (it takes work once `refresh` has heard from it); False if known."""
         with self._lock:
             if any(w.target == target for w in self.workers):
                 return False
             self.workers.append(Worker(target, compute_worker_pb2_grpc.ComputeWorkerStub(
-                channel(target))))
+                channel(target)), static=static, model=model))
             return True
+
+    def serving(self, besides: str = "") -> tuple[str, list[str]]:
+        """The model the workers serve, the first alive one's (worker_models.py), and the
+        workers serving it, `besides` left out; ("", []) while none has said."""
+        with self._lock:
+            alive = [w for w in self.workers if w.model and w.target != besides
+                     and not w.other_model and (w.healthy or not w.static)]
+        if not alive:
+            return "", []
+        return alive[0].model, [w.target for w in alive if w.model == alive[0].model]
 
     def remove(self, target: str) -> bool:
         """Stop dispatching to a worker; turns running there finish (or are re-run if it died)."""
@@ -61,8 +76,15 @@ class WorkerPool:
                 log.warning("worker %s unreachable: %s", w.target, exc.code())
             w.healthy = False
             return
+        model, serving_at = self.serving(besides=w.target)
+        other = bool(info.model and model and info.model != model)
+        if other and not w.other_model:
+            log.error("%s; it takes no turns", clash(w.target, info.model, model, serving_at))
+        elif w.other_model and not other:
+            log.info("worker %s of model %r takes turns again", w.target, info.model)
         with self._lock:
-            w.max_running, w.healthy = max(1, info.max_running), True
+            w.max_running, w.healthy, w.other_model = max(1, info.max_running), not other, other
+            w.model = info.model or w.model
 
     def refresh_one(self, target: str, timeout: float = 5.0) -> None:
         with self._lock:
