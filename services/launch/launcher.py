@@ -270,14 +270,18 @@ class LocalDeployment:
         # The gateway first, alone: told to stop, it answers new turns 503 and lets the running
         # ones finish (its drain), which needs the scheduler, workers and store still serving.
         # Stopped together, the scheduler left after its 2-s grace and every streaming client
-        # got "the serving backend is unavailable" mid-answer. The drain is bounded by `timeout`.
+        # got "the serving backend is unavailable" mid-answer. The KV store last: it refuses new
+        # writes once told to stop (its drain), and the turns the workers finish still write
+        # their KV; it gets a few seconds past its own 20-s drain bound to land its SSD copies.
+        # Each drain is bounded by `timeout`.
         services = list(reversed(self.services.values()))
-        for group in ([s for s in services if s.kind == "gateway"],
-                      [s for s in services if s.kind != "gateway"]):
+        for group, grace in (([s for s in services if s.kind == "gateway"], 0),
+                             ([s for s in services if s.kind not in ("gateway", "store")], 0),
+                             ([s for s in services if s.kind == "store"], 5)):
             for svc in group:
                 svc.terminate()
             for svc in group:
-                svc.reap(timeout)
+                svc.reap(timeout + grace)
         # Give back the token this process had before, but never "none": another deployment
         # started meanwhile in this process may still run on the made one (ensure_token shared
         # it), and its clients here would then be refused.
