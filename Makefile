@@ -42,7 +42,7 @@ $(GEN_STAMP): $(PROTO_FILES) services/runtime/codegen.py $(SETUP_STAMP)
 	$(PY) -m services.runtime.codegen
 
 test: setup
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=25 tests
 
 # The embedded deployment, a scripted three-turn conversation, then a clean stop.
 run: setup
