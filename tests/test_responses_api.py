@@ -11,6 +11,9 @@ import openai
 import pytest
 
 from services.gateway.config import GatewayConfig
+from services.gateway.errors import ApiError
+from services.gateway.response_store import ResponseStore
+from services.gateway.responses_input import parse_response_request
 from tests.background_gateway import BackgroundGateway
 
 MODEL = "smollm2-135m"
@@ -112,7 +115,7 @@ def test_stored_responses_are_read_listed_and_deleted(client):
 
 @pytest.mark.parametrize("extra, param", [
     ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "tools"),
-    ({"truncation": "auto"}, "truncation"),
+    ({"truncation": "oldest"}, "truncation"),
     ({"reasoning": {"effort": "high"}}, "reasoning"),
     ({"text": {"format": {"type": "json_object"}}}, "text.format"),
     ({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]},
@@ -131,6 +134,64 @@ def test_what_this_server_lacks_is_refused_naming_the_field(client, extra, param
     with pytest.raises(openai.BadRequestError) as err:
         client.post("/responses", body=body, cast_to=object)
     assert err.value.status_code == 400 and err.value.body["param"] == param
+
+
+def _parse(body: dict):
+    return parse_response_request({"model": MODEL, "input": "Hi", **body}, GatewayConfig(),
+                                  ResponseStore(1 << 20, 60), "t").parsed
+
+
+# bodies as third-party clients sent them (recorded at the wire): the OpenAI Agents SDK 0.24
+# (Runner, OpenAIResponsesModel, ModelSettings(truncation="auto"), (verbosity="medium"),
+# (prompt_cache_retention="24h"), (top_logprobs=2)), Codex-style stateless clients (store false
+# with reasoning.encrypted_content): each asks for nothing this server lacks
+@pytest.mark.parametrize("extra", [
+    {"include": [], "tools": [], "instructions": "Be brief."},
+    {"include": [], "tools": [], "truncation": "auto"},
+    {"include": [], "tools": [], "text": {"verbosity": "medium"}},
+    {"include": [], "tools": [], "prompt_cache_retention": "24h"},
+    {"include": ["reasoning.encrypted_content"], "store": False, "reasoning": {"summary": "auto"}},
+])
+def test_neutral_fields_third_party_clients_send_are_accepted(extra):
+    assert not _parse(extra).logprobs
+
+
+@pytest.mark.parametrize("extra, param", [
+    ({"text": {"verbosity": "low"}}, "text.verbosity"),
+    ({"text": {"frobnicate": 1}}, "text.frobnicate"),
+    ({"include": ["message.input_text.secrets"]}, "include[0]"),
+    ({"top_logprobs": 2}, "top_logprobs"),  # without the include that asks for logprobs
+    ({"include": ["message.output_text.logprobs"], "top_logprobs": 21}, "top_logprobs"),
+])
+def test_what_would_change_the_answer_is_refused_before_any_turn(extra, param):
+    with pytest.raises(ApiError) as err:
+        _parse(extra)
+    assert err.value.status == 400 and err.value.param == param
+
+
+def test_logprobs_as_the_agents_sdk_asks_for_them(client):
+    # ModelSettings(top_logprobs=2, max_tokens=6, temperature=0), as the Agents SDK sent it
+    body = {"model": MODEL, "include": ["message.output_text.logprobs"], "tools": [],
+            "input": [{"content": tagged("Count to five."), "role": "user"}],
+            "max_output_tokens": 6, "temperature": 0, "top_logprobs": 2}
+    plain = client.responses.create(**body)
+    lps = plain.output[0].content[0].logprobs
+    assert plain.top_logprobs == 2 and len(lps) == plain.usage.output_tokens == 6
+    assert "".join(lp.token for lp in lps) == plain.output_text
+    assert all(len(lp.top_logprobs) == 2 and lp.logprob <= 0 for lp in lps)
+    chat = client.chat.completions.create(
+        model=MODEL, messages=body["input"], max_tokens=6, temperature=0, logprobs=True,
+        top_logprobs=2)
+    # the same tokens and values (a prefix computed once or reused from the KV store differs
+    # in the last float digits)
+    same = [(lp.token, pytest.approx(lp.logprob, abs=1e-3)) for lp in lps]
+    assert [(c.token, c.logprob) for c in chat.choices[0].logprobs.content] == same
+    events = list(client.responses.create(**body, stream=True))
+    deltas = [lp for e in events if e.type == "response.output_text.delta" for lp in e.logprobs]
+    assert [(d.token, d.logprob) for d in deltas] == same
+    final = events[-1].response.output[0].content[0].logprobs
+    assert [(f.token, f.logprob) for f in final] == [(d.token, d.logprob) for d in deltas]
+    assert client.responses.retrieve(plain.id).output[0].content[0].logprobs == lps
 
 
 def test_a_tenant_reaches_no_other_tenants_responses(deployment):

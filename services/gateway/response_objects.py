@@ -1,10 +1,12 @@
 """The Responses API's objects: the response (one assistant message of output text), its usage
-and the stream's typed events, in OpenAI's shapes, built from the turn's text and TurnSummary."""
+and the stream's typed events, in OpenAI's shapes, built from the turn's text and TurnSummary;
+with logprobs asked for, the worker's per-token records (`steps`) in chat's per-token shape."""
 from __future__ import annotations
 
 import time
 import uuid
 
+from services.gateway import logprobs as shapes
 from services.gateway.responses import extension
 from services.gateway.responses_input import ResponseAsk
 
@@ -41,19 +43,24 @@ class ResponseReply:
         self.sampling = (temperature, top_p)
         self.sequence = 0
 
-    def message(self, text: str, status: str) -> dict:
-        content = [{"type": "output_text", "text": text, "annotations": [], "logprobs": []}]
+    def logprobs(self, steps) -> list[dict]:
+        return shapes.chat(steps)["content"] if self.ask.parsed.logprobs else []
+
+    def message(self, text: str, status: str, steps=()) -> dict:
+        content = [{"type": "output_text", "text": text, "annotations": [],
+                    "logprobs": self.logprobs(steps)}]
         return {"id": self.message_id, "type": "message", "role": "assistant",
                 "status": status, "content": content if status != "in_progress" else []}
 
-    def response(self, text: str | None = None, summary=None) -> dict:
-        """The response object: in progress (no summary yet) or finished."""
+    def response(self, text: str | None = None, summary=None, steps=()) -> dict:
+        """The response object: in progress (no summary yet) or finished; `steps`: every
+        token's logprobs, when asked."""
         status, incomplete, output = "in_progress", None, []
         if summary is not None:
             cut = summary.finish_reason == "length"
             status = "incomplete" if cut else "completed"
             incomplete = {"reason": "max_output_tokens"} if cut else None
-            output = [self.message(text or "", status)]
+            output = [self.message(text or "", status, steps)]
         ask = self.ask
         body = {"id": self.id, "object": "response", "created_at": self.created,
                 "status": status, "error": None, "incomplete_details": incomplete,
@@ -63,6 +70,7 @@ class ResponseReply:
                 "reasoning": {"effort": None, "summary": None}, "store": ask.store,
                 "temperature": self.sampling[0], "text": {"format": {"type": "text"}},
                 "tool_choice": "auto", "tools": [], "top_p": self.sampling[1],
+                "top_logprobs": ask.parsed.top_logprobs,
                 "truncation": "disabled", "metadata": ask.metadata,
                 "usage": usage(summary) if summary is not None else None}
         if summary is not None:
@@ -86,16 +94,19 @@ class ResponseReply:
                            part={"type": "output_text", "text": "", "annotations": [],
                                  "logprobs": []})]
 
-    def delta(self, text: str) -> dict:
+    def delta(self, text: str, steps=()) -> dict:
+        """`steps`: the logprobs of the tokens whose text this delta carries."""
         return self.event("response.output_text.delta", item_id=self.message_id,
-                          output_index=0, content_index=0, delta=text, logprobs=[])
+                          output_index=0, content_index=0, delta=text,
+                          logprobs=self.logprobs(steps))
 
     def closing(self, text: str, summary, body: dict) -> list[dict]:
         """The events after the last delta; `body` is the finished response object."""
         where = {"item_id": self.message_id, "output_index": 0, "content_index": 0}
         item = body["output"][0]
         done = "response.incomplete" if body["status"] == "incomplete" else "response.completed"
-        return [self.event("response.output_text.done", **where, text=text, logprobs=[]),
+        return [self.event("response.output_text.done", **where, text=text,
+                           logprobs=item["content"][0]["logprobs"]),
                 self.event("response.content_part.done", **where, part=item["content"][0]),
                 self.event("response.output_item.done", output_index=0, item=item),
                 self.event(done, response=body)]

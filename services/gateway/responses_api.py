@@ -41,19 +41,20 @@ class ResponseTurns(TurnServer):
         super().__init__(*args)
         self.store = store
 
-    def _finish(self, reply: ResponseReply, text: str, summary) -> dict:
+    def _finish(self, reply: ResponseReply, text: str, summary, steps) -> dict:
         self._finished(summary)
-        body = reply.response(text, summary)
+        body = reply.response(text, summary, steps)
         if reply.ask.store:
             self.store.put(stored(reply.ask, reply.id, text, body,
                                   input_items(reply.ask)))
         return body
 
     async def _whole(self, call, first, reply: ResponseReply, headers: dict) -> web.Response:
-        text, summary = [], None
+        text, summary, steps = [], None, []
         try:
             async for event in self._events(call, first):
                 text.append(event.text)
+                steps.extend(event.logprobs)
                 if event.HasField("summary"):
                     summary = event.summary
         except grpc.RpcError as exc:
@@ -61,22 +62,25 @@ class ResponseTurns(TurnServer):
             raise from_grpc(exc, self.retry_after) from None
         if summary is None:
             raise ApiError(500, "the turn ended without a summary")
-        body = self._finish(reply, "".join(text), summary)
+        body = self._finish(reply, "".join(text), summary, steps)
         return web.json_response(body, headers={"x-request-id": reply.id, **headers})
 
     async def _stream(self, request, call, first, parsed, reply: ResponseReply,
                       headers: dict) -> web.StreamResponse:
         response = await self._open_stream(request, reply.id, headers)
-        text = []
+        text, steps, held = [], [], []  # held: logprobs of a partial character's tokens
         try:
             for event in reply.opening():
                 await response.write(_sse(event))
             async for event in self._events(call, first):
+                steps.extend(event.logprobs)
+                held.extend(event.logprobs)
                 if event.text:
                     text.append(event.text)
-                    await response.write(_sse(reply.delta(event.text)))
+                    await response.write(_sse(reply.delta(event.text, held)))
+                    held = []
                 if event.HasField("summary"):
-                    body = self._finish(reply, "".join(text), event.summary)
+                    body = self._finish(reply, "".join(text), event.summary, steps)
                     for closing in reply.closing("".join(text), event.summary, body):
                         await response.write(_sse(closing))
         except grpc.RpcError as exc:  # headers are gone: report in-band, as OpenAI does

@@ -3,8 +3,11 @@
 The context is `instructions` (a system message, never carried over from an earlier response,
 as OpenAI says), then the conversation that `previous_response_id` ends (each stored response's
 input and answer), then `input`. Text messages only: every other item or content type, and every
-option this server lacks (tools, reasoning, truncation "auto", JSON output), is refused with a 400
-naming it, as on the chat route.
+option this server lacks (tools, reasoning, JSON output, a verbosity), is refused with a 400
+naming it, as on the chat route. Accepted since they ask for nothing it lacks: `include` values
+naming items it never produces (reasoning, tool calls, images), truncation "auto" (nothing is
+ever cut: a conversation past the context is refused with or without it), cache retention.
+`include` "message.output_text.logprobs" with `top_logprobs` gives the answer's logprobs.
 """
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from dataclasses import dataclass, field
 from services.gateway.config import GatewayConfig
 from services.gateway.errors import ApiError, bad_request
 from services.gateway.fields import UINT32_MAX, integer, typed
+from services.gateway.logprobs import MAX_TOP_LOGPROBS
 from services.gateway.prompt_size import check_prompt_size
 from services.gateway.protocol import ROLES, Parsed
 from services.gateway.request_fields import check_fields
@@ -21,13 +25,20 @@ from services.gateway.sampling_params import parse_sampling
 
 READ = {"model", "input", "instructions", "previous_response_id", "max_output_tokens",
         "temperature", "top_p", "stream", "store", "metadata", "text", "tools", "tool_choice",
-        "truncation", "reasoning",
+        "truncation", "reasoning", "include", "top_logprobs",
         "seed", "top_k", "presence_penalty", "frequency_penalty", "logit_bias", "min_p",
         "repetition_penalty"}  # vLLM's sampling extensions, as on the chat route
 IGNORED = {"user", "safety_identifier", "prompt_cache_key", "service_tier",
-           "parallel_tool_calls", "max_tool_calls", "stream_options"}  # same answer here
-NEUTRAL = {"include": ([],), "background": (False,), "top_logprobs": (0,),
-           "conversation": (), "prompt": ()}
+           "parallel_tool_calls", "max_tool_calls", "stream_options",
+           "prompt_cache_retention"}  # same answer here
+NEUTRAL = {"background": (False,), "conversation": (), "prompt": ()}
+LOGPROBS = "message.output_text.logprobs"
+# OpenAI's other includables: extra fields of items this server never produces
+NO_SUCH_ITEMS = {"reasoning.encrypted_content", "file_search_call.results",
+                 "web_search_call.results", "web_search_call.action.sources",
+                 "message.input_image.image_url", "computer_call_output.output.image_url",
+                 "code_interpreter_call.outputs"}
+TEXT_KEYS = {"format", "verbosity"}
 TEXT_PARTS = {"input_text", "output_text", "text"}
 MAX_METADATA = 16
 
@@ -89,17 +100,40 @@ def _refuse_options(body: dict) -> None:
         raise bad_request("tools are not supported", "tools")
     if body.get("tool_choice") not in (None, "none", "auto"):
         raise bad_request("tool_choice needs tools, which are not supported", "tool_choice")
-    if body.get("truncation") not in (None, "disabled"):
-        raise bad_request("only truncation \"disabled\" is supported: a conversation past the "
-                          "context is refused, never cut silently", "truncation")
+    if body.get("truncation") not in (None, "disabled", "auto"):
+        raise bad_request("truncation must be \"disabled\" or \"auto\" (nothing is ever cut: "
+                          "a conversation past the context is refused)", "truncation")
     if body.get("reasoning") not in (None, {}) and typed(body, "reasoning", (dict,)).get(
             "effort") not in (None, "none"):
         raise bad_request("this model does not reason: only reasoning null is supported",
                           "reasoning")
-    fmt = typed(typed(body, "text", (dict,), {}), "format", (dict,), {}, "text.format")
+    text = typed(body, "text", (dict,), {})
+    for key in text:
+        if key not in TEXT_KEYS:
+            raise ApiError(400, f"Unrecognized request argument supplied: text.{key[:60]}",
+                           f"text.{key[:60]}", "unknown_parameter")
+    if text.get("verbosity") not in (None, "medium"):  # medium: OpenAI's default
+        raise bad_request("this model has no verbosity setting: only text.verbosity null or "
+                          "\"medium\" (the default) is supported", "text.verbosity")
+    fmt = typed(text, "format", (dict,), {}, "text.format")
     if fmt.get("type", "text") != "text":
         raise bad_request("only text output is supported (no JSON mode or schema)",
                           "text.format")
+
+
+def _logprobs(body: dict, parsed: Parsed) -> None:
+    """include "message.output_text.logprobs" asks for the answer's logprobs, `top_logprobs`
+    (0..20) for that many alternatives per token, as on chat."""
+    include = typed(body, "include", (list,), [])
+    for i, name in enumerate(include):
+        if name != LOGPROBS and name not in NO_SUCH_ITEMS:
+            raise bad_request(f"include value {str(name)[:60]!r} is not supported (only "
+                              f"{LOGPROBS!r}, or the fields of items this server never "
+                              "produces: reasoning, tool calls, images)", f"include[{i}]")
+    parsed.logprobs = LOGPROBS in include
+    parsed.top_logprobs = integer(body, "top_logprobs", 0, MAX_TOP_LOGPROBS, 0)
+    if parsed.top_logprobs and not parsed.logprobs:
+        raise bad_request(f"top_logprobs needs 'include': [{LOGPROBS!r}]", "top_logprobs")
 
 
 def _metadata(body: dict) -> dict:
@@ -137,6 +171,7 @@ def parse_response_request(body: dict, config: GatewayConfig, store: ResponseSto
                           "max_output_tokens")
     ask.parsed.max_tokens = ask.max_output_tokens or 0  # 0: the worker's default
     parse_sampling(body, ask.parsed, config.vocab_size)
+    _logprobs(body, ask.parsed)
     ask.parsed.stream = typed(body, "stream", (bool,), False)
     try:
         check_prompt_size(ask.parsed, True, config.max_prompt_bytes, config.max_model_len)
