@@ -65,6 +65,16 @@ def test_previous_response_id_continues_with_kv_reused_and_the_full_history_answ
     assert r3.usage.output_tokens == 3
 
 
+def test_without_max_output_tokens_the_answer_runs_to_its_end(client):
+    """Not the worker's default length (32 in this deployment, as chat's): OpenAI's and vLLM's
+    rule, which the Agents SDK relies on (it raises on an incomplete response)."""
+    ask = "Count from 1 to 20, separated by commas."  # greedy: 122 tokens, then its end
+    reply = client.responses.create(model=MODEL, input=ask, temperature=0)
+    assert reply.status == "completed" and reply.incomplete_details is None
+    assert reply.usage.output_tokens > 32
+    assert reply.output_text == recompute(client, [{"role": "user", "content": ask}], 1000)
+
+
 def test_a_stream_carries_openais_events_in_order_and_the_plain_answer(client):
     first = client.responses.create(model=MODEL, input=tagged("Name a colour."),
                                     temperature=0, max_output_tokens=8)

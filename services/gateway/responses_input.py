@@ -169,7 +169,10 @@ def parse_response_request(body: dict, config: GatewayConfig, store: ResponseSto
         raise bad_request(f"'max_output_tokens' is {ask.max_output_tokens}, more than the "
                           f"model's context of {config.max_model_len} tokens",
                           "max_output_tokens")
-    ask.parsed.max_tokens = ask.max_output_tokens or 0  # 0: the worker's default
+    # Absent: until the answer ends or the context is full, as OpenAI and vLLM do (the worker
+    # clamps to what the prompt leaves). Not chat's 256-token default: clients of this API
+    # (the Agents SDK) take a response cut short, status "incomplete", for an error.
+    ask.parsed.max_tokens = ask.max_output_tokens or config.max_model_len  # 0: worker's default
     parse_sampling(body, ask.parsed, config.vocab_size)
     _logprobs(body, ask.parsed)
     ask.parsed.stream = typed(body, "stream", (bool,), False)
