@@ -4,11 +4,14 @@ KV apart by model, answers are not). The model is what the KV store keys KV by (
 the model's name, with its weight format unless dense); its KV dtype is no part of it (a worker
 of another dtype decides itself whether to reuse KV: compute_worker/dtype_reuse.py).
 
-Which model: the first worker's, while any worker of it is alive (a registered one heartbeats,
-a --workers one answers Info); once none is left, the next worker to join sets it. So a rolling
-upgrade to a new model is: stop the old workers (or let them deregister); the new ones, refused
-until then and retrying at every heartbeat, join within one. A worker that does not say its model
-(one from before Registration.model) is accepted with a WARNING, and checked when its Info says.
+Which model: the first worker's, while any worker of it is a member: a registered one while it
+heartbeats, a --workers one always, down or not (while it restarted, a worker of another model
+could register, take the model and have the configured one refused when back); once none is
+left, the next worker to join sets it. So a rolling upgrade to a new model is: stop the old
+registered workers (or let them deregister), restart the --workers ones with the new model; the
+new ones, refused until then and retrying at every heartbeat (or Info), join within one. A worker
+that does not say its model (one from before Registration.model) is accepted with a WARNING, and
+checked when its Info says.
 """
 from __future__ import annotations
 

@@ -44,11 +44,12 @@ class WorkerPool:
             return True
 
     def serving(self, besides: str = "") -> tuple[str, list[str]]:
-        """The model the workers serve, the first alive one's (worker_models.py), and the
-        workers serving it, `besides` left out; ("", []) while none has said."""
+        """The model the workers serve, the first member's (worker_models.py), and the
+        workers serving it, `besides` left out; ("", []) while none has said. A --workers one
+        is a member while down too (restarting): its model holds meanwhile."""
         with self._lock:
             alive = [w for w in self.workers if w.model and w.target != besides
-                     and not w.other_model and (w.healthy or not w.static)]
+                     and not w.other_model]
         if not alive:
             return "", []
         return alive[0].model, [w.target for w in alive if w.model == alive[0].model]

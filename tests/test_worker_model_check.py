@@ -120,3 +120,19 @@ def test_a_worker_of_another_model_waits_then_joins_once_the_first_model_has_lef
             other.stop()
     finally:
         registrar.stop()
+
+
+def test_a_configured_worker_down_keeps_its_model_against_another_registering(
+        dense_worker, scheduler, tmp_path):
+    # Before: while a --workers worker restarted, a worker of another model registered, took
+    # the model, and the configured one was refused when back (turns waited meanwhile).
+    _, model = dense_worker
+    own = ServiceProcess("worker", tmp_path, "--store", "").wait()
+    stub, service, _ = scheduler(workers=[own.target], heartbeat_s=0.5)
+    stats = lambda: stub.Stats(scheduler_pb2.SchedulerStatsRequest(), timeout=10)  # noqa: E731
+    assert eventually(lambda: stats().workers == 1 and stats().model == model)
+    own.stop()  # down (bidaw up would restart it)
+    assert eventually(lambda: stats().workers == 0, timeout=15)
+    error = refusal(lambda: register(stub, "127.0.0.1:1", "Other-Model-7B"))
+    assert error.code() == grpc.StatusCode.FAILED_PRECONDITION and own.target in error.details()
+    assert [w.target for w in service.pool.workers] == [own.target]
