@@ -41,6 +41,13 @@ def repetition_penalized(logits: torch.Tensor, seen: torch.Tensor,
     return torch.where(seen, scaled, logits)
 
 
+def finite_top(logits: torch.Tensor) -> torch.Tensor:
+    """+inf (a tiny temperature or repetition_penalty overflowing float32: 1e-40 divides
+    every positive logit into it) set to the dtype's largest: softmax gives such tokens the
+    mass, shared, where inf - inf made NaN and sampling failed the turn (INTERNAL)."""
+    return logits.clamp(max=torch.finfo(logits.dtype).max)
+
+
 def min_p_kept(probs: torch.Tensor, min_p: float) -> torch.Tensor:
     """vLLM's min_p: the probabilities with every token below min_p times the largest set to 0
     (not renormalised: sampling draws in proportion); 0 keeps them all."""
@@ -170,7 +177,8 @@ class Sampler:
     def _choose(self, logits: torch.Tensor) -> int:
         if self.temperature == 0:
             return int(torch.argmax(logits))
-        probs = min_p_kept(torch.softmax(logits.cpu() / self.temperature, dim=-1), self.min_p)
+        probs = min_p_kept(torch.softmax(finite_top(logits.cpu() / self.temperature), dim=-1),
+                           self.min_p)
         if self.top_k <= 0 and self.top_p >= 1:
             return int(torch.multinomial(probs, 1, generator=self.generator))
         order, kept = nucleus(probs, self.top_k, self.top_p)

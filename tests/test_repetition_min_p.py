@@ -95,6 +95,14 @@ def test_the_scheduler_and_the_worker_refuse_bad_values_by_name(fields, name):
     assert turn_problem(turn(repetition_penalty=2.0, min_p=1.0), 0) is None
 
 
+def test_a_tiny_penalty_or_temperature_overflowing_float32_still_samples():
+    # 3 / 1e-44 is +inf in float32: softmax made NaN of it and multinomial raised (INTERNAL)
+    logits = torch.tensor([3.0, 2.0, -1.0])
+    s = Sampler(1.0, seed=1, repetition_penalty=1e-44, prompt=[0, 1])
+    assert {s(logits) for _ in range(50)} <= {0, 1}  # the boosted (seen) ones share the mass
+    assert {Sampler(1e-40, seed=1)(logits) for _ in range(5)} == {0}  # as greedy
+
+
 @pytest.fixture(scope="module")
 def client(deployment) -> openai.OpenAI:
     return openai.OpenAI(base_url=deployment.gateway_url, api_key="unused", max_retries=0,
@@ -164,6 +172,17 @@ def test_bad_values_are_a_400_naming_the_field(client, extra, param):
         client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}],
                                        extra_body=extra)
     assert err.value.body["param"] == param, extra
+
+
+def test_extreme_but_valid_values_are_answered_not_a_500(client):
+    # (the gateway takes them: (0, 2] and [0, 2]; float32 then overflowed at the worker)
+    for extra in ({"repetition_penalty": 1e-44, "temperature": 1},
+                  {"temperature": 1e-40}):
+        reply = client.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": YES}], max_tokens=4, seed=3,
+            **{k: v for k, v in extra.items() if k == "temperature"},
+            extra_body={k: v for k, v in extra.items() if k != "temperature"})
+        assert reply.choices[0].finish_reason in ("length", "stop"), extra
 
 
 def test_the_native_api_takes_both(deployment, smollm):
