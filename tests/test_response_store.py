@@ -71,3 +71,54 @@ def test_a_cycle_of_links_is_a_miss_not_a_hang():
     store.put(record("b", previous="a"))
     with pytest.raises(MissingResponse):
         store.chain("alice", "a")
+
+
+def test_a_tenant_storing_without_end_evicts_its_own_not_the_others():
+    size = record("a00").size  # (ids of one length: records of one size)
+    store = ResponseStore(10 * size, 60)
+    store.put(record("b00", tenant="bob"))
+    store.put(record("c00", tenant="carol"))
+    for i in range(50):  # alice floods: 50 records into a store of 10
+        store.put(record(f"a{i:02d}"))
+    assert store.get("bob", "b00") and store.get("carol", "c00")
+    assert store.held["alice"] == 8 * size and store.bytes == 10 * size
+    assert store.get("alice", "a49") and store.get("alice", "a41") is None
+    # a newcomer past the bound takes its room from the largest (alice), not from bob
+    store.put(record("d00", tenant="dan"))
+    assert store.get("bob", "b00") and store.held["alice"] == 7 * size
+    store.delete("dan", "d00")
+    assert "dan" not in store.held and store.bytes == 9 * size
+
+
+def test_the_bytes_counted_cover_what_the_gateways_records_hold():
+    """Records built as the gateway builds them (the request parsed, the response object, the
+    input items): the memory they hold (tracemalloc) is within the bytes counted against
+    --responses-store-bytes; 512 bytes of overhead counted 1.7 KB for 4.3 KB held."""
+    import gc
+    import tracemalloc
+
+    from services.gateway.config import GatewayConfig
+    from services.gateway.response_objects import ResponseReply, input_items
+    from services.gateway.responses_input import parse_response_request, stored
+    from services.runtime.gen import common_pb2
+
+    config = GatewayConfig(listen="127.0.0.1:0", scheduler="127.0.0.1:1")
+    summary = common_pb2.TurnSummary(finish_reason="stop", prompt_tokens=30,
+                                     completion_tokens=1, worker_id="127.0.0.1:50053")
+    for text, meta in (("x", {}), ("y" * 1000, {}),
+                       ("x", {f"key{j:02d}": "v" * 500 for j in range(16)})):
+        store = ResponseStore(1 << 40, 60)
+        gc.collect()
+        tracemalloc.start()
+        for i in range(2000):
+            body = {"model": "m", "input": f"{text} {i}", "metadata": meta}
+            ask = parse_response_request(body, config, store, "alice")
+            reply = ResponseReply(ask, "m", 1.0, 1.0)
+            answer = f"ok {i}"
+            store.put(stored(ask, reply.id, answer, reply.response(answer, summary),
+                             input_items(ask)))
+            del ask, reply
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        assert held <= store.bytes, (len(text), len(meta), held / 2000, store.bytes / 2000)

@@ -223,3 +223,20 @@ def test_a_tenant_reaches_no_other_tenants_responses(deployment):
         with pytest.raises(openai.AuthenticationError):
             nobody.responses.retrieve(mine.id)
         assert erin.responses.retrieve(mine.id).output_text == mine.output_text
+
+
+def test_a_tenant_flooding_the_store_evicts_only_its_own(deployment):
+    # room for about six one-word responses: erin's stays while frank stores twenty
+    config = GatewayConfig(listen="127.0.0.1:0", scheduler=deployment.scheduler_target,
+                           api_keys="erin:key-erin-123,frank:key-frank-456",
+                           responses_store_bytes=6 * 5500)
+    with BackgroundGateway(config) as gw:
+        erin, frank = (openai.OpenAI(base_url=gw.url, api_key=k, max_retries=0, timeout=300)
+                       for k in ("key-erin-123", "key-frank-456"))
+        mine = erin.responses.create(model=MODEL, input=tagged("Hi."), max_output_tokens=1)
+        floods = [frank.responses.create(model=MODEL, input=tagged("Hi."), max_output_tokens=1)
+                  for _ in range(20)]
+        assert erin.responses.retrieve(mine.id).id == mine.id
+        with pytest.raises(openai.NotFoundError):
+            frank.responses.retrieve(floods[0].id)  # frank's oldest made the room
+        assert frank.responses.retrieve(floods[-1].id).id == floods[-1].id
