@@ -100,6 +100,7 @@ ACCEPTED = [  # metadata, neutral values, and the project's own clients' bodies
     ("chat", chat(modalities=["text"], audio=None, prediction=None, web_search_options=None)),
     ("chat", chat(logprobs=False, top_logprobs=0, reasoning_effort=None, echo=False)),
     ("chat", chat(logprobs=True, top_logprobs=20)),
+    ("chat", chat(verbosity="medium")),  # OpenAI's default: asks for nothing
     ("cmpl", completion(logprobs=0)),
     ("chat", chat(top_k=20, min_p=0, repetition_penalty=1, ignore_eos=True,
                   skip_special_tokens=True, spaces_between_special_tokens=True,

@@ -108,6 +108,13 @@ def test_stored_responses_are_read_listed_and_deleted(client):
     assert got.metadata == {"ticket": "42"}
     items = client.responses.input_items.list(r1.id)
     assert [i.content[0].text for i in items.data] == [words]
+    r2 = client.responses.create(model=MODEL, input=[
+        {"role": "user", "content": "One."}, {"role": "user", "content": "Two."}],
+        previous_response_id=r1.id, temperature=0, max_output_tokens=2)
+    listed = client.get(f"/responses/{r2.id}/input_items?limit=0001&order=asc",
+                        cast_to=object)  # a limit with leading zeros is still 1
+    assert [i["content"][0]["text"] for i in listed["data"]] == ["One."]
+    assert listed["has_more"] is True
     deleted = client.with_options().delete(f"/responses/{r1.id}", cast_to=object)
     assert deleted == {"id": r1.id, "object": "response", "deleted": True}
     with pytest.raises(openai.NotFoundError):
@@ -115,6 +122,11 @@ def test_stored_responses_are_read_listed_and_deleted(client):
     with pytest.raises(openai.NotFoundError) as err:
         client.responses.create(model=MODEL, previous_response_id=r1.id, input="Again?")
     assert err.value.body["param"] == "previous_response_id"
+    # a conversation whose earlier response is gone: the 404 says which, and of what
+    with pytest.raises(openai.NotFoundError) as err:
+        client.responses.create(model=MODEL, previous_response_id=r2.id, input="Three?")
+    assert r1.id in err.value.message and "earlier response" in err.value.message
+    assert r2.id in err.value.message
     # store=false: answered, not kept
     unkept = client.responses.create(model=MODEL, input=tagged("Hi."), store=False,
                                      max_output_tokens=2)

@@ -27,7 +27,7 @@ _VLLM_NEUTRAL = {"skip_special_tokens": (True,), "spaces_between_special_tokens"
 CHAT_NEUTRAL = {**_VLLM_NEUTRAL, "tool_choice": ("none", "auto"), "functions": ([],),
                 "function_call": ("none",), "modalities": (["text"],), "audio": (),
                 "prediction": (), "web_search_options": (), "reasoning_effort": ("none",),
-                "verbosity": (), "echo": (False,)}
+                "verbosity": ("medium",), "echo": (False,)}
 COMPLETION_NEUTRAL = _VLLM_NEUTRAL
 STREAM_OPTIONS = {"include_usage", "include_obfuscation"}  # no padding is ever added
 # message keys besides role and content: what an OpenAI or vLLM answer carries when it is

@@ -141,7 +141,8 @@ class ResponsesApi:
         if order not in ("asc", "desc"):
             raise ApiError(400, "'order' must be asc or desc", "order", "invalid_value")
         limit = request.query.get("limit", "20")
-        if not (limit.isascii() and limit.isdigit() and 1 <= int(limit[:4]) <= MAX_LIST):
+        if not (limit.isascii() and limit.isdigit() and len(limit) <= 6
+                and 1 <= int(limit) <= MAX_LIST):  # (the length first: int() of 5,000 digits)
             raise ApiError(400, f"'limit' must be an integer in [1, {MAX_LIST}]", "limit",
                            "invalid_value")
         if order == "desc":
@@ -150,7 +151,7 @@ class ResponsesApi:
         if after:
             ids = [item["id"] for item in items]
             items = items[ids.index(after) + 1:] if after in ids else []
-        page = items[:int(limit[:4])]
+        page = items[:int(limit)]
         return web.json_response({"object": "list", "data": page,
                                   "first_id": page[0]["id"] if page else None,
                                   "last_id": page[-1]["id"] if page else None,

@@ -160,8 +160,12 @@ def parse_response_request(body: dict, config: GatewayConfig, store: ResponseSto
             for record in store.chain(tenant, ask.previous_id):
                 history += [*record.messages, ("assistant", record.output)]
         except MissingResponse as exc:
-            raise ApiError(404, f"Previous response with id '{exc.response_id[:80]}' not "
-                           "found.", "previous_response_id", "previous_response_not_found")
+            missing = exc.response_id[:80]
+            earlier = "" if exc.response_id == ask.previous_id else (
+                f" (an earlier response of the conversation '{ask.previous_id[:80]}' ends; "
+                "deleted or expired)")
+            raise ApiError(404, f"Previous response with id '{missing}' not found.{earlier}",
+                           "previous_response_id", "previous_response_not_found")
     system = [("system", ask.instructions)] if ask.instructions else []
     ask.parsed.messages = system + history + ask.own
     ask.max_output_tokens = integer(body, "max_output_tokens", 1, UINT32_MAX)
