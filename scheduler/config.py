@@ -55,6 +55,12 @@ class SchedulerConfig(SecurityConfig):
     conversation_ttl_s: float = field(default=3600.0, metadata={
         "help": "a recognised conversation idle this long is forgotten (its next turn starts "
                 "a new session)"})
+    responses_store_bytes: int = field(default=256 << 20, metadata={
+        "help": "Responses API: the stored responses' bytes kept in memory, for every gateway's "
+                "previous_response_id and GET (past it, the tenant holding the most drops its "
+                "least recently used first; 0: none kept)"})
+    responses_ttl_s: float = field(default=86400.0, metadata={
+        "help": "Responses API: a stored response unused this long is dropped"})
     state_dir: str = field(default="", metadata={
         "help": "directory for the conversation index's journal, so that a restarted scheduler "
                 "still recognises conversations sent without a session id (empty: memory only)"})
@@ -67,5 +73,6 @@ class SchedulerConfig(SecurityConfig):
                              f"{self.policy!r}")
         check_bounds(self, at_least={"prefetch_window": 1, "max_loads": 1, "max_queue": 1,
                                      "max_tokens_limit": 0, "rpc_threads": 0,
-                                     "conversation_keys": 0, "restore_stall_weight": 0},
-                     above={"heartbeat_s": 0, "conversation_ttl_s": 0})
+                                     "conversation_keys": 0, "restore_stall_weight": 0,
+                                     "responses_store_bytes": 0},
+                     above={"heartbeat_s": 0, "conversation_ttl_s": 0, "responses_ttl_s": 0})

@@ -7,7 +7,8 @@ core (dispatcher.py) hands it a worker. EndSession takes the same lock (a runnin
 and saves its KV first), then the index forgets the session and its store shard frees its KV.
 PrepareSession takes no lock (a running turn must not delay it): it asks the session's store
 shard to promote its KV from SSD to DRAM and answers at once. Register/Deregister go to
-members.py; Stats reads all.
+members.py; Stats reads all. Put/Get/DeleteResponse keep the Responses API's stored responses
+(response_store.py) for every gateway replica.
 """
 from __future__ import annotations
 
@@ -27,9 +28,10 @@ from scheduler.members import Members, Refused
 from scheduler.policy import QueueConfig
 from scheduler.recognition import Recognition
 from scheduler.relay import Relay
+from scheduler.response_store import MissingResponse, ResponseStore, StoredResponse
 from scheduler.restore_chooser import LiveRestoreChooser
 from scheduler.session_locks import SessionLocks
-from scheduler.validation import session_problem, turn_problem
+from scheduler.validation import response_problem, session_problem, turn_problem
 from scheduler.workers import WorkerPool
 
 END_CONFIRM_S = 5.0  # how long an EndSession waits for the store to say the session's KV is gone
@@ -69,6 +71,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             index, journal=self.journal,
             alive=lambda s: not self.stores.all_connected() or self.stores.location(s) is not None)
         self._session_locks = SessionLocks()  # entries live only while a turn needs one
+        self.responses = ResponseStore(config.responses_store_bytes, config.responses_ttl_s)
         # Members that register (no --store or no --workers list) come back one by one after a
         # restart; until then the ring is partial: a session would hash to a shard that does not
         # hold its KV (recomputed; and a conversation sent without an id taken for a new one),
@@ -155,6 +158,41 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             awareness_connected=self.stores.all_connected(), policy=self.config.policy,
             turns_rerun=self.relay.rerun, stores=len(self.stores.members()),
             model=self.pool.serving()[0])
+
+    def PutResponse(self, request, context):
+        self._valid(context, request.tenant, request.id, request.previous_id)
+        stored = self.responses.put(StoredResponse(request.id, request.tenant,
+                                                   request.previous_id or None, request,
+                                                   request.ByteSize()))
+        return scheduler_pb2.PutResponseReply(stored=stored)
+
+    def GetResponse(self, request, context):
+        self._valid(context, request.tenant, request.id)
+        try:
+            if request.chain:  # the history only: the conversation's input and answers
+                found = [scheduler_pb2.StoredResponse(
+                    tenant=r.payload.tenant, id=r.id, previous_id=r.payload.previous_id,
+                    messages=r.payload.messages, output=r.payload.output)
+                    for r in self.responses.chain(request.tenant, request.id)]
+            else:
+                record = self.responses.get(request.tenant, request.id)
+                if record is None:
+                    raise MissingResponse(request.id)
+                found = [record.payload]
+        except MissingResponse as missing:
+            return scheduler_pb2.GetResponseReply(missing_id=missing.response_id)
+        return scheduler_pb2.GetResponseReply(responses=found)
+
+    def DeleteResponse(self, request, context):
+        self._valid(context, request.tenant, request.id)
+        return scheduler_pb2.DeleteResponseReply(
+            deleted=self.responses.delete(request.tenant, request.id))
+
+    @staticmethod
+    def _valid(context, tenant: str, response_id: str, previous_id: str = "") -> None:
+        problem = response_problem(tenant, response_id, previous_id)
+        if problem:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
 
     # The cluster token was checked before these handlers (services/runtime/cluster_auth.py).
     def Register(self, request, context):

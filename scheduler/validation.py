@@ -70,3 +70,16 @@ def member_problem(kind: int, address: str) -> str | None:
     if kind not in MEMBER_KINDS:
         return "kind must be WORKER or STORE"
     return address_problem(address)
+
+
+def response_problem(tenant: str, response_id: str, previous_id: str = "") -> str | None:
+    """The reason a stored response's tenant or ids (the Responses API's) are unacceptable."""
+    problem = tenant_problem(tenant)
+    if problem:
+        return problem
+    if not response_id:
+        return "the response id is empty"
+    for name in (response_id, previous_id):
+        if len(name.encode()) > MAX_SESSION_ID_BYTES or not name.isprintable():
+            return f"a response id must be printable and at most {MAX_SESSION_ID_BYTES} bytes"
+    return None

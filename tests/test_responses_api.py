@@ -12,7 +12,6 @@ import pytest
 
 from services.gateway.config import GatewayConfig
 from services.gateway.errors import ApiError
-from services.gateway.response_store import ResponseStore
 from services.gateway.responses_input import parse_response_request
 from tests.background_gateway import BackgroundGateway
 
@@ -160,7 +159,7 @@ def test_what_this_server_lacks_is_refused_naming_the_field(client, extra, param
 
 def _parse(body: dict):
     return parse_response_request({"model": MODEL, "input": "Hi", **body}, GatewayConfig(),
-                                  ResponseStore(1 << 20, 60), "t").parsed
+                                  "t").parsed
 
 
 # bodies as third-party clients sent them (recorded at the wire): the OpenAI Agents SDK 0.24
@@ -237,18 +236,21 @@ def test_a_tenant_reaches_no_other_tenants_responses(deployment):
         assert erin.responses.retrieve(mine.id).output_text == mine.output_text
 
 
-def test_a_tenant_flooding_the_store_evicts_only_its_own(deployment):
-    # room for about six one-word responses: erin's stays while frank stores twenty
-    config = GatewayConfig(listen="127.0.0.1:0", scheduler=deployment.scheduler_target,
-                           api_keys="erin:key-erin-123,frank:key-frank-456",
-                           responses_store_bytes=6 * 5500)
-    with BackgroundGateway(config) as gw:
-        erin, frank = (openai.OpenAI(base_url=gw.url, api_key=k, max_retries=0, timeout=300)
-                       for k in ("key-erin-123", "key-frank-456"))
-        mine = erin.responses.create(model=MODEL, input=tagged("Hi."), max_output_tokens=1)
-        floods = [frank.responses.create(model=MODEL, input=tagged("Hi."), max_output_tokens=1)
-                  for _ in range(20)]
-        assert erin.responses.retrieve(mine.id).id == mine.id
+def test_any_gateway_replica_continues_a_conversation_another_answered(deployment, client):
+    """Behind a load balancer (Kubernetes runs 2 gateways and more), each request may reach
+    another replica: the scheduler keeps the stored responses for all of them."""
+    config = GatewayConfig(listen="127.0.0.1:0", scheduler=deployment.scheduler_target)
+    with BackgroundGateway(config) as other:
+        second = openai.OpenAI(base_url=other.url, api_key="unused", max_retries=0,
+                               timeout=300)
+        first = client.responses.create(model=MODEL, input=tagged("My dog is Rex. Hi!"),
+                                        temperature=0, max_output_tokens=8)
+        follow = second.responses.create(model=MODEL, previous_response_id=first.id,
+                                         input="What is my dog's name?", temperature=0,
+                                         max_output_tokens=8)
+        assert follow.usage.input_tokens_details.cached_tokens >= first.usage.input_tokens
+        assert client.responses.retrieve(follow.id).output_text == follow.output_text
+        assert second.responses.retrieve(first.id).output_text == first.output_text
+        second.delete(f"/responses/{first.id}", cast_to=object)
         with pytest.raises(openai.NotFoundError):
-            frank.responses.retrieve(floods[0].id)  # frank's oldest made the room
-        assert frank.responses.retrieve(floods[-1].id).id == floods[-1].id
+            client.responses.retrieve(first.id)

@@ -1,6 +1,7 @@
 """The gateway's HTTP application: routes, auth, overload shedding, errors, spans and metrics."""
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 
@@ -149,8 +150,8 @@ class Gateway:
         return tenant
 
     async def _turn(self, request: web.Request, prepare) -> web.StreamResponse:
-        """prepare(request, tenant, body) checks the body and returns serve(), which runs the
-        turn (called again if the scheduler was full)."""
+        """prepare(request, tenant, body) checks the body and returns serve() (or a coroutine
+        giving it), which runs the turn (called again if the scheduler was full)."""
         tenant = self._tenant(request)
         if self.draining:
             raise ApiError(503, "the gateway is shutting down", None, "unavailable",
@@ -160,6 +161,8 @@ class Gateway:
         body = await read_body(request, self.config.max_body_bytes,
                                self.config.body_read_timeout_s)
         serve = prepare(request, tenant, body)
+        if inspect.isawaitable(serve):  # a prepare that asks the scheduler first (responses)
+            serve = await serve
         self._admit_tenant(tenant)
         try:
             async with self.admission.slot(tenant) as slot:  # waits its turn in the FIFO

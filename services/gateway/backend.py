@@ -1,4 +1,5 @@
-"""The gateway's asynchronous client of the Scheduler API (SubmitTurn, sessions, health)."""
+"""The gateway's asynchronous client of the Scheduler API (SubmitTurn, sessions, stored
+responses, health)."""
 from __future__ import annotations
 
 import grpc
@@ -108,6 +109,25 @@ class Backend:
         return await self._stub.PrepareSession(
             scheduler_pb2.PrepareSessionRequest(tenant=tenant, session_id=session_id),
             timeout=timeout)
+
+    async def put_response(self, record: scheduler_pb2.StoredResponse,
+                           timeout: float = 10.0) -> bool:
+        """The scheduler keeps a Responses API response (responses_api.py); whether it did."""
+        self._open()
+        return (await self._stub.PutResponse(record, timeout=timeout)).stored
+
+    async def get_response(self, tenant: str, response_id: str, chain: bool = False,
+                           timeout: float = 10.0) -> scheduler_pb2.GetResponseReply:
+        """A stored response, or (`chain`) the conversation it ends; `missing_id` if not."""
+        self._open()
+        return await self._stub.GetResponse(scheduler_pb2.GetResponseRequest(
+            tenant=tenant, id=response_id, chain=chain), timeout=timeout)
+
+    async def delete_response(self, tenant: str, response_id: str,
+                              timeout: float = 10.0) -> bool:
+        self._open()
+        return (await self._stub.DeleteResponse(scheduler_pb2.GetResponseRequest(
+            tenant=tenant, id=response_id), timeout=timeout)).deleted
 
     async def close(self) -> None:
         if self._channel is not None:

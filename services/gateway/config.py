@@ -83,11 +83,6 @@ class GatewayConfig(ClusterTokenConfig):
         "help": "prompt text (all messages) that cannot fit the context, refused before the "
                 "scheduler sees it: context tokens x the longest token's bytes. The default is "
                 "SmolLM2-135M's (8192 x 81); a worker logs its own at start (0: no check)"})
-    responses_store_bytes: int = field(default=256 << 20, metadata={
-        "help": "Responses API: text of stored responses kept in this gateway's memory, for "
-                "previous_response_id and GET (least recently used dropped first; 0: none kept)"})
-    responses_ttl_s: float = field(default=86400.0, metadata={
-        "help": "Responses API: a stored response unused this long is dropped"})
     max_session_id: int = field(default=128, metadata={"help": "longest session id (bytes)"})
     retry_after_s: int = field(default=1, metadata={
         "help": "Retry-After on 503, and on 429 before any turn finished (later 429s from "
@@ -122,6 +117,5 @@ class GatewayConfig(ClusterTokenConfig):
         # Retry-After header) or failed inside a core, naming its own field
         check_bounds(self, at_least={"max_body_bytes": 1, "retry_after_s": 0,
                                      "health_cache_s": 0, "vocab_size": 0, "max_model_len": 0,
-                                     "max_prompt_bytes": 0, "responses_store_bytes": 0},
-                     above={"request_timeout_s": 0, "body_read_timeout_s": 0,
-                            "responses_ttl_s": 0})
+                                     "max_prompt_bytes": 0},
+                     above={"request_timeout_s": 0, "body_read_timeout_s": 0})

@@ -3,8 +3,8 @@
 
 A response is one chat turn through the gateway's own path (auth, tenant limits, FIFO
 admission, the prompt bound: Gateway._turn). With `previous_response_id` the client sends only
-its new input: the gateway rebuilds the conversation from the responses it stored
-(response_store.py) and sends it whole, without a session id, so the scheduler recognises the
+its new input: the gateway rebuilds the conversation from the stored responses, which the
+scheduler keeps for every gateway replica (scheduler/response_store.py), and sends it whole, without a session id, so the scheduler recognises the
 conversation by its content and reuses its KV as for any client that resends its history
 (`usage.input_tokens_details.cached_tokens` says how much). A branch (two responses after the
 same one) is recognised as a branch. An X-Session-Id header names the session, as on chat.
@@ -12,6 +12,7 @@ same one) is recognised as a branch. An X-Session-Id header names the session, a
 from __future__ import annotations
 
 import json
+import logging
 
 import grpc
 from aiohttp import web
@@ -21,10 +22,11 @@ from services.runtime import metrics
 from services.gateway.errors import ApiError, from_grpc
 from services.gateway.protocol import check_model
 from services.gateway.response_objects import ResponseReply, input_items
-from services.gateway.response_store import ResponseStore
-from services.gateway.responses_input import ResponseAsk, parse_response_request, stored
+from services.gateway.responses_input import (ResponseAsk, parse_response_request, stored,
+                                              with_history)
 from services.gateway.turns import TurnServer
 
+log = logging.getLogger("bidaw.gateway")
 MAX_LIST = 100
 
 
@@ -37,16 +39,17 @@ class ResponseTurns(TurnServer):
     """TurnServer's session, tracing and cancellation, with the Responses API's shapes; a
     finished response is stored when the client asked it to be (`store`, the default)."""
 
-    def __init__(self, store: ResponseStore, *args):
-        super().__init__(*args)
-        self.store = store
-
-    def _finish(self, reply: ResponseReply, text: str, summary, steps) -> dict:
+    async def _finish(self, reply: ResponseReply, text: str, summary, steps) -> dict:
+        """The finished response object, kept by the scheduler before the client hears of it
+        (so that its next request may follow it at once)."""
         self._finished(summary)
         body = reply.response(text, summary, steps)
         if reply.ask.store:
-            self.store.put(stored(reply.ask, reply.id, text, body,
-                                  input_items(reply.ask)))
+            try:
+                await self.backend.put_response(stored(reply.ask, reply.id, text, body,
+                                                       input_items(reply.ask)))
+            except grpc.RpcError as exc:  # the answer stands; following it will be a 404
+                log.warning("response %s not stored: %s", reply.id, exc.code().name)
         return body
 
     async def _whole(self, call, first, reply: ResponseReply, headers: dict) -> web.Response:
@@ -62,7 +65,7 @@ class ResponseTurns(TurnServer):
             raise from_grpc(exc, self.retry_after) from None
         if summary is None:
             raise ApiError(500, "the turn ended without a summary")
-        body = self._finish(reply, "".join(text), summary, steps)
+        body = await self._finish(reply, "".join(text), summary, steps)
         return web.json_response(body, headers={"x-request-id": reply.id, **headers})
 
     async def _stream(self, request, call, first, parsed, reply: ResponseReply,
@@ -80,7 +83,8 @@ class ResponseTurns(TurnServer):
                     await response.write(_sse(reply.delta(event.text, held)))
                     held = []
                 if event.HasField("summary"):
-                    body = self._finish(reply, "".join(text), event.summary, steps)
+                    body = await self._finish(reply, "".join(text), event.summary,
+                                              steps)
                     for closing in reply.closing("".join(text), event.summary, body):
                         await response.write(_sse(closing))
         except grpc.RpcError as exc:  # headers are gone: report in-band, as OpenAI does
@@ -99,9 +103,7 @@ class ResponsesApi:
     def __init__(self, gateway):
         self.gateway = gateway
         config = gateway.config
-        self.store = ResponseStore(config.responses_store_bytes, config.responses_ttl_s)
-        self.turns = ResponseTurns(self.store, gateway.backend, config.retry_after_s,
-                                   config.max_session_id)
+        self.turns = ResponseTurns(gateway.backend, config.retry_after_s, config.max_session_id)
 
     def routes(self) -> list:
         return [web.post("/v1/responses", self.create),
@@ -109,34 +111,47 @@ class ResponsesApi:
                 web.delete("/v1/responses/{id}", self.delete),
                 web.get("/v1/responses/{id}/input_items", self.list_input)]
 
-    def _prepare(self, request: web.Request, tenant: str, body: dict):
-        model = check_model(body, self.gateway.config.served_model_name)
-        ask: ResponseAsk = parse_response_request(body, self.gateway.config, self.store, tenant)
+    async def _prepare(self, request: web.Request, tenant: str, body: dict):
+        config = self.gateway.config
+        model = check_model(body, config.served_model_name)
+        ask: ResponseAsk = parse_response_request(body, config, tenant)
+        found = (await self._call(self.gateway.backend.get_response(tenant, ask.previous_id,
+                                                                    chain=True))
+                 if ask.previous_id else None)
+        with_history(ask, found, config)
         reply = ResponseReply(ask, model, ask.parsed.temperature, ask.parsed.top_p)
         return lambda: self.turns.serve(request, tenant, ask.parsed, reply)
+
+    async def _call(self, pending):
+        try:
+            return await pending
+        except grpc.RpcError as exc:
+            raise from_grpc(exc, self.gateway.config.retry_after_s) from None
 
     async def create(self, request: web.Request) -> web.StreamResponse:
         return await self.gateway._turn(request, self._prepare)
 
-    def _stored(self, request: web.Request):
+    async def _stored(self, request: web.Request):
+        """(tenant, the stored response) named by the path; 404 if it is not kept."""
         tenant = self.gateway._tenant(request)
         response_id = request.match_info["id"]
-        record = self.store.get(tenant, response_id)
-        if record is None:
+        found = await self._call(self.gateway.backend.get_response(tenant, response_id))
+        if not found.responses:
             raise ApiError(404, f"Response with id '{response_id[:80]}' not found.", None,
                            "not_found")
-        return tenant, record
+        return tenant, found.responses[0]
 
     async def retrieve(self, request: web.Request) -> web.Response:
-        return web.json_response(self._stored(request)[1].body)
+        record = (await self._stored(request))[1]
+        return web.Response(body=record.body, content_type="application/json")
 
     async def delete(self, request: web.Request) -> web.Response:
-        tenant, record = self._stored(request)
-        self.store.delete(tenant, record.id)
+        tenant, record = await self._stored(request)
+        await self._call(self.gateway.backend.delete_response(tenant, record.id))
         return web.json_response({"id": record.id, "object": "response", "deleted": True})
 
     async def list_input(self, request: web.Request) -> web.Response:
-        items = list(self._stored(request)[1].input_items)
+        items = json.loads((await self._stored(request))[1].input_items)
         order = request.query.get("order", "desc")
         if order not in ("asc", "desc"):
             raise ApiError(400, "'order' must be asc or desc", "order", "invalid_value")

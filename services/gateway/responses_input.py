@@ -11,6 +11,7 @@ ever cut: a conversation past the context is refused with or without it), cache 
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from services.gateway.config import GatewayConfig
@@ -20,8 +21,8 @@ from services.gateway.logprobs import MAX_TOP_LOGPROBS
 from services.gateway.prompt_size import check_prompt_size
 from services.gateway.protocol import ROLES, Parsed
 from services.gateway.request_fields import check_fields
-from services.gateway.response_store import MissingResponse, ResponseStore, StoredResponse
 from services.gateway.sampling_params import parse_sampling
+from services.runtime.gen import common_pb2, scheduler_pb2
 
 READ = {"model", "input", "instructions", "previous_response_id", "max_output_tokens",
         "temperature", "top_p", "stream", "store", "metadata", "text", "tools", "tool_choice",
@@ -146,28 +147,14 @@ def _metadata(body: dict) -> dict:
     return meta
 
 
-def parse_response_request(body: dict, config: GatewayConfig, store: ResponseStore,
-                           tenant: str) -> ResponseAsk:
+def parse_response_request(body: dict, config: GatewayConfig, tenant: str) -> ResponseAsk:
+    """Everything but the history (with_history adds it, from the stored responses)."""
     check_fields(body, READ | IGNORED, NEUTRAL)
     _refuse_options(body)
     ask = ResponseAsk(Parsed(), tenant, own=_input(body), metadata=_metadata(body))
     ask.instructions = typed(body, "instructions", (str,)) or None
     ask.previous_id = typed(body, "previous_response_id", (str,)) or None
     ask.store = typed(body, "store", (bool,), True)
-    history = []
-    if ask.previous_id:
-        try:
-            for record in store.chain(tenant, ask.previous_id):
-                history += [*record.messages, ("assistant", record.output)]
-        except MissingResponse as exc:
-            missing = exc.response_id[:80]
-            earlier = "" if exc.response_id == ask.previous_id else (
-                f" (an earlier response of the conversation '{ask.previous_id[:80]}' ends; "
-                "deleted or expired)")
-            raise ApiError(404, f"Previous response with id '{missing}' not found.{earlier}",
-                           "previous_response_id", "previous_response_not_found")
-    system = [("system", ask.instructions)] if ask.instructions else []
-    ask.parsed.messages = system + history + ask.own
     ask.max_output_tokens = integer(body, "max_output_tokens", 1, UINT32_MAX)
     if config.max_model_len and (ask.max_output_tokens or 0) > config.max_model_len:
         raise bad_request(f"'max_output_tokens' is {ask.max_output_tokens}, more than the "
@@ -180,15 +167,40 @@ def parse_response_request(body: dict, config: GatewayConfig, store: ResponseSto
     parse_sampling(body, ask.parsed, config.vocab_size)
     _logprobs(body, ask.parsed)
     ask.parsed.stream = typed(body, "stream", (bool,), False)
+    return ask
+
+
+def with_history(ask: ResponseAsk, found: scheduler_pb2.GetResponseReply | None,
+                 config: GatewayConfig) -> None:
+    """The turn's messages: instructions, the conversation previous_response_id ends (`found`,
+    the scheduler's answer; None without one), then the input; 404 if a response is missing."""
+    history = []
+    if found is not None and found.missing_id:
+        missing = found.missing_id[:80]
+        earlier = "" if found.missing_id == ask.previous_id else (
+            f" (an earlier response of the conversation '{ask.previous_id[:80]}' ends; "
+            "deleted or expired)")
+        raise ApiError(404, f"Previous response with id '{missing}' not found.{earlier}",
+                       "previous_response_id", "previous_response_not_found")
+    for record in found.responses if found is not None else ():
+        history += [*((m.role, m.content) for m in record.messages),
+                    ("assistant", record.output)]
+    system = [("system", ask.instructions)] if ask.instructions else []
+    ask.parsed.messages = system + history + ask.own
     try:
         check_prompt_size(ask.parsed, True, config.max_prompt_bytes, config.max_model_len)
     except ApiError as exc:
         raise ApiError(exc.status, exc.message.replace("'messages'", "'input'").replace(
             "the messages", "the input"), "input", exc.code) from None
-    return ask
 
 
 def stored(ask: ResponseAsk, response_id: str, output: str, body: dict,
-           input_items: list[dict]) -> StoredResponse:
-    return StoredResponse(response_id, ask.tenant, ask.previous_id, list(ask.own), output, body,
-                          input_items)
+           input_items: list[dict]) -> scheduler_pb2.StoredResponse:
+    """What the scheduler keeps of a response (compact JSON: ensure_ascii would grow text
+    outside ASCII up to 3x)."""
+    dump = lambda value: json.dumps(value, ensure_ascii=False,  # noqa: E731
+                                    separators=(",", ":")).encode()
+    return scheduler_pb2.StoredResponse(
+        tenant=ask.tenant, id=response_id, previous_id=ask.previous_id or "",
+        messages=[common_pb2.ChatMessage(role=r, content=c) for r, c in ask.own],
+        output=output, body=dump(body), input_items=dump(input_items))
