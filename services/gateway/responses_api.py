@@ -4,8 +4,9 @@
 A response is one chat turn through the gateway's own path (auth, tenant limits, FIFO
 admission, the prompt bound: Gateway._turn). With `previous_response_id` the client sends only
 its new input: the gateway rebuilds the conversation from the stored responses, which the
-scheduler keeps for every gateway replica (scheduler/response_store.py), and sends it whole, without a session id, so the scheduler recognises the
-conversation by its content and reuses its KV as for any client that resends its history
+scheduler keeps for every gateway replica (scheduler/response_store.py), and sends it whole,
+without a session id, so the scheduler recognises the conversation by its content and reuses
+its KV as for any client that resends its history
 (`usage.input_tokens_details.cached_tokens` says how much). A branch (two responses after the
 same one) is recognised as a branch. An X-Session-Id header names the session, as on chat.
 """
