@@ -101,7 +101,10 @@ def test_dram_turn_is_not_blocked_behind_ssd_loads(dispatch_times):
     bidaw, fcfs = dispatch_times["bidaw"], dispatch_times["fcfs"]
     assert bidaw["hot"] < bidaw["medium"]  # dispatched while the first load was still running
     assert fcfs["hot"] > fcfs["big"]  # FCFS: the DRAM turn waited behind every load
-    assert bidaw["hot"] < 0.5 < 2 < fcfs["hot"]
+    # FCFS: at least medium's load (~0.75 s with the disk's burst) before it. Not "all three
+    # loads": when big's load finds no DRAM room it parks and big runs reading SSD itself
+    # (docs/replay.md, "Loads that wait for DRAM room"), and hot follows at once (1.07 s seen).
+    assert bidaw["hot"] < 0.5 < fcfs["hot"]
 
 
 def test_small_load_overtakes_earlier_big_one_which_still_finishes(dispatch_times):

@@ -38,10 +38,11 @@ def test_diverged_history_replaces_the_tail(store):
 
 
 def test_survives_restart(store, tmp_path):
-    client, _ = store(dram_bytes=1 << 20)
+    client, first = store(dram_bytes=1 << 20)
     payload = os.urandom(4096)
     client.write("kept", 0, list(range(4)), KV, 1024, "m", payload)
-    client2, _ = store(dram_bytes=1 << 20)  # a second store process over the same directory
+    store.stop(first)
+    client2, _ = store(dram_bytes=1 << 20)  # the store restarted over the same directory
     got = client2.read("kept")
     assert got.data == payload and got.tier == common_pb2.TIER_SSD
 
@@ -92,12 +93,13 @@ def test_bad_input_gets_clear_status_and_store_keeps_serving(store):
 
 
 def test_format_is_kept_in_the_record_header_and_the_lookup_reply(store):
-    client, _ = store()
+    client, first = store()
     t6 = common_pb2.KV_FORMAT_TENSOR6
     client.write("h", 0, [1, 2], t6, PAGE, "opt", b"h" * 2 * PAGE)
     assert client.lookup("h").format == t6 and client.read("h").format == t6
     with pytest.raises(grpc.RpcError) as err:  # appending K/V to tensor-6 KV would mix them
         client.write("h", 2, [3], KV, PAGE, "opt", b"k" * PAGE)
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    store.stop(first)
     client2, _ = store()  # restarted: the format comes back from the record header
     assert client2.lookup("h").format == t6 and client2.read("h").data == b"h" * 2 * PAGE

@@ -54,19 +54,8 @@ class ResponseTurns(TurnServer):
         return body
 
     async def _whole(self, call, first, reply: ResponseReply, headers: dict) -> web.Response:
-        text, summary, steps = [], None, []
-        try:
-            async for event in self._events(call, first):
-                text.append(event.text)
-                steps.extend(event.logprobs)
-                if event.HasField("summary"):
-                    summary = event.summary
-        except grpc.RpcError as exc:
-            metrics.TURNS.labels("error").inc()
-            raise from_grpc(exc, self.retry_after) from None
-        if summary is None:
-            raise ApiError(500, "the turn ended without a summary")
-        body = await self._finish(reply, "".join(text), summary, steps)
+        text, summary, steps = await self._collect(call, first)
+        body = await self._finish(reply, text, summary, steps)
         return web.json_response(body, headers={"x-request-id": reply.id, **headers})
 
     async def _stream(self, request, call, first, parsed, reply: ResponseReply,

@@ -122,7 +122,8 @@ class TurnServer:
         async for event in call:
             yield event
 
-    async def _whole(self, call, first, reply: Reply, headers: dict) -> web.Response:
+    async def _collect(self, call, first) -> tuple[str, common_pb2.TurnSummary, list]:
+        """The whole answer: its text, its summary and its tokens' logprobs."""
         text, summary, steps = [], None, []
         try:
             async for event in self._events(call, first):
@@ -135,8 +136,12 @@ class TurnServer:
             raise from_grpc(exc, self.retry_after) from None
         if summary is None:
             raise ApiError(500, "the turn ended without a summary")
+        return "".join(text), summary, steps
+
+    async def _whole(self, call, first, reply: Reply, headers: dict) -> web.Response:
+        text, summary, steps = await self._collect(call, first)
         self._finished(summary)
-        return web.json_response(reply.complete("".join(text), summary, steps),
+        return web.json_response(reply.complete(text, summary, steps),
                                  headers={"x-request-id": reply.id, **headers})
 
     @staticmethod
