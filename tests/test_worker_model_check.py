@@ -113,8 +113,9 @@ def test_a_worker_of_another_model_waits_then_joins_once_the_first_model_has_lef
             time.sleep(2)  # four heartbeats: still refused, still one worker
             assert stats().workers == 1 and stats().model == model
             registrar.stop()  # the dense worker leaves (a rolling upgrade)
-            assert eventually(lambda: stats().model == f"{model}:int8", timeout=15)
-            assert stats().workers == 1
+            # its model first, then (once it answers Info) counted as a healthy worker
+            assert eventually(lambda: stats().model == f"{model}:int8"
+                              and stats().workers == 1, timeout=15)
             assert "accepted this member after refusing it" in other.log()
         finally:
             other.stop()
