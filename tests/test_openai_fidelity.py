@@ -7,6 +7,8 @@ import openai
 import pytest
 import torch
 
+from tests.reference_greedy import greedy as reference_greedy
+
 MODEL, HF_ID = "smollm2-135m", "HuggingFaceTB/SmolLM2-135M-Instruct"
 CAPITAL = "The capital of France is"
 
@@ -16,22 +18,13 @@ def client(deployment) -> openai.OpenAI:
                          timeout=300)
 
 
-@torch.no_grad()
 def greedy(smollm, ids: list[int], n: int, bias: dict[int, float] | None = None) -> str:
     """The model run on exactly `ids`: argmax (of the biased logits) until EOS or n tokens."""
-    model, tok = smollm
-    cache, feed, out = model.new_cache(len(ids) + n + 1), ids, []
-    for _ in range(n):
-        logits = model.forward([(torch.tensor(feed), cache)], logits_last_only=True)[0].logits[-1]
-        logits = logits.clone()  # an inference tensor: not writable in place
+    def biased(logits, _seen):
         for token, b in (bias or {}).items():
             logits[token] += b
-        token = int(torch.argmax(logits))
-        if token in model.config.eos_token_ids:
-            break
-        out.append(token)
-        feed = [token]
-    return tok.decode(out)
+        return logits
+    return reference_greedy(smollm, ids, n, biased)
 
 
 def test_raw_completion_is_the_text_itself(deployment, smollm):

@@ -16,6 +16,7 @@ from compute_worker.prompt import TurnError
 from compute_worker.sampling import Sampler, min_p_kept, repetition_penalized
 from scheduler.validation import turn_problem
 from services.runtime.gen import common_pb2
+from tests.reference_greedy import greedy
 
 MODEL = "smollm2-135m"
 YES = "Repeat the word 'yes' forever: yes yes yes"  # greedy: " yes" again and again
@@ -109,22 +110,13 @@ def client(deployment) -> openai.OpenAI:
                          timeout=300)
 
 
-@torch.no_grad()
 def reference(smollm, ids: list[int], n: int, penalty: float) -> str:
     """Greedy over the model in this process, Hugging Face's repetition rule written out."""
-    model, tok = smollm
-    cache, feed, out = model.new_cache(len(ids) + n + 1), ids, []
-    for _ in range(n):
-        logits = model.forward([(torch.tensor(feed), cache)], logits_last_only=True)[0].logits[-1]
-        logits = logits.clone()
-        for t in set(ids + out):
+    def penalized(logits, seen):
+        for t in set(seen):
             logits[t] = logits[t] / penalty if logits[t] > 0 else logits[t] * penalty
-        token = int(torch.argmax(logits))
-        if token in model.config.eos_token_ids:
-            break
-        out.append(token)
-        feed = [token]
-    return tok.decode(out)
+        return logits
+    return greedy(smollm, ids, n, penalized)
 
 
 def _complete(client, **extra) -> str:
