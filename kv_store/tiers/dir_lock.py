@@ -11,9 +11,10 @@ and take no lock.
 """
 from __future__ import annotations
 
-import fcntl
 import os
 import pathlib
+
+from services.runtime.pid_lock import Held, lock_with_pid
 
 from kv_store import errors
 
@@ -28,19 +29,13 @@ class DirLock:
         root = pathlib.Path(directory)
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
         os.chmod(root, 0o700)
-        fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
-            os.close(fd)
+            self._fd = lock_with_pid(root / LOCK_NAME)
+        except Held as held:
             raise errors.precondition(
-                f"--data-dir {root} is in use by another store (pid {holder}); stop it, or "
+                f"--data-dir {root} is in use by another store (pid {held.holder}); stop it, or "
                 "give this one its own --data-dir (replicas that share a directory need the "
                 "shared index, --index redis://...)") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._fd = fd
 
     def release(self) -> None:
         if self._fd >= 0:

@@ -3,7 +3,6 @@ its own (so it and whatever it starts, e.g. Ray, can be signalled as a group), i
 private log file, restartable with the same command (so on the same port and data directory)."""
 from __future__ import annotations
 
-import fcntl
 import os
 import pathlib
 import signal
@@ -15,6 +14,7 @@ import urllib.request
 from dataclasses import dataclass, field
 
 from services.runtime.grpc_util import wait_healthy
+from services.runtime.pid_lock import Held, lock_with_pid
 from services.runtime.process import LAUNCHER_ENV
 
 
@@ -49,18 +49,12 @@ def lock_data_dir(run_dir: pathlib.Path) -> int:
     directory overwrote the cluster token, so the first one's next restarted service was
     refused by its peers (UNAUTHENTICATED on every turn), and both wrote the same SSD tier,
     conversation journal and logs."""
-    fd = os.open(private_dir(run_dir) / "lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
-        os.close(fd)
+        return lock_with_pid(private_dir(run_dir) / "lock")
+    except Held as held:
         raise RuntimeError(f"--data-dir {run_dir.parent} is in use by another deployment "
-                           f"(pid {holder}); stop it, or give this one its own --data-dir"
+                           f"(pid {held.holder}); stop it, or give this one its own --data-dir"
                            ) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    return fd
 
 
 def private_dir(path: pathlib.Path) -> pathlib.Path:
