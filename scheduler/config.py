@@ -62,8 +62,9 @@ class SchedulerConfig(SecurityConfig):
     responses_ttl_s: float = field(default=86400.0, metadata={
         "help": "Responses API: a stored response unused this long is dropped"})
     state_dir: str = field(default="", metadata={
-        "help": "directory for the conversation index's journal, so that a restarted scheduler "
-                "still recognises conversations sent without a session id (empty: memory only)"})
+        "help": "directory for the journals of the conversation index and of the stored "
+                "responses, so that a restarted scheduler still recognises conversations sent "
+                "without a session id and continues `previous_response_id` (empty: memory only)"})
     metrics_listen: str = field(default="", metadata={
         "help": "host:port for Prometheus /metrics (empty: off)"})
 

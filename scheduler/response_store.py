@@ -7,7 +7,8 @@ balancer got a 404 from every other replica).
 In memory, per tenant: another tenant's id is the same miss as an unknown one. Bounded by bytes
 and by idle time, since they hold the conversations' text; past the bytes, the tenant holding
 the most gives up its least recently used first, so that a tenant storing without end evicts its
-own, not the others'. A restarted scheduler does not know them (the client then gets a 404 and
+own, not the others'. With `--state-dir` a journal (response_journal.py) keeps them across a
+restart; without one a restarted scheduler does not know them (the client then gets a 404 and
 may send its whole history, whose KV the scheduler still recognises). A response keeps only its
 own input and answer and the id it followed: a chain is read back by walking those links, so a
 long conversation is stored once, not once per turn. Pure (the payload is opaque here) and
@@ -35,6 +36,7 @@ class StoredResponse:
     previous_id: str | None
     payload: object  # what the gateway stored (scheduler_pb2.StoredResponse)
     size: int  # the payload's serialized bytes, then what the record is counted for
+    noted: float = 0.0  # when the journal last wrote it down as used (wall clock)
 
     def __post_init__(self):
         self.size = 2 * self.size + OVERHEAD
@@ -49,10 +51,13 @@ class MissingResponse(LookupError):
 
 
 class ResponseStore:
-    def __init__(self, max_bytes: int, ttl_s: float, clock=time.monotonic):
+    def __init__(self, max_bytes: int, ttl_s: float, clock=time.monotonic, on_use=None):
+        """`on_use(record)`: called when a read makes a record the most recently used (under
+        the store's lock), so that a journal may write the new idle time down."""
         self.max_bytes = max_bytes
         self.ttl_s = ttl_s
         self.clock = clock
+        self.on_use = on_use
         self.bytes = 0
         # per tenant, least recently used first: id -> (record, last used)
         self._items: dict[str, OrderedDict[str, tuple[StoredResponse, float]]] = {}
@@ -62,13 +67,43 @@ class ResponseStore:
     def put(self, record: StoredResponse) -> bool:
         """Whether it is kept: one larger than the whole store never is (GET answers 404)."""
         with self._lock:
-            return self._put(record)
+            return self._put(record, self.clock())
 
-    def _put(self, record: StoredResponse) -> bool:
+    def restore(self, record: StoredResponse, used: float) -> bool:
+        """A record read back from a journal, last used at `used` (this store's clock)."""
+        with self._lock:
+            return self._put(record, used)
+
+    def restore_use(self, tenant: str, response_id: str, used: float) -> None:
+        """A journal's note that a record was read at `used`: it becomes the most recent."""
+        with self._lock:
+            held = self._items.get(tenant, {}).get(response_id)
+            if held is not None:
+                self._items[tenant][response_id] = (held[0], used)
+                self._items[tenant].move_to_end(response_id)
+
+    def records(self) -> list[tuple[StoredResponse, float]]:
+        """Every live record with its last use, each tenant's least recently used first."""
+        with self._lock:
+            now = self.clock()
+            return [held for items in self._items.values() for held in items.values()
+                    if now - held[1] <= self.ttl_s]
+
+    def expire(self) -> int:
+        """Drop every record idle past the TTL (a read drops one it finds so); returns how many."""
+        with self._lock:
+            now = self.clock()
+            idle = [(tenant, rid) for tenant, items in self._items.items()
+                    for rid, (_, used) in items.items() if now - used > self.ttl_s]
+            for tenant, rid in idle:
+                self._drop(tenant, rid)
+            return len(idle)
+
+    def _put(self, record: StoredResponse, used: float) -> bool:
         if record.size > self.max_bytes:
             return False
         self._drop(record.tenant, record.id)
-        self._items.setdefault(record.tenant, OrderedDict())[record.id] = (record, self.clock())
+        self._items.setdefault(record.tenant, OrderedDict())[record.id] = (record, used)
         self.held[record.tenant] = self.held.get(record.tenant, 0) + record.size
         self.bytes += record.size
         while self.bytes > self.max_bytes:
@@ -91,6 +126,8 @@ class ResponseStore:
             return None
         self._items[tenant][response_id] = (record, now)  # read: most recently used
         self._items[tenant].move_to_end(response_id)
+        if self.on_use is not None:
+            self.on_use(record)
         return record
 
     def delete(self, tenant: str, response_id: str) -> bool:

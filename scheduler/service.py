@@ -8,13 +8,16 @@ and saves its KV first), then the index forgets the session and its store shard 
 PrepareSession takes no lock (a running turn must not delay it): it asks the session's store
 shard to promote its KV from SSD to DRAM and answers at once. Register/Deregister go to
 members.py; Stats reads all. Put/Get/DeleteResponse keep the Responses API's stored responses
-(response_store.py) for every gateway replica.
+(response_store.py) for every gateway replica; with `--state-dir` both the conversation index
+and the stored responses are journaled there (conversation_journal.py, response_journal.py), so
+a restart keeps them.
 """
 from __future__ import annotations
 
 import time
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from services.runtime import metrics
 from services.runtime.gen import common_pb2, scheduler_pb2, scheduler_pb2_grpc
@@ -28,6 +31,7 @@ from scheduler.members import Members, Refused
 from scheduler.policy import QueueConfig
 from scheduler.recognition import Recognition
 from scheduler.relay import Relay
+from scheduler.response_journal import ResponseJournal
 from scheduler.response_store import MissingResponse, ResponseStore, StoredResponse
 from scheduler.restore_chooser import LiveRestoreChooser
 from scheduler.session_locks import SessionLocks
@@ -61,17 +65,15 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                  if config.conversation_keys > 0 else None)
         self.journal = None  # the index on disk, so a restart keeps it
         if index is not None and config.state_dir:
-            self.journal = ConversationJournal(config.state_dir)
-            try:
-                self.journal.load(index)
-            except OSError as exc:  # not a directory, not writable: say which flag
-                raise ValueError(f"--state-dir {config.state_dir}: "
-                                 f"{exc.strerror or exc}") from None
+            self.journal = _loaded(ConversationJournal(config.state_dir), index, config)
         self.recognition = Recognition(  # turns without a session id: found by their history
             index, journal=self.journal,
             alive=lambda s: not self.stores.all_connected() or self.stores.location(s) is not None)
         self._session_locks = SessionLocks()  # entries live only while a turn needs one
         self.responses = ResponseStore(config.responses_store_bytes, config.responses_ttl_s)
+        self.response_journal = (  # the stored responses on disk, so a restart keeps them
+            _loaded(ResponseJournal(config.state_dir, _restored), self.responses, config)
+            if config.state_dir else None)
         # Members that register (no --store or no --workers list) come back one by one after a
         # restart; until then the ring is partial: a session would hash to a shard that does not
         # hold its KV (recomputed; and a conversation sent without an id taken for a new one),
@@ -89,8 +91,9 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
     def stop(self) -> None:
         self.dispatcher.stop()
         self.stores.stop()
-        if self.journal is not None:
-            self.journal.close()
+        for journal in (self.journal, self.response_journal):
+            if journal is not None:
+                journal.close()
 
     def SubmitTurn(self, request, context):
         problem = turn_problem(request, self.config.max_tokens_limit)
@@ -161,9 +164,10 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
 
     def PutResponse(self, request, context):
         self._valid(context, request.tenant, request.id, request.previous_id)
-        stored = self.responses.put(StoredResponse(request.id, request.tenant,
-                                                   request.previous_id or None, request,
-                                                   request.ByteSize()))
+        record = _record(request)
+        stored = self.responses.put(record)
+        if stored and self.response_journal is not None:
+            self.response_journal.put(record)
         return scheduler_pb2.PutResponseReply(stored=stored)
 
     def GetResponse(self, request, context):
@@ -185,8 +189,10 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
 
     def DeleteResponse(self, request, context):
         self._valid(context, request.tenant, request.id)
-        return scheduler_pb2.DeleteResponseReply(
-            deleted=self.responses.delete(request.tenant, request.id))
+        deleted = self.responses.delete(request.tenant, request.id)
+        if deleted and self.response_journal is not None:
+            self.response_journal.deleted(request.tenant, request.id)
+        return scheduler_pb2.DeleteResponseReply(deleted=deleted)
 
     @staticmethod
     def _valid(context, tenant: str, response_id: str, previous_id: str = "") -> None:
@@ -208,3 +214,28 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             return change(*args)
         except Refused as refused:
             context.abort(refused.code, refused.details)
+
+
+def _record(message: scheduler_pb2.StoredResponse) -> StoredResponse:
+    return StoredResponse(message.id, message.tenant, message.previous_id or None, message,
+                          message.ByteSize())
+
+
+def _restored(data: bytes) -> StoredResponse:
+    """A journaled response, checked as PutResponse checks it (ValueError: a damaged line)."""
+    try:
+        message = scheduler_pb2.StoredResponse.FromString(data)
+    except DecodeError as exc:
+        raise ValueError(str(exc)) from None
+    if response_problem(message.tenant, message.id, message.previous_id):
+        raise ValueError("not a stored response")
+    return _record(message)
+
+
+def _loaded(journal, state, config: SchedulerConfig):
+    """`journal` with `state` restored from it."""
+    try:
+        journal.load(state)
+    except OSError as exc:  # not a directory, not writable: say which flag
+        raise ValueError(f"--state-dir {config.state_dir}: {exc.strerror or exc}") from None
+    return journal

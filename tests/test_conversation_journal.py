@@ -201,7 +201,7 @@ def test_a_directory_it_makes_is_private(tmp_path):
 def test_a_full_disk_costs_the_journal_not_the_turn(tmp_path, caplog):
     wall = Wall()
     rec, _ = started(tmp_path, wall)
-    rec.journal._file = open("/dev/full", "ab")  # a real device whose every write is ENOSPC
+    rec.journal.file._file = open("/dev/full", "ab")  # a real device whose every write is ENOSPC
     with caplog.at_level(logging.WARNING, logger="bidaw.scheduler"):
         first = turn(rec, chat("Hi."), "Hello.")
         second = turn(rec, chat("Hi.", "Hello.", "Bye."), "Bye.")
