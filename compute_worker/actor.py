@@ -128,17 +128,23 @@ class EngineHost:
 
 
     def _event(self, ids: list[int], text: str, extra) -> common_pb2.TurnEvent:
-        """The wire's TurnEvent; `extra`: None, the token's StepLogprobs or the TurnSummary."""
+        """The wire's TurnEvent; `extra`: None, the token's StepLogprobs, a PromptLogprobs
+        (prompt_logprobs.py) or the TurnSummary."""
         event = common_pb2.TurnEvent(token_ids=ids, text=text)
         if isinstance(extra, TurnSummary):
             event.summary.CopyFrom(common_pb2.TurnSummary(**dataclasses.asdict(extra)))
+        elif hasattr(extra, "steps"):  # a PromptLogprobs (its module needs torch: not here)
+            event.prompt_logprobs_start = extra.start
+            event.prompt_logprobs.extend(self._step(s) for s in extra.steps)
         elif extra is not None:
-            spell = lambda t, lp: common_pb2.TokenLogprob(  # noqa: E731
-                token_id=t, logprob=lp, token=self.speller(t))
-            event.logprobs.append(common_pb2.StepLogprobs(
-                chosen=spell(extra.token, extra.logprob),
-                top=[spell(t, lp) for t, lp in extra.top]))
+            event.logprobs.append(self._step(extra))
         return event
+
+    def _step(self, step) -> common_pb2.StepLogprobs:
+        spell = lambda t, lp: common_pb2.TokenLogprob(  # noqa: E731
+            token_id=t, logprob=lp, token=self.speller(t))
+        return common_pb2.StepLogprobs(chosen=spell(step.token, step.logprob),
+                                       top=[spell(t, lp) for t, lp in step.top])
 
 
 EngineActor = ray.remote(max_restarts=-1)(EngineHost)

@@ -15,6 +15,7 @@ import time
 
 import torch
 
+from compute_worker.prompt_logprobs import chunk_logprobs
 from compute_worker.sequence import DONE, Sequence
 from compute_worker.step_gate import StepGate
 from compute_worker.step_threads import step_threads
@@ -106,15 +107,24 @@ class Engine:
         if threads != torch.get_num_threads():
             torch.set_num_threads(threads)
         started = time.monotonic()
+        scored = [s.scores_prompt for s in batch]
         outs = self.model.forward(inputs, want_hidden6=want6, logits_last_only=True,
-                                  head_threads=self.threads)
+                                  head_threads=self.threads,
+                                  all_rows=scored if any(scored) else None)
         rest = self.min_step_s - (time.monotonic() - started)
         if rest > 0:
             time.sleep(rest)
         for seq, (tokens, _), out in zip(batch, inputs, outs):
+            if out.final is not None:  # before fed(): the chunk's positions are still pending
+                for part in chunk_logprobs(self.model.head_logits, out.final, seq.prompt,
+                                           seq.fed_so_far, seq.prompt_top, self.threads):
+                    seq.out.put(([], "", part))
             if not seq.fed(len(tokens), out.hidden6 if seq.want_hidden6 else None):
                 continue  # more prompt to prefill before the first token
-            seq.accept(seq.sampler(out.logits[-1]))
+            if seq.max_new == 0:
+                seq.end_unanswered()
+            else:
+                seq.accept(seq.sampler(out.logits[-1]))
             if seq.finished:
                 seq.out.put(DONE)
         self._active = [s for s in self._active if not s.finished]

@@ -29,6 +29,7 @@ class Sequence:
     want_hidden6: bool = False
     block: int = 0  # the model's kv_block: prefill chunks end on block edges, full blocks redone
     min_new: int = 0  # stop strings are looked for from this many tokens on (min_tokens)
+    prompt_top: int | None = None  # prompt logprobs with this many alternatives (None: off)
     generated: list[int] = field(default_factory=list)
     hidden6: list[torch.Tensor] = field(default_factory=list)
     out: queue.Queue = field(default_factory=queue.Queue)
@@ -74,6 +75,22 @@ class Sequence:
             self.pending = self.pending[n:]
             return not self.pending
         return True
+
+    @property
+    def scores_prompt(self) -> bool:
+        """Whether the chunk being fed is prompt whose logprobs the turn asked for."""
+        return self.prompt_top is not None and bool(self.pending)
+
+    @property
+    def fed_so_far(self) -> int:
+        """Prompt positions computed before the chunk being fed (restored ones included)."""
+        return len(self.prompt) - len(self.pending)
+
+    def end_unanswered(self) -> None:
+        """A prompt-only turn (max_new 0: OpenAI's max_tokens 0 with echo) ends with its
+        prompt computed; like an answer cut at max_tokens, its finish_reason is "length"."""
+        self.ttft = time.monotonic() - self.arrived
+        self.finish_reason = "length"
 
     def accept(self, token: int) -> None:
         """Take the sampled token; emit the text it releases; decide whether the turn is over.

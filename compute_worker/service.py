@@ -43,6 +43,9 @@ def check_request(request: compute_worker_pb2.WorkerTurnRequest) -> None:
     bounds = turn_bounds_problem(turn)
     if bounds is not None:
         raise BadRequest(f"turn.{bounds}")
+    if turn.prompt_only and (turn.max_tokens or turn.min_tokens):
+        raise BadRequest("turn.prompt_only asks for no answer: max_tokens and min_tokens "
+                         "must be 0")
     for name in ("kv_prefix_tokens", "kv_suffix_from"):
         if getattr(request, name) > UINT32_MAX:
             raise BadRequest(f"{name} {getattr(request, name)} is above {UINT32_MAX}")

@@ -59,7 +59,8 @@ class TurnRunner:
             kv_stores: list[str] | None = None, key: str = "",
             kv_max_tokens: int | None = None, kv_suffix_from: int = 0) -> Iterator:
         """Yields (token_ids, text, None) as tokens come ((token_ids, text, StepLogprobs) when
-        the turn asks for logprobs), then ([], '', TurnSummary).
+        the turn asks for logprobs; before them ([], '', PromptLogprobs) when it asks for
+        prompt logprobs), then ([], '', TurnSummary).
         `turn`: a TurnRequest (or anything with its fields). `kv_stores`: the store shards the
         scheduler sent (None: the connector's own). `key`: a unique name under which cancel()
         stops this turn. `kv_max_tokens`: the scheduler's load-or-recompute choice, reuse at
@@ -178,9 +179,11 @@ class TurnRunner:
             pending=prompt[restored.tokens:],
             sampler=Sampler.for_turn(turn, cfg.vocab_size, cfg.eos_token_ids, prompt),
             detok=Detokenizer(self.tokenizer),
-            max_new=min(turn.max_tokens or max(self.default_max_tokens, turn.min_tokens),
-                        self.max_context - len(prompt)),
+            max_new=0 if turn.prompt_only else min(
+                turn.max_tokens or max(self.default_max_tokens, turn.min_tokens),
+                self.max_context - len(prompt)),
             min_new=turn.min_tokens,
+            prompt_top=turn.top_logprobs if turn.prompt_logprobs else None,
             eos=set() if turn.ignore_eos else set(cfg.eos_token_ids),
             stops=[s for s in turn.stop if s], arrived=arrived,
             want_hidden6=self.connector.kv_format == TENSOR6,
@@ -192,6 +195,8 @@ class TurnRunner:
         ctx = tracing.current()
         prompt = prompt_ids(turn, self.tokenizer, self.engine.model.config.vocab_size,
                             self.max_context)
+        if turn.prompt_logprobs:  # stored KV has no logits: the whole prompt is computed
+            limit, suffix_from = 0, 0
         # The beginning recomputed ends on a block edge; rounded up, the read from it never
         # asks for tokens the store has yet to land (a prepared load's end: end_first.py).
         block = self.engine.model.kv_block

@@ -39,13 +39,15 @@ def turn_problem(turn: common_pb2.TurnRequest, max_tokens_limit: int) -> str | N
 
 def _sampling_problem(turn: common_pb2.TurnRequest) -> str | None:
     """vLLM's ranges (NaN fails every one): repetition_penalty in (0, 2] (0 is unset: off),
-    min_p in [0, 1], top_logprobs up to 20."""
+    min_p in [0, 1], top_logprobs up to 20; prompt_only (no answer) with no answer length."""
     if not 0.0 <= turn.repetition_penalty <= 2.0:
         return f"repetition_penalty {turn.repetition_penalty:g} is outside (0, 2]"
     if not 0.0 <= turn.min_p <= 1.0:
         return f"min_p {turn.min_p:g} is outside [0, 1]"
     if turn.top_logprobs > MAX_TOP_LOGPROBS:
         return f"top_logprobs {turn.top_logprobs} is above {MAX_TOP_LOGPROBS}"
+    if turn.prompt_only and (turn.max_tokens or turn.min_tokens):
+        return "prompt_only asks for no answer: max_tokens and min_tokens must be 0"
     return None
 
 

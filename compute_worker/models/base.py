@@ -32,6 +32,7 @@ def embedding(num: int, dim: int, dtype: torch.dtype) -> nn.Embedding:
 class ForwardOut:
     logits: torch.Tensor  # [T_i, vocab] float32 ([1, vocab] when logits_last_only)
     hidden6: torch.Tensor | None = None  # [T_i, L, hidden] in model dtype
+    final: torch.Tensor | None = None  # [T_i, hidden]: the head's input at every row (all_rows)
 
 
 class CausalLM(nn.Module):
@@ -109,6 +110,11 @@ class CausalLM(nn.Module):
             self.native = type(native).build(self)
         return out
 
+    @torch.inference_mode()
+    def head_logits(self, final: torch.Tensor, threads: int = 0) -> torch.Tensor:
+        """Logits in float32 of rows of ForwardOut.final (prompt logprobs, a chunk at a time)."""
+        return self._head(final, threads)
+
     def _head(self, x: torch.Tensor, threads: int) -> torch.Tensor:
         """Logits in float32 of the final hidden states x."""
         with at_least_threads(threads):
@@ -117,17 +123,21 @@ class CausalLM(nn.Module):
 
     @torch.inference_mode()
     def forward(self, batch: list[tuple[torch.Tensor, KVCache]], want_hidden6: bool = False,
-                logits_last_only: bool | None = None, head_threads: int = 0) -> list[ForwardOut]:
+                logits_last_only: bool | None = None, head_threads: int = 0,
+                all_rows: list[bool] | None = None) -> list[ForwardOut]:
         """Run the new tokens of every sequence, appending their K/V to the caches.
 
         Positions continue from each cache's length. Returns one ForwardOut per sequence.
         `head_threads`: run the output projection on that many threads when the step runs on
         fewer (compute_worker/step_threads.py): it is one vocab x hidden matmul, large enough
         to split with profit where a small step's other ops are not.
+        `all_rows[j]`: sequence j's ForwardOut.final holds the head's input at each of its rows
+        (prompt logprobs: logits for every row at once would be [rows, vocab] in float32).
         A model with a native forward (q4) runs the whole batch there.
         """
         if self.native is not None:
-            return self._native_forward(batch, want_hidden6, logits_last_only, head_threads)
+            return self._native_forward(batch, want_hidden6, logits_last_only, head_threads,
+                                        all_rows)
         packed = Packed(batch, self.device, self.kv_block)
         self._check_positions(packed)
         x = self._embed(packed.ids, packed.positions)
@@ -137,20 +147,25 @@ class CausalLM(nn.Module):
             x = layer(x, i, packed, rope, h6)
         hidden = torch.stack(h6, dim=1) if h6 is not None else None  # [N, L, hidden]
         return self._outputs(x, [s.sl for s in packed.seqs], hidden, logits_last_only,
-                             head_threads)
+                             head_threads, all_rows)
 
     def _outputs(self, x: torch.Tensor, rows: list[slice], hidden6: torch.Tensor | None,
-                 logits_last_only: bool | None, head_threads: int) -> list[ForwardOut]:
+                 logits_last_only: bool | None, head_threads: int,
+                 all_rows: list[bool] | None = None) -> list[ForwardOut]:
         """The last layer's output x [N, hidden] -> one ForwardOut per sequence (its `rows`)."""
         last_only = self.logits_last_only if logits_last_only is None else logits_last_only
+        finals = [self._final(x[sl]) if all_rows and all_rows[j] else None
+                  for j, sl in enumerate(rows)]
         if last_only and x.shape[0] > len(rows):  # else every row is a last one
             x = x[torch.tensor([sl.stop - 1 for sl in rows], device=x.device)]
         logits = self._head(self._final(x), head_threads)
         return [ForwardOut(logits[j:j + 1] if last_only else logits[sl],
-                           None if hidden6 is None else hidden6[sl]) for j, sl in enumerate(rows)]
+                           None if hidden6 is None else hidden6[sl], finals[j])
+                for j, sl in enumerate(rows)]
 
     def _native_forward(self, batch: list[tuple[torch.Tensor, KVCache]], want_hidden6: bool,
-                        logits_last_only: bool | None, head_threads: int) -> list[ForwardOut]:
+                        logits_last_only: bool | None, head_threads: int,
+                        all_rows: list[bool] | None) -> list[ForwardOut]:
         ids = new_token_ids(batch)
         caches = [cache for _, cache in batch]
         counts = [len(t) for t in ids]
@@ -161,7 +176,7 @@ class CausalLM(nn.Module):
                             signed_sin[:, 0], want_hidden6)
         ends = list(itertools.accumulate(counts))
         rows = [slice(end - n, end) for n, end in zip(counts, ends)]
-        return self._outputs(x, rows, h6, logits_last_only, head_threads)
+        return self._outputs(x, rows, h6, logits_last_only, head_threads, all_rows)
 
     @torch.inference_mode()
     def kv_from_hidden6(self, hidden6: torch.Tensor, start_pos: int) -> torch.Tensor:
