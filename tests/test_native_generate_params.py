@@ -119,7 +119,7 @@ def _without(payload, key):
 
 @pytest.mark.parametrize("payload, param", [
     ({**body(), "return_logprob": "yes"}, "return_logprob"),
-    ({**body(), "return_logprob": True, "logprob_start_len": 0}, "logprob_start_len"),
+    ({**body(), "return_logprob": True, "logprob_start_len": -2}, "logprob_start_len"),
     ({**body(), "return_logprob": True, "top_logprobs_num": 21}, "top_logprobs_num"),
     ({**body(), "lora_path": "adapter-1"}, "lora_path"),
     ({**body(), "top_logprobs_num": 5}, "top_logprobs_num"),

@@ -70,7 +70,7 @@ def completion(prompt, **extra) -> dict:
     ("chat", chat_body("x", continue_final_message=True), "continue_final_message"),
     ("chat", chat_body("x", continue_final_message=True, add_generation_prompt=False),
      "messages"),  # the last message is the user's: nothing to continue
-    ("cmpl", completion("x", echo=True), "echo"),
+    ("cmpl", completion("x", suffix="y"), "suffix"),  # (echo is served: test_echo_batch.py)
     ("cmpl", completion("x", best_of=3), "best_of"),
 ])
 def test_out_of_range_or_unsupported_fields_get_400_naming_them(gateway, fake, route, payload,

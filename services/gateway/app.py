@@ -15,6 +15,7 @@ from services.runtime import tracing
 from services.gateway.admission import FairQueue
 from services.gateway.auth import Tenants
 from services.gateway.backend import Backend
+from services.gateway.completion_batch import BatchTurns
 from services.gateway.config import GatewayConfig
 from services.gateway.cors import Cors
 from services.gateway.errors import ApiError
@@ -59,6 +60,7 @@ class Gateway:
         self.backend = backend or Backend(config.scheduler, config.request_timeout_s)
         self.health_check = HealthCheck(self.backend, config.health_cache_s)
         self.turns = TurnServer(self.backend, config.retry_after_s, config.max_session_id)
+        self.batch = BatchTurns(self.backend, config.retry_after_s, config.max_session_id)
         self.in_flight = 0
         self.tenant_rate = RateLimiter(config.tenant_rate, config.tenant_burst)
         self.tenant_in_flight = InFlight(config.tenant_max_in_flight)
@@ -214,12 +216,27 @@ class Gateway:
     def _openai(self, chat: bool):
         def prepare(request: web.Request, tenant: str, body: dict):
             model = check_model(body, self.config.served_model_name)
-            parsed = (parse_chat if chat else parse_completion)(body, self.config)
+            if not chat:
+                return self._completion(request, tenant, body, model)
+            parsed = parse_chat(body, self.config)
             check_prompt_size(parsed, chat, self.config.max_prompt_bytes,
                               self.config.max_model_len)
             return lambda: self.turns.serve(request, tenant, parsed,
                                             Reply(chat, model, parsed.logprobs))
         return prepare
+
+    def _completion(self, request: web.Request, tenant: str, body: dict, model: str):
+        """One prompt's turn, or a batch's (completion_batch.py), each prompt size-checked."""
+        batch = parse_completion(body, self.config)
+        for i, parsed in enumerate(batch):
+            check_prompt_size(parsed, False, self.config.max_prompt_bytes,
+                              self.config.max_model_len, "prompt" if len(batch) == 1 else
+                              f"prompt[{i}]")
+        if len(batch) > 1:
+            return lambda: self.batch.serve_batch(request, tenant, batch, model)
+        parsed = batch[0]
+        return lambda: self.turns.serve(request, tenant, parsed, Reply(
+            False, model, parsed.logprobs, parsed.echo, parsed.raw_prompt))
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         return await self._turn(request, self._openai(chat=True))

@@ -7,7 +7,9 @@ prompt bound (app.Gateway._turn). Its answer is SGLang's: `text` is the CUMULATI
 text of each stream chunk, `meta_info` carries the token counts and finish reason. As on the
 OpenAI routes, an option that would change the answer is refused with a 400 naming it.
 `return_logprob` adds SGLang's output_token_logprobs / output_top_logprobs to meta_info,
-cumulative like the text (each chunk's cover the tokens whose text it has released).
+cumulative like the text (each chunk's cover the tokens whose text it has released); with
+`logprob_start_len` >= 0, input_token_logprobs / input_top_logprobs from that prompt position
+on, in every chunk (the worker computes the prompt afresh for them).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from services.runtime import metrics
 from services.gateway.errors import ApiError, bad_request, from_grpc
 from services.gateway.fields import INT32_MAX, UINT32_MAX, integer, typed
 from services.gateway import logprobs as shapes
+from services.gateway.logprobs import PromptSteps
 from services.gateway.prompt_size import check_prompt_size
 from services.gateway.protocol import Parsed, check_model, min_tokens
 from services.runtime.turn_bounds import MAX_STOPS
@@ -113,28 +116,28 @@ def _sampling(sp: dict, parsed: Parsed, config) -> None:
           p + "spaces_between_special_tokens")  # no effect: special tokens are skipped
 
 
-def _logprobs(body: dict, parsed: Parsed) -> bool:
-    """return_logprob and top_logprobs_num (0..20) as the OpenAI routes' logprobs; the
-    answer's tokens only: a logprob_start_len that asks for the prompt's is refused.
-    Returns return_text_in_logprobs."""
+def _logprobs(body: dict, parsed: Parsed) -> tuple[bool, int]:
+    """return_logprob and top_logprobs_num (0..20) as the OpenAI routes' logprobs; with
+    logprob_start_len >= 0, the prompt's too from that position on (-1: the answer's only).
+    Returns return_text_in_logprobs and the start (-1: none)."""
     parsed.logprobs = typed(body, "return_logprob", (bool,), False)
     parsed.top_logprobs = integer(body, "top_logprobs_num", 0, shapes.MAX_TOP_LOGPROBS, 0)
     start = integer(body, "logprob_start_len", -1, INT32_MAX, -1)
-    if parsed.logprobs and start != -1:
-        raise bad_request("only the generated tokens' logprobs are given (logprob_start_len "
-                          "-1): prompt logprobs are not supported", "logprob_start_len")
     if parsed.top_logprobs and not parsed.logprobs:
         raise bad_request("top_logprobs_num needs 'return_logprob': true", "top_logprobs_num")
-    return typed(body, "return_text_in_logprobs", (bool,), False)
+    parsed.prompt_logprobs = parsed.logprobs and start >= 0
+    return typed(body, "return_text_in_logprobs", (bool,), False), \
+        start if parsed.prompt_logprobs else -1
 
 
-def parse_generate(body: dict, config) -> tuple[Parsed, bool]:
-    """A /generate body -> the Parsed turn (what a completion with that prompt would be), and
-    whether logprobs carry the tokens' text."""
+def parse_generate(body: dict, config) -> tuple[Parsed, bool, int]:
+    """A /generate body -> the Parsed turn (what a completion with that prompt would be),
+    whether logprobs carry the tokens' text, and the first prompt position whose logprobs are
+    given (-1: none)."""
     _refuse(body, TOP_NEUTRAL, TOP_READ + TOP_IGNORED)
     check_model(body, config.served_model_name)  # optional; if sent, a served name
     parsed = Parsed()
-    with_text = _logprobs(body, parsed)
+    with_text, start = _logprobs(body, parsed)
     _prompt(body, parsed, config.vocab_size)
     _sampling(typed(body, "sampling_params", (dict,), {}), parsed, config)
     parsed.stream = typed(body, "stream", (bool,), False)
@@ -142,20 +145,25 @@ def parse_generate(body: dict, config) -> tuple[Parsed, bool]:
         check_prompt_size(parsed, False, config.max_prompt_bytes, config.max_model_len)
     except ApiError as exc:
         raise _renamed(exc, "text") from None
-    return parsed, with_text
+    return parsed, with_text, start
 
 
 class NativeReply:
     """One answer's id and its SGLang-shaped chunks; with logprobs, `steps` are the
-    StepLogprobs of every token so far whose text was released."""
+    StepLogprobs of every token so far whose text was released, and `prompt` the prompt's
+    (a logprobs.PromptSteps), given from position `start` on when >= 0."""
 
-    def __init__(self, logprobs: bool = False, with_text: bool = False):
+    def __init__(self, logprobs: bool = False, with_text: bool = False, start: int = -1):
         self.id = uuid.uuid4().hex
         self.logprobs = logprobs
         self.with_text = with_text
+        self.start = start
 
-    def chunk(self, text: str, summary=None, completion_tokens: int = 0, steps=()) -> dict:
+    def chunk(self, text: str, summary=None, completion_tokens: int = 0, steps=(),
+              prompt: PromptSteps | None = None) -> dict:
         logprobs = shapes.native(steps, self.with_text) if self.logprobs else {}
+        if self.start >= 0 and prompt is not None:
+            logprobs.update(shapes.native_input(prompt.steps, self.start, self.with_text))
         if summary is None:  # SGLang's clients read completion_tokens from every chunk
             return {"text": text, "meta_info": {"id": self.id, "finish_reason": None,
                                                 "completion_tokens": completion_tokens,
@@ -168,9 +176,9 @@ class NativeReply:
             "cached_tokens": summary.cached_tokens, "e2e_latency": summary.latency_s,
             **logprobs, "bidaw": extension(summary)}}
 
-    def complete(self, text: str, summary, steps=()) -> dict:
+    def complete(self, text: str, summary, steps=(), prompt: PromptSteps | None = None) -> dict:
         """The non-streamed answer (TurnServer._whole): the last chunk's shape."""
-        return self.chunk(text, summary, steps=steps)
+        return self.chunk(text, summary, steps=steps, prompt=prompt)
 
 
 def _sse(payload) -> bytes:
@@ -185,18 +193,21 @@ class NativeTurns(TurnServer):
     async def _stream(self, request, call, first, parsed: Parsed, reply: NativeReply,
                       headers: dict) -> web.StreamResponse:
         response = await self._open_stream(request, reply.id, headers)
-        text, tokens, steps = "", 0, []
+        text, tokens, steps, prompt = "", 0, [], PromptSteps()
         try:
             async for event in self._events(call, first):
+                if event.prompt_logprobs:
+                    prompt.add(event)
                 text += event.text
                 tokens += len(event.token_ids)
                 steps.extend(event.logprobs)
                 if event.HasField("summary"):
                     self._finished(event.summary)
-                    await response.write(_sse(reply.chunk(text, event.summary, steps=steps)))
+                    await response.write(_sse(reply.chunk(text, event.summary, steps=steps,
+                                                          prompt=prompt)))
                 elif event.text:
                     await response.write(_sse(reply.chunk(text, completion_tokens=tokens,
-                                                          steps=steps)))
+                                                          steps=steps, prompt=prompt)))
         except grpc.RpcError as exc:  # headers are gone: report in-band
             metrics.TURNS.labels("error").inc()
             await response.write(_sse(from_grpc(exc, self.retry_after).body()))
@@ -222,9 +233,9 @@ class NativeApi:
                 web.get("/health_generate", self.gateway.health)]
 
     def _prepare(self, request: web.Request, tenant: str, body: dict):
-        parsed, with_text = parse_generate(body, self.gateway.config)
+        parsed, with_text, start = parse_generate(body, self.gateway.config)
         return lambda: self.turns.serve(request, tenant, parsed,
-                                        NativeReply(parsed.logprobs, with_text))
+                                        NativeReply(parsed.logprobs, with_text, start))
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         return await self.gateway._turn(request, self._prepare)

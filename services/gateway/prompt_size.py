@@ -8,7 +8,8 @@ from services.gateway.protocol import Parsed
 
 
 def check_prompt_size(parsed: Parsed, chat: bool, max_prompt_bytes: int,
-                      max_model_len: int = 0) -> None:
+                      max_model_len: int = 0, param: str = "") -> None:
+    """`param`: the field named (a batch's prompt[i]; default messages or prompt)."""
     if not max_prompt_bytes:
         return
     total = 0
@@ -17,7 +18,7 @@ def check_prompt_size(parsed: Parsed, chat: bool, max_prompt_bytes: int,
     for content in texts:
         total += len(content.encode())  # surrogates were refused with the body
         if total > max_prompt_bytes:
-            field = "messages" if chat else "prompt"
+            field = param or ("messages" if chat else "prompt")
             # OpenAI's words and code for it, which clients match (errors.CONTEXT_EXCEEDED)
             head = (f"{max_model_len} tokens. However," if max_model_len
                     else "too small for this prompt:")

@@ -1,13 +1,15 @@
 """OpenAI request bodies -> the fields of a bidaw.v1.TurnRequest, with OpenAI's validation rules.
 
 Every field either means what OpenAI (or vLLM, for its extensions) says it means or is refused
-with a 400 naming it: features whose absence would change the answer (n > 1, tools, echo, JSON
-mode) are never silently dropped; which fields may appear at all: request_fields.py.
+with a 400 naming it: features whose absence would change the answer (n > 1, tools, suffix,
+JSON mode) are never silently dropped; which fields may appear at all: request_fields.py.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
+from services.gateway.completion_prompts import completion_prompts
 from services.gateway.config import GatewayConfig
 from services.gateway.errors import ApiError, bad_request
 from services.gateway.fields import INT32_MAX, UINT32_MAX, integer, typed
@@ -36,6 +38,9 @@ class Parsed(Sampling):
     user: str = ""
     logprobs: bool = False  # each token's logprob in the answer
     top_logprobs: int = 0  # and this many most likely alternatives per token
+    echo: bool = False  # completions: the answer's text (and logprobs) after the prompt's
+    prompt_logprobs: bool = False  # the worker sends the prompt's logprobs (and token bytes)
+    prompt_only: bool = False  # max_tokens 0 (with echo): no answer, the prompt scored
 
 
 def check_model(body: dict, served: list[str]) -> str:
@@ -47,13 +52,14 @@ def check_model(body: dict, served: list[str]) -> str:
     return served[0]
 
 
-def _max_tokens(body: dict, context: int) -> int | None:
+def _max_tokens(body: dict, context: int, least: int = 1) -> int | None:
     """max_completion_tokens (or the older max_tokens; vLLM prefers the former). One larger
     than the model's context can never be met: 400. One that fits the context but not beside
-    this prompt is clamped by the worker (finish_reason "length"), as vLLM does."""
+    this prompt is clamped by the worker (finish_reason "length"), as vLLM does. `least`: 0
+    where no answer is a request (an echoed completion, scoring its prompt)."""
     limits = {}
     for name in ("max_completion_tokens", "max_tokens"):
-        limits[name] = integer(body, name, 1, UINT32_MAX)
+        limits[name] = integer(body, name, least, UINT32_MAX)
         if context and (limits[name] or 0) > context:
             raise bad_request(f"'{name}' is {limits[name]}, more than the model's context of "
                               f"{context} tokens", name)
@@ -75,9 +81,13 @@ def min_tokens(body: dict, max_tokens: int, context: int, param: str = "min_toke
 
 def _common(body: dict, parsed: Parsed, config: GatewayConfig,
             max_tokens_default: int = 0) -> None:
-    limit = _max_tokens(body, config.max_model_len)
+    limit = _max_tokens(body, config.max_model_len, 0 if parsed.echo else 1)
     parsed.max_tokens = limit if limit is not None else max_tokens_default
+    parsed.prompt_only = limit == 0
     parsed.min_tokens = min_tokens(body, parsed.max_tokens, config.max_model_len)
+    if parsed.prompt_only and parsed.min_tokens:
+        raise bad_request("'min_tokens' asks for an answer, and max_tokens 0 for none",
+                          "min_tokens")
     parse_sampling(body, parsed, config.vocab_size)
     parsed.ignore_eos = typed(body, "ignore_eos", (bool,), False)
     stop = typed(body, "stop", (str, list), [])
@@ -157,34 +167,30 @@ def parse_chat(body: dict, config: GatewayConfig) -> Parsed:
     return parsed
 
 
-def parse_completion(body: dict, config: GatewayConfig) -> Parsed:
-    """A text prompt is raw text, tokenized as it is (no chat template), as in OpenAI and
-    vLLM; token ids are passed through as they are, once checked against the vocabulary."""
+def parse_completion(body: dict, config: GatewayConfig) -> list[Parsed]:
+    """One Parsed turn per prompt (completion_prompts.py: a batch is several). A text prompt
+    is raw text, tokenized as it is (no chat template), as in OpenAI and vLLM; token ids are
+    passed through as they are, once checked against the vocabulary. `echo` puts the prompt
+    before the answer; a token-id prompt's text then comes from the worker (its tokens' bytes),
+    as do the prompt's logprobs."""
     check_completion_fields(body)
+    prompts = completion_prompts(body, config.vocab_size)
     parsed = Parsed()
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]  # a batch of one
-    ids_below = config.vocab_size or INT32_MAX + 1
-    if isinstance(prompt, str) and prompt:
-        parsed.raw_prompt = prompt
-    elif isinstance(prompt, list) and prompt and all(
-            isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        bad = next((t for t in prompt if not 0 <= t < ids_below), None)
-        if bad is not None:
-            raise bad_request(f"prompt token id {bad} is outside the vocabulary "
-                              f"[0, {ids_below})", "prompt")
-        parsed.prompt_token_ids = prompt
-    else:
-        raise bad_request("'prompt' must be a non-empty string or array of token ids (one "
-                          "prompt per request)", "prompt")
-    for name, refused in (("echo", body.get("echo") is True), ("suffix", bool(body.get("suffix"))),
+    for name, refused in (("suffix", bool(body.get("suffix"))),
                           ("best_of", body.get("best_of") not in (None, 1))):
         if refused:
             raise bad_request(f"{name} is not supported", name)
+    parsed.echo = typed(body, "echo", (bool,), False)
     _common(body, parsed, config, max_tokens_default=16)  # OpenAI's default for completions
+    if parsed.stream and len(prompts) > 1:
+        raise bad_request("a batch of prompts is answered whole, not streamed: send "
+                          "'stream': false or one prompt per request", "stream")
     # legacy completions: logprobs is the number of alternatives (OpenAI's most is 5, vLLM's
     # 20: we take vLLM's); 0 gives the chosen tokens' logprobs only
     top = integer(body, "logprobs", 0, MAX_TOP_LOGPROBS)
     parsed.logprobs, parsed.top_logprobs = top is not None, top or 0
-    return parsed
+    return [dataclasses.replace(
+        parsed, raw_prompt=p if isinstance(p, str) else "",
+        prompt_token_ids=p if isinstance(p, list) else [],
+        prompt_logprobs=parsed.echo and (parsed.logprobs or isinstance(p, list)))
+        for p in prompts]

@@ -20,10 +20,14 @@ class Reply:
     `logprobs`, each choice carries the logprobs of the tokens whose text it carries (the
     worker's StepLogprobs records, shaped by logprobs.py)."""
 
-    def __init__(self, chat: bool, model: str, logprobs: bool = False):
+    def __init__(self, chat: bool, model: str, logprobs: bool = False, echo: bool = False,
+                 prompt_text: str = "", index: int = 0):
         self.chat = chat
         self.model = model
         self.logprobs = logprobs
+        self.echo = echo  # completions: the prompt's text (and logprobs) before the answer's
+        self.prompt_text = prompt_text  # a text prompt's ("": a token-id one's, decoded)
+        self.index = index  # the choice's, in a batch of prompts
         self._offsets = shapes.CompletionOffsets()
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.created = int(time.time())
@@ -38,21 +42,42 @@ class Reply:
             return None
         return shapes.chat(steps) if self.chat else self._offsets.shape(steps)
 
-    def _choice(self, text: str, finish: str | None, chunk: bool, steps) -> dict:
+    def _choice(self, text: str, finish: str | None, chunk: bool, steps, prompt=None) -> dict:
+        if prompt is not None and self.echo:  # the prompt first, its offsets counted first
+            head = self.prompt_text or prompt.text()
+            shaped = self._offsets.shape_prompt(prompt.steps) if self.logprobs else None
+            logprobs = self._logprobs(steps)
+            return {"index": self.index, "text": head + text,
+                    "logprobs": shapes.joined(shaped, logprobs) if shaped else logprobs,
+                    "finish_reason": finish}
         logprobs = self._logprobs(steps)
         if not self.chat:
-            return {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
+            return {"index": self.index, "text": text, "logprobs": logprobs,
+                    "finish_reason": finish}
         if chunk:
             return {"index": 0, "delta": {"content": text} if text else {},
                     "logprobs": logprobs, "finish_reason": finish}
         return {"index": 0, "message": {"role": "assistant", "content": text},
                 "logprobs": logprobs, "finish_reason": finish}
 
-    def complete(self, text: str, summary, steps=()) -> dict:
-        """The whole non-streamed answer; `steps`: every token's logprobs, when asked."""
-        return {**self._head(False), "choices": [self._choice(text, summary.finish_reason or
-                                                              "stop", False, steps)],
+    def complete(self, text: str, summary, steps=(), prompt=None) -> dict:
+        """The whole non-streamed answer; `steps`: every token's logprobs, when asked;
+        `prompt`: the prompt's (logprobs.PromptSteps), shown when echoed."""
+        return {**self._head(False), "choices": [self.choice(text, summary, steps, prompt)],
                 "usage": usage(summary), "bidaw": extension(summary)}
+
+    def choice(self, text: str, summary, steps=(), prompt=None) -> dict:
+        """One finished choice (a batch's responses gather them)."""
+        return self._choice(text, summary.finish_reason or "stop", False, steps, prompt)
+
+    def complete_batch(self, choices: list[dict], summaries: list) -> dict:
+        """A batch of prompts' answer: their choices, usage summed; `bidaw`: the first's."""
+        return {**self._head(False), "choices": choices, "usage": usage(*summaries),
+                "bidaw": extension(summaries[0])}
+
+    def echo_chunk(self, prompt) -> dict:
+        """A stream's first chunk when echoing: the prompt's text and logprobs."""
+        return {**self._head(True), "choices": [self._choice("", None, True, (), prompt)]}
 
     def first_chunk(self) -> dict:
         """Chat streams open with the assistant role, as OpenAI's do."""
@@ -70,11 +95,13 @@ class Reply:
                 "bidaw": extension(summary)}
 
 
-def usage(summary) -> dict:
-    return {"prompt_tokens": summary.prompt_tokens,
-            "completion_tokens": summary.completion_tokens,
-            "total_tokens": summary.prompt_tokens + summary.completion_tokens,
-            "prompt_tokens_details": {"cached_tokens": summary.cached_tokens}}
+def usage(*summaries) -> dict:
+    """OpenAI's usage of one turn, or the sum of a batch's."""
+    prompt = sum(s.prompt_tokens for s in summaries)
+    completion = sum(s.completion_tokens for s in summaries)
+    return {"prompt_tokens": prompt, "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": sum(s.cached_tokens for s in summaries)}}
 
 
 def extension(summary) -> dict:

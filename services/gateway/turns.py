@@ -15,6 +15,7 @@ from services.runtime.gen import common_pb2
 from services.gateway.auth import scoped_session
 from services.gateway.backend import Backend
 from services.gateway.errors import ApiError, bad_request, from_grpc
+from services.gateway.logprobs import PromptSteps
 from services.gateway.protocol import Parsed
 from services.gateway.responses import Reply
 from services.gateway.session_ids import from_header, to_header
@@ -63,6 +64,8 @@ def turn_request(parsed: Parsed, tenant: str, session: str) -> common_pb2.TurnRe
         min_p=parsed.min_p,
         logprobs=parsed.logprobs,
         top_logprobs=parsed.top_logprobs,
+        prompt_logprobs=parsed.prompt_logprobs,
+        prompt_only=parsed.prompt_only,
         continue_final_message=parsed.continue_final_message,
         no_generation_prompt=parsed.no_generation_prompt)
 
@@ -122,11 +125,15 @@ class TurnServer:
         async for event in call:
             yield event
 
-    async def _collect(self, call, first) -> tuple[str, common_pb2.TurnSummary, list]:
-        """The whole answer: its text, its summary and its tokens' logprobs."""
+    async def _collect(self, call, first, prompt: PromptSteps | None = None
+                       ) -> tuple[str, common_pb2.TurnSummary, list]:
+        """The whole answer: its text, its summary and its tokens' logprobs; the prompt's
+        logprobs, when the turn asked, go to `prompt`."""
         text, summary, steps = [], None, []
         try:
             async for event in self._events(call, first):
+                if prompt is not None and event.prompt_logprobs:
+                    prompt.add(event)
                 text.append(event.text)
                 steps.extend(event.logprobs)
                 if event.HasField("summary"):
@@ -139,9 +146,10 @@ class TurnServer:
         return "".join(text), summary, steps
 
     async def _whole(self, call, first, reply: Reply, headers: dict) -> web.Response:
-        text, summary, steps = await self._collect(call, first)
+        prompt = PromptSteps()
+        text, summary, steps = await self._collect(call, first, prompt)
         self._finished(summary)
-        return web.json_response(reply.complete(text, summary, steps),
+        return web.json_response(reply.complete(text, summary, steps, prompt),
                                  headers={"x-request-id": reply.id, **headers})
 
     @staticmethod
@@ -159,7 +167,14 @@ class TurnServer:
             if reply.chat:
                 await response.write(_sse(reply.first_chunk()))
             steps = []  # logprobs of tokens whose text is still held back (a partial character)
+            prompt = PromptSteps()  # an echoed prompt's, sent as the first chunk (vLLM's order)
             async for event in self._events(call, first):
+                if event.prompt_logprobs:
+                    prompt.add(event)
+                    continue
+                if prompt is not None and reply.echo:
+                    await response.write(_sse(reply.echo_chunk(prompt)))
+                prompt = None
                 steps.extend(event.logprobs)
                 if event.text:
                     await response.write(_sse(reply.chunk(event.text, steps=steps)))

@@ -1,0 +1,45 @@
+"""The `prompt` of a legacy completion: one text, one list of token ids, or a batch of either
+(vLLM's and OpenAI's form, which evaluation harnesses such as lm-evaluation-harness send). Each
+prompt of a batch is checked as a single one would be, and refused by its index."""
+from __future__ import annotations
+
+from services.gateway.errors import bad_request
+from services.runtime.limits import INT32_MAX
+
+# The most prompts one request may carry. Each runs as its own turn: 64 covers the batch
+# sizes evaluation harnesses use (lm-eval's --batch_size is typically 1..64) while one request
+# stays a bounded share of the gateway (it holds one admission slot) and of the 4 MiB body.
+MAX_PROMPTS = 64
+
+
+def _token_ids(value) -> bool:
+    return isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool)
+                                           for t in value)
+
+
+def _one(value, vocab_size: int, param: str) -> str | list[int]:
+    """A single prompt: non-empty text, or a non-empty list of ids in the vocabulary."""
+    if isinstance(value, str) and value:
+        return value
+    if _token_ids(value) and value:
+        ids_below = vocab_size or INT32_MAX + 1
+        bad = next((t for t in value if not 0 <= t < ids_below), None)
+        if bad is not None:
+            raise bad_request(f"prompt token id {bad} is outside the vocabulary "
+                              f"[0, {ids_below})", param)
+        return value
+    raise bad_request(f"'{param}' must be a non-empty string or array of token ids", param)
+
+
+def completion_prompts(body: dict, vocab_size: int) -> list[str | list[int]]:
+    """The request's prompts, in order (one for a single prompt)."""
+    prompt = body.get("prompt")
+    if isinstance(prompt, str) or (_token_ids(prompt) and prompt):
+        return [_one(prompt, vocab_size, "prompt")]
+    if not isinstance(prompt, list) or not prompt:
+        raise bad_request("'prompt' must be a non-empty string, array of token ids, or array "
+                          "of those (a batch)", "prompt")
+    if len(prompt) > MAX_PROMPTS:
+        raise bad_request(f"'prompt' holds {len(prompt)} prompts; at most {MAX_PROMPTS} per "
+                          "request", "prompt")
+    return [_one(entry, vocab_size, f"prompt[{i}]") for i, entry in enumerate(prompt)]
