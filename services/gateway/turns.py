@@ -170,7 +170,8 @@ class TurnServer:
             prompt = PromptSteps()  # an echoed prompt's, sent as the first chunk (vLLM's order)
             async for event in self._events(call, first):
                 if event.prompt_logprobs:
-                    prompt.add(event)
+                    if prompt is not None:  # (None: a re-run's, the same, after the echo)
+                        prompt.add(event)
                     continue
                 if prompt is not None and reply.echo:
                     await response.write(_sse(reply.echo_chunk(prompt)))
