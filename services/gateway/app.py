@@ -221,6 +221,8 @@ class Gateway:
             parsed = parse_chat(body, self.config)
             check_prompt_size(parsed, chat, self.config.max_prompt_bytes,
                               self.config.max_model_len)
+            if parsed.n > 1:
+                return lambda: self.batch.serve_batch(request, tenant, [parsed], model, True)
             return lambda: self.turns.serve(request, tenant, parsed,
                                             Reply(chat, model, parsed.logprobs))
         return prepare
@@ -232,7 +234,7 @@ class Gateway:
             check_prompt_size(parsed, False, self.config.max_prompt_bytes,
                               self.config.max_model_len, "prompt" if len(batch) == 1 else
                               f"prompt[{i}]")
-        if len(batch) > 1:
+        if len(batch) > 1 or batch[0].n > 1:
             return lambda: self.batch.serve_batch(request, tenant, batch, model)
         parsed = batch[0]
         return lambda: self.turns.serve(request, tenant, parsed, Reply(

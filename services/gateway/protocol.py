@@ -9,10 +9,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from services.gateway.completion_prompts import completion_prompts
+from services.gateway.completion_prompts import MAX_PROMPTS, completion_prompts
 from services.gateway.config import GatewayConfig
 from services.gateway.errors import ApiError, bad_request
-from services.gateway.fields import INT32_MAX, UINT32_MAX, integer, typed
+from services.gateway.fields import UINT32_MAX, integer, typed
 from services.gateway.logprobs import MAX_TOP_LOGPROBS
 from services.gateway.request_fields import check_chat_fields, check_completion_fields
 from services.gateway.sampling_params import Sampling, parse_sampling
@@ -36,6 +36,7 @@ class Parsed(Sampling):
     stream: bool = False
     include_usage: bool = False
     user: str = ""
+    n: int = 1  # answers to the prompt (choices), each its own turn (completion_batch.py)
     logprobs: bool = False  # each token's logprob in the answer
     top_logprobs: int = 0  # and this many most likely alternatives per token
     echo: bool = False  # completions: the answer's text (and logprobs) after the prompt's
@@ -103,8 +104,12 @@ def _common(body: dict, parsed: Parsed, config: GatewayConfig,
                               "stream_options")
         parsed.include_usage = bool(typed(options, "include_usage", (bool,), False,
                                           "stream_options.include_usage"))
-    if integer(body, "n", 1, INT32_MAX, 1) != 1:
-        raise bad_request("only n=1 is supported", "n")
+    # n answers are n turns of the same prompt, answered together (completion_batch.py);
+    # at most MAX_PROMPTS choices per request, as for a batch of prompts
+    parsed.n = integer(body, "n", 1, MAX_PROMPTS, 1)
+    if parsed.n > 1 and parsed.stream:
+        raise bad_request("n > 1 is answered whole, not streamed: send 'stream': false or "
+                          "n=1", "n")
     parsed.user = typed(body, "user", (str,), "")
 
 
@@ -182,6 +187,9 @@ def parse_completion(body: dict, config: GatewayConfig) -> list[Parsed]:
             raise bad_request(f"{name} is not supported", name)
     parsed.echo = typed(body, "echo", (bool,), False)
     _common(body, parsed, config, max_tokens_default=16)  # OpenAI's default for completions
+    if len(prompts) * parsed.n > MAX_PROMPTS:
+        raise bad_request(f"{len(prompts)} prompts x n={parsed.n} choices: at most "
+                          f"{MAX_PROMPTS} choices per request", "n")
     if parsed.stream and len(prompts) > 1:
         raise bad_request("a batch of prompts is answered whole, not streamed: send "
                           "'stream': false or one prompt per request", "stream")

@@ -27,7 +27,7 @@ class Reply:
         self.logprobs = logprobs
         self.echo = echo  # completions: the prompt's text (and logprobs) before the answer's
         self.prompt_text = prompt_text  # a text prompt's ("": a token-id one's, decoded)
-        self.index = index  # the choice's, in a batch of prompts
+        self.index = index  # the choice's, among several (completion_batch.py)
         self._offsets = shapes.CompletionOffsets()
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.created = int(time.time())
@@ -55,9 +55,9 @@ class Reply:
             return {"index": self.index, "text": text, "logprobs": logprobs,
                     "finish_reason": finish}
         if chunk:
-            return {"index": 0, "delta": {"content": text} if text else {},
+            return {"index": self.index, "delta": {"content": text} if text else {},
                     "logprobs": logprobs, "finish_reason": finish}
-        return {"index": 0, "message": {"role": "assistant", "content": text},
+        return {"index": self.index, "message": {"role": "assistant", "content": text},
                 "logprobs": logprobs, "finish_reason": finish}
 
     def complete(self, text: str, summary, steps=(), prompt=None) -> dict:
@@ -70,9 +70,11 @@ class Reply:
         """One finished choice (a batch's responses gather them)."""
         return self._choice(text, summary.finish_reason or "stop", False, steps, prompt)
 
-    def complete_batch(self, choices: list[dict], summaries: list) -> dict:
-        """A batch of prompts' answer: their choices, usage summed; `bidaw`: the first's."""
-        return {**self._head(False), "choices": choices, "usage": usage(*summaries),
+    def complete_batch(self, choices: list[dict], summaries: list, prompted: list) -> dict:
+        """Several choices' answer (completion_batch.py): usage sums the answers, and the
+        prompts of `prompted` (one summary per prompt); `bidaw`: the first's."""
+        return {**self._head(False), "choices": choices, "usage": usage(*summaries,
+                                                                        prompted=prompted),
                 "bidaw": extension(summaries[0])}
 
     def echo_chunk(self, prompt) -> dict:
@@ -95,13 +97,15 @@ class Reply:
                 "bidaw": extension(summary)}
 
 
-def usage(*summaries) -> dict:
-    """OpenAI's usage of one turn, or the sum of a batch's."""
-    prompt = sum(s.prompt_tokens for s in summaries)
+def usage(*summaries, prompted=None) -> dict:
+    """OpenAI's usage of one turn, or the sum of several; `prompted`: the summaries whose
+    prompts count (one per prompt: n answers to one prompt read it once, as in OpenAI)."""
+    prompted = summaries if prompted is None else prompted
+    prompt = sum(s.prompt_tokens for s in prompted)
     completion = sum(s.completion_tokens for s in summaries)
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": sum(s.cached_tokens for s in summaries)}}
+            "prompt_tokens_details": {"cached_tokens": sum(s.cached_tokens for s in prompted)}}
 
 
 def extension(summary) -> dict:
