@@ -148,6 +148,37 @@ def test_lm_eval_loglikelihood_equals_the_reference(client, smollm):
             ids[len(context):])).all())
 
 
+
+def test_lm_eval_s_own_payload_max_tokens_1_scores_the_continuation(client, smollm):
+    """lm-eval really sends max_tokens 1 and sums token_logprobs[ctxlen:-1], dropping the one
+    answer token: so the answer's token must be there even when it is the end token (the answer
+    then stops, its text empty), or a continuation token would silently be dropped instead."""
+    model, tok = smollm
+    ended = ("<|im_start|>user\nWhat is 2+2? Answer with one number.<|im_end|>\n"
+             "<|im_start|>assistant\nThe answer is 4.")
+    pairs = [(tok.encode(CONTEXT), tok.encode(" Mars")), (tok.encode(ended[:-1]), tok.encode("."))]
+    requests = [c + e for c, e in pairs]
+    reply = client.completions.create(model=MODEL, prompt=requests, temperature=0, max_tokens=1,
+                                      echo=True, logprobs=1, seed=1234)
+    nexts = []
+    for (context, _), ids, choice in zip(pairs, requests, reply.choices):
+        ref = reference(smollm, ids + [0])  # + a placeholder: row len(ids) - 1 scores the answer
+        nexts.append(int(ref[len(ids) - 1].argmax()))
+        lp = choice.logprobs
+        assert len(lp.token_logprobs) == len(ids) + 1  # the prompt's then the one answer token
+        assert lp.token_logprobs[-1] == pytest.approx(float(ref[len(ids) - 1, nexts[-1]]),
+                                                      abs=1e-4)
+        rows = torch.arange(len(context) - 1, len(ids) - 1)
+        assert sum(lp.token_logprobs[len(context):-1]) == pytest.approx(
+            float(ref[rows, torch.tensor(ids[len(context):])].sum()), abs=1e-4)
+        assert all(t == max(top.values()) for t, top in zip(
+            lp.token_logprobs[len(context):-1], lp.top_logprobs[len(context):-1])) == bool(
+            (ref[rows].argmax(-1) == torch.tensor(ids[len(context):])).all())
+    assert nexts[1] in model.config.eos_token_ids  # the case this test is about
+    assert reply.choices[1].finish_reason == "stop"
+    assert reply.choices[1].text == tok.decode(requests[1])  # the end token adds no text
+
+
 def test_generate_gives_sglang_s_input_token_logprobs(deployment, client):
     text = "The capital of France is Paris"
     status, body = _post(deployment, "/generate", {
