@@ -196,7 +196,7 @@ def test_generate_gives_sglang_s_input_token_logprobs(deployment, client):
 
 
 @pytest.mark.parametrize("payload, headers, param", [
-    ({"prompt": ["x"] * 65}, None, "prompt"),
+    ({"prompt": ["x"] * 257}, None, "prompt"),
     ({"prompt": ["x", ""]}, None, "prompt[1]"),
     ({"prompt": [[1, 2], [49152]]}, None, "prompt[1]"),
     ({"prompt": ["x", [1, 2.5]]}, None, "prompt[1]"),

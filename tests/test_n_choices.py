@@ -63,7 +63,7 @@ def test_completions_n_with_several_prompts_go_prompt_by_prompt(client):
 
 
 @pytest.mark.parametrize("extra", [
-    {"n": 65},  # more choices than a request may hold
+    {"n": 257},  # more choices than a request may hold
     {"n": 2, "stream": True},  # answered whole only
     {"n": 0},
     {"n": 2 ** 40},
@@ -74,8 +74,8 @@ def test_refused_n_is_a_400_naming_it(client, extra):
         client.chat.completions.create(model=MODEL, messages=question(), max_tokens=4,
                                        extra_body=extra)
     assert refused.value.body["param"] == "n"
-    with pytest.raises(openai.BadRequestError) as refused:  # 33 prompts x 2 > 64 choices
-        client.completions.create(model=MODEL, prompt=["a"] * 33, n=2, max_tokens=1)
+    with pytest.raises(openai.BadRequestError) as refused:  # 129 prompts x 2 > 256 choices
+        client.completions.create(model=MODEL, prompt=["a"] * 129, n=2, max_tokens=1)
     assert refused.value.body["param"] == "n"
 
 

@@ -28,7 +28,7 @@ from services.gateway.turns import (SESSION_HEADERS, TurnServer, session_headers
                                     turn_request)
 
 # Turns of one request in flight at once: one worker's default batch (--max-batch 16), so a
-# batch of 64 keeps a worker full without taking the whole scheduler's queue.
+# batch of 256 keeps a worker full without taking the whole scheduler's queue.
 CONCURRENT = 16
 
 

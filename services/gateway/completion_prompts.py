@@ -6,10 +6,12 @@ from __future__ import annotations
 from services.gateway.errors import bad_request
 from services.runtime.limits import INT32_MAX
 
-# The most prompts one request may carry. Each runs as its own turn: 64 covers the batch
-# sizes evaluation harnesses use (lm-eval's --batch_size is typically 1..64) while one request
-# stays a bounded share of the gateway (it holds one admission slot) and of the 4 MiB body.
-MAX_PROMPTS = 64
+# The most prompts (or choices) one request may carry. Each runs as its own turn, at most 16 at
+# once (completion_batch.py): 256 covers the batch sizes evaluation harnesses are run with
+# (lm-eval's --batch_size; vLLM sets no bound, and 100 was refused at 64), while one request,
+# which holds one admission slot, stays a bounded share of the gateway; the 4 MiB body bounds
+# the prompts' text whatever their number.
+MAX_PROMPTS = 256
 
 
 def _token_ids(value) -> bool:
