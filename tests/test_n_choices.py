@@ -1,7 +1,8 @@
 """`n` > 1 on chat and completions, through the live deployment and the real model, read with the
 `openai` package: n choices indexed in order, each the answer a single request with the seed
 plus its index gives, the prompt counted once in the usage, a seeded request answered the same
-again; with several prompts, prompt by prompt; what is refused is a 400 naming `n`."""
+again; with several prompts, prompt by prompt; streamed, the same choices interleaved in one
+stream; what is refused is a 400 naming `n`."""
 from __future__ import annotations
 
 import uuid
@@ -64,7 +65,6 @@ def test_completions_n_with_several_prompts_go_prompt_by_prompt(client):
 
 @pytest.mark.parametrize("extra", [
     {"n": 257},  # more choices than a request may hold
-    {"n": 2, "stream": True},  # answered whole only
     {"n": 0},
     {"n": 2 ** 40},
     {"n": "2"},
@@ -94,3 +94,38 @@ def test_n_choices_in_a_named_session_and_the_next_turn_reuses_its_history(clien
                              {"role": "user", "content": "Why?"}])
     # the history's KV is reused whichever answer was kept (at least the first prompt's)
     assert follow.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens - 1
+
+
+def test_streamed_choices_are_the_whole_answers_interleaved(client):
+    messages = question()
+    sampled = dict(model=MODEL, messages=messages, max_tokens=10, temperature=1.0, seed=99,
+                   n=3)
+    whole = client.chat.completions.create(**sampled)
+    texts, finish, ids, usage = {}, {}, set(), None
+    for chunk in client.chat.completions.create(stream=True,
+                                                stream_options={"include_usage": True},
+                                                **sampled):
+        ids.add(chunk.id)
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + (choice.delta.content or "")
+            if choice.finish_reason:
+                finish[choice.index] = choice.finish_reason
+    assert len(ids) == 1  # one answer
+    assert [texts[i] for i in range(3)] == [c.message.content for c in whole.choices]
+    assert [finish[i] for i in range(3)] == [c.finish_reason for c in whole.choices]
+    assert (usage.prompt_tokens, usage.completion_tokens) == (
+        whole.usage.prompt_tokens, whole.usage.completion_tokens)
+
+
+def test_a_streamed_batch_of_prompts_is_the_whole_batch(client):
+    tag = uuid.uuid4().hex[:8]
+    body = dict(model=MODEL, prompt=[f"[{tag}] One, two,", f"[{tag}] Red, green,"],
+                max_tokens=5, temperature=0, n=2)
+    whole = client.completions.create(**body)
+    texts = {}
+    for chunk in client.completions.create(stream=True, **body):
+        for choice in chunk.choices:
+            texts[choice.index] = texts.get(choice.index, "") + choice.text
+    assert [texts[i] for i in range(4)] == [c.text for c in whole.choices]

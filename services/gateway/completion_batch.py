@@ -16,17 +16,22 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 
+import grpc
 from aiohttp import web
 
-from services.gateway.errors import bad_request
+from services.runtime import metrics
+
+from services.gateway.errors import ApiError, bad_request, from_grpc
 from services.gateway.fields import UINT64_MAX
 from services.gateway.logprobs import PromptSteps
 from services.gateway.protocol import Parsed
 from services.gateway.responses import Reply
 from services.gateway.turns import (SESSION_HEADERS, TurnServer, session_headers, session_of,
-                                    turn_request)
+                                    sse, turn_request)
 
+log = logging.getLogger("bidaw.gateway")
 # Turns of one request in flight at once: one worker's default batch (--max-batch 16), so a
 # batch of 256 keeps a worker full without taking the whole scheduler's queue.
 CONCURRENT = 16
@@ -50,6 +55,12 @@ class BatchTurns(TurnServer):
             session, _ = session_of(request, batch[0], self.max_session_id)
         turns = [dataclasses.replace(p, seed=(p.seed + j) % (UINT64_MAX + 1))
                  for p in batch for j in range(n)]
+        replies = [Reply(chat, model, p.logprobs, p.echo, p.raw_prompt, i)
+                   for i, p in enumerate(turns)]
+        for reply in replies[1:]:  # one answer: one id and time
+            reply.id, reply.created = replies[0].id, replies[0].created
+        if batch[0].stream:
+            return await self._stream_choices(request, tenant, session, turns, replies, n)
         gate = asyncio.Semaphore(CONCURRENT)
 
         async def run(parsed: Parsed):
@@ -62,8 +73,6 @@ class BatchTurns(TurnServer):
         finally:
             for task in tasks:
                 task.cancel()  # after a failure: the others' turns stop too
-        replies = [Reply(chat, model, p.logprobs, p.echo, p.raw_prompt, i)
-                   for i, p in enumerate(turns)]
         choices = [reply.choice(text, summary, steps, prompt)
                    for reply, (_, text, summary, steps, prompt) in zip(replies, done)]
         headers = done[0][0]  # the first turn's session, as the answer's headers name one
@@ -82,3 +91,69 @@ class BatchTurns(TurnServer):
             return headers, text, summary, steps, prompt
         finally:
             call.cancel()
+
+    async def _stream_choices(self, request: web.Request, tenant: str, session: str,
+                              turns: list[Parsed], replies: list[Reply],
+                              n: int) -> web.StreamResponse:
+        """The choices' chunks interleaved as they come, each naming its index (vLLM's and
+        OpenAI's stream). The headers wait for the first choice's first event, so a turn
+        refused before it is an HTTP error; a failure after them is reported in-band."""
+        gate, chunks = asyncio.Semaphore(CONCURRENT), asyncio.Queue()
+        opened = asyncio.get_running_loop().create_future()
+        done: list[list] = [[] for _ in turns]
+
+        async def run(i: int):
+            async with gate:
+                call = self.backend.submit(turn_request(turns[i], tenant, session))
+                try:
+                    first = await self._first(call)
+                    if i == 0:
+                        opened.set_result(session_headers(first, tenant, session))
+                    async for chunk in self._chunks(call, first, replies[i], done[i]):
+                        await chunks.put(chunk)
+                finally:
+                    call.cancel()
+
+        tasks = [asyncio.ensure_future(run(i)) for i in range(len(turns))]
+        ended = asyncio.gather(*tasks)  # its error: the first choice's that failed
+        try:
+            await asyncio.wait([opened, ended], return_when=asyncio.FIRST_COMPLETED)
+            if not opened.done():
+                ended.result()  # refused before the first choice began: the HTTP error
+            response = await self._open_stream(request, replies[0].id, opened.result())
+            try:
+                await self._write_all(response, chunks, ended)
+                if turns[0].include_usage:
+                    summaries = [d[0] for d in done]
+                    await response.write(sse(replies[0].usage_chunk(summaries, summaries[::n])))
+            except (ApiError, grpc.RpcError) as exc:  # headers are gone: in-band, as vLLM does
+                metrics.TURNS.labels("error").inc()
+                error = exc if isinstance(exc, ApiError) else from_grpc(exc, self.retry_after)
+                await response.write(sse(error.body()))
+            except (ConnectionResetError, ConnectionError):
+                metrics.TURNS.labels("cancelled").inc()
+                log.info("client went away mid-stream")
+                return response
+            await response.write(sse("[DONE]"))
+            await response.write_eof()
+            return response
+        finally:
+            for task in tasks:
+                task.cancel()  # after a failure or a client gone: the others' turns stop too
+            ended.cancel()
+            if ended.done() and not ended.cancelled():
+                ended.exception()  # (read: no "never retrieved" warning)
+
+    @staticmethod
+    async def _write_all(response: web.StreamResponse, chunks: asyncio.Queue, ended) -> None:
+        """Every chunk the choices put, until all have ended (raises what one failed with)."""
+        while True:
+            got = asyncio.ensure_future(chunks.get())
+            await asyncio.wait([got, ended], return_when=asyncio.FIRST_COMPLETED)
+            if not got.done():
+                got.cancel()
+                while not chunks.empty():
+                    await response.write(sse(chunks.get_nowait()))
+                ended.result()
+                return
+            await response.write(sse(got.result()))

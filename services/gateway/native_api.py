@@ -30,7 +30,7 @@ from services.gateway.protocol import Parsed, check_model, min_tokens
 from services.runtime.turn_bounds import MAX_STOPS
 from services.gateway.responses import extension
 from services.gateway.sampling_params import parse_sampling
-from services.gateway.turns import TurnServer
+from services.gateway.turns import TurnServer, sse
 
 SGLANG_MAX_NEW_TOKENS = 128  # SGLang's default when sampling_params names none
 # top-level fields that are accepted only at their neutral value (None is always neutral)
@@ -181,7 +181,7 @@ class NativeReply:
         return self.chunk(text, summary, steps=steps, prompt=prompt)
 
 
-def _sse(payload) -> bytes:
+def sse(payload) -> bytes:
     data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
     return f"data: {data}\n\n".encode()
 
@@ -203,18 +203,18 @@ class NativeTurns(TurnServer):
                 steps.extend(event.logprobs)
                 if event.HasField("summary"):
                     self._finished(event.summary)
-                    await response.write(_sse(reply.chunk(text, event.summary, steps=steps,
+                    await response.write(sse(reply.chunk(text, event.summary, steps=steps,
                                                           prompt=prompt)))
                 elif event.text:
-                    await response.write(_sse(reply.chunk(text, completion_tokens=tokens,
+                    await response.write(sse(reply.chunk(text, completion_tokens=tokens,
                                                           steps=steps, prompt=prompt)))
         except grpc.RpcError as exc:  # headers are gone: report in-band
             metrics.TURNS.labels("error").inc()
-            await response.write(_sse(from_grpc(exc, self.retry_after).body()))
+            await response.write(sse(from_grpc(exc, self.retry_after).body()))
         except (ConnectionResetError, ConnectionError):
             metrics.TURNS.labels("cancelled").inc()
             return response
-        await response.write(_sse("[DONE]"))
+        await response.write(sse("[DONE]"))
         await response.write_eof()
         return response
 

@@ -107,9 +107,6 @@ def _common(body: dict, parsed: Parsed, config: GatewayConfig,
     # n answers are n turns of the same prompt, answered together (completion_batch.py);
     # at most MAX_PROMPTS choices per request, as for a batch of prompts
     parsed.n = integer(body, "n", 1, MAX_PROMPTS, 1)
-    if parsed.n > 1 and parsed.stream:
-        raise bad_request("n > 1 is answered whole, not streamed: send 'stream': false or "
-                          "n=1", "n")
     parsed.user = typed(body, "user", (str,), "")
 
 
@@ -190,9 +187,6 @@ def parse_completion(body: dict, config: GatewayConfig) -> list[Parsed]:
     if len(prompts) * parsed.n > MAX_PROMPTS:
         raise bad_request(f"{len(prompts)} prompts x n={parsed.n} choices: at most "
                           f"{MAX_PROMPTS} choices per request", "n")
-    if parsed.stream and len(prompts) > 1:
-        raise bad_request("a batch of prompts is answered whole, not streamed: send "
-                          "'stream': false or one prompt per request", "stream")
     # legacy completions: logprobs is the number of alternatives (OpenAI's most is 5, vLLM's
     # 20: we take vLLM's); 0 gives the chosen tokens' logprobs only
     top = integer(body, "logprobs", 0, MAX_TOP_LOGPROBS)

@@ -83,18 +83,19 @@ class Reply:
 
     def first_chunk(self) -> dict:
         """Chat streams open with the assistant role, as OpenAI's do."""
-        return {**self._head(True), "choices": [{"index": 0, "delta": {"role": "assistant",
-                                                                        "content": ""},
+        delta = {"role": "assistant", "content": ""}
+        return {**self._head(True), "choices": [{"index": self.index, "delta": delta,
                                                   "logprobs": None, "finish_reason": None}]}
 
     def chunk(self, text: str, finish: str | None = None, steps=()) -> dict:
         """`steps`: the logprobs of the tokens since the last chunk (this chunk's text's)."""
         return {**self._head(True), "choices": [self._choice(text, finish, True, steps)]}
 
-    def usage_chunk(self, summary) -> dict:
-        """stream_options.include_usage: one last chunk with no choices and the usage."""
-        return {**self._head(True), "choices": [], "usage": usage(summary),
-                "bidaw": extension(summary)}
+    def usage_chunk(self, summaries: list, prompted: list | None = None) -> dict:
+        """stream_options.include_usage: one last chunk with no choices and the usage (of
+        several choices: as complete_batch counts it)."""
+        return {**self._head(True), "choices": [],
+                "usage": usage(*summaries, prompted=prompted), "bidaw": extension(summaries[0])}
 
 
 def usage(*summaries, prompted=None) -> dict:

@@ -83,7 +83,7 @@ def session_headers(first: common_pb2.TurnEvent, tenant: str, session: str) -> d
     return {"x-bidaw-session": to_header(named), "x-bidaw-session-recognised": recognised}
 
 
-def _sse(payload: dict | str) -> bytes:
+def sse(payload: dict | str) -> bytes:
     data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
     return f"data: {data}\n\n".encode()
 
@@ -160,40 +160,46 @@ class TurnServer:
         await response.prepare(request)
         return response
 
+    async def _chunks(self, call, first, reply: Reply, done: list):
+        """One choice's chunks, in order; its summary is appended to `done` at its end."""
+        if reply.chat:
+            yield reply.first_chunk()
+        steps = []  # logprobs of tokens whose text is still held back (a partial character)
+        prompt = PromptSteps()  # an echoed prompt's, sent as the first chunk (vLLM's order)
+        async for event in self._events(call, first):
+            if event.prompt_logprobs:
+                if prompt is not None:  # (None: a re-run's, the same, after the echo)
+                    prompt.add(event)
+                continue
+            if prompt is not None and reply.echo:
+                yield reply.echo_chunk(prompt)
+            prompt = None
+            steps.extend(event.logprobs)
+            if event.text:
+                yield reply.chunk(event.text, steps=steps)
+                steps = []
+            if event.HasField("summary"):
+                self._finished(event.summary)
+                done.append(event.summary)
+                yield reply.chunk("", event.summary.finish_reason or "stop", steps)
+
     async def _stream(self, request, call, first, parsed: Parsed, reply: Reply,
                       headers: dict) -> web.StreamResponse:
         response = await self._open_stream(request, reply.id, headers)
         try:
-            if reply.chat:
-                await response.write(_sse(reply.first_chunk()))
-            steps = []  # logprobs of tokens whose text is still held back (a partial character)
-            prompt = PromptSteps()  # an echoed prompt's, sent as the first chunk (vLLM's order)
-            async for event in self._events(call, first):
-                if event.prompt_logprobs:
-                    if prompt is not None:  # (None: a re-run's, the same, after the echo)
-                        prompt.add(event)
-                    continue
-                if prompt is not None and reply.echo:
-                    await response.write(_sse(reply.echo_chunk(prompt)))
-                prompt = None
-                steps.extend(event.logprobs)
-                if event.text:
-                    await response.write(_sse(reply.chunk(event.text, steps=steps)))
-                    steps = []
-                if event.HasField("summary"):
-                    self._finished(event.summary)
-                    await response.write(_sse(reply.chunk("", event.summary.finish_reason
-                                                          or "stop", steps)))
-                    if parsed.include_usage:
-                        await response.write(_sse(reply.usage_chunk(event.summary)))
+            done = []
+            async for chunk in self._chunks(call, first, reply, done):
+                await response.write(sse(chunk))
+            if parsed.include_usage and done:
+                await response.write(sse(reply.usage_chunk(done)))
         except grpc.RpcError as exc:  # headers are gone: report in-band, as vLLM does
             metrics.TURNS.labels("error").inc()
-            await response.write(_sse(from_grpc(exc, self.retry_after).body()))
+            await response.write(sse(from_grpc(exc, self.retry_after).body()))
         except (ConnectionResetError, ConnectionError):
             metrics.TURNS.labels("cancelled").inc()
             log.info("client went away mid-stream")
             return response
-        await response.write(_sse("[DONE]"))
+        await response.write(sse("[DONE]"))
         await response.write_eof()
         return response
 
