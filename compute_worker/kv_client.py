@@ -69,6 +69,8 @@ class KVClient:
 
     def _release_soon(self, lease_id: str) -> None:
         """ReleaseLease without waiting for the answer (a read's latency need not include it)."""
+        if not lease_id:  # (a store from before prepared writes had leases to give back)
+            return
         future = self.stub.ReleaseLease.future(kv_store_pb2.ReleaseLeaseRequest(
             lease_id=lease_id), timeout=self.timeout)
         self._releasing.add(future)
@@ -190,9 +192,13 @@ class KVClient:
             reply = self.stub.PrepareShmWrite(kv_store_pb2.PrepareShmWriteRequest(
                 session_id=session_id, start_token=start_token, num_bytes=len(data)),
                 timeout=self.timeout)
+        except grpc.RpcError:
+            return ""  # no room in shared memory now
+        try:
             view = memoryview(data).cast("B")
             if sum(p.length for p in reply.pieces) != len(view):
-                return ""  # not what we asked for; the region expires on its own
+                self._release_soon(reply.lease_id)  # not what we asked for: give it back
+                return ""
             pos = 0
             for piece in reply.pieces:
                 fd = os.open(self._shm_dir / piece.region, os.O_WRONLY)
@@ -207,9 +213,8 @@ class KVClient:
             return reply.region
         except OSError:
             self._shm_checked = False  # the store restarted (a new arena): ask again next time
+            self._release_soon(reply.lease_id)  # and the write streams: the region goes back
             return ""
-        except grpc.RpcError:
-            return ""  # no room in shared memory now; an unused region expires on its own
 
     def close(self) -> None:
         self._channel.close()

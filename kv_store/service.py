@@ -275,10 +275,11 @@ class KVStoreService(kv_store_pb2_grpc.KVStoreServicer):
 
     @_status
     def PrepareShmWrite(self, request, context):
-        name, pieces = self.store.prepare_shm_write(request.session_id, request.start_token,
-                                                    request.num_bytes,
-                                                    _lease_seconds(request.lease_seconds))
-        return kv_store_pb2.PrepareShmWriteReply(region=name, pieces=_wire_pieces(pieces))
+        name, pieces, lease = self.store.prepare_shm_write(
+            request.session_id, request.start_token, request.num_bytes,
+            _lease_seconds(request.lease_seconds))
+        return kv_store_pb2.PrepareShmWriteReply(region=name, pieces=_wire_pieces(pieces),
+                                                 lease_id=lease)
 
 
 def _wire_pieces(pieces) -> list:

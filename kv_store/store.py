@@ -150,6 +150,7 @@ class KVStore:
         with self._lock:
             known = self.leases.release(lease_id)
             self.reads.release_hold(lease_id)
+            self.writes.drop_expired_prepared()  # a prepared write given up: its region back
         if not known:
             raise errors.not_found(f"no lease {lease_id!r} (released or expired)")
 

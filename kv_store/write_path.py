@@ -36,9 +36,9 @@ class WritePath:
         return Payload(nbytes, self.parts.dram.arena, segments) if segments else Payload(nbytes)
 
     def prepare_shm_write(self, session_id: str, start_token: int, nbytes: int,
-                          lease_seconds: float) -> tuple[str, list[ShmPiece]]:
-        """Regions for a co-located worker to write a turn's KV into, in order, and the name
-        the WriteKV that follows gives them."""
+                          lease_seconds: float) -> tuple[str, list[ShmPiece], str]:
+        """Regions for a co-located worker to write a turn's KV into, in order, the name the
+        WriteKV that follows gives them, and their lease (released: the write will not come)."""
         check_session_id(session_id)
         if nbytes <= 0:
             raise errors.invalid("num_bytes must be positive")
@@ -51,7 +51,7 @@ class WritePath:
                                            lease_seconds or self.parts.lease_seconds, pin=False)
             payload = Payload(nbytes, self.parts.dram.arena, segments)
             self._prepared[segments[0].name] = (session_id, payload, lease_id)
-            return segments[0].name, payload.pieces()
+            return segments[0].name, payload.pieces(), lease_id
 
     def take_prepared(self, region: str, session_id: str, nbytes: int) -> Payload:
         with self.parts.lock:
