@@ -103,6 +103,19 @@ class EngineHost:
                     max_batch=engine.max_batch, running=engine.running,
                     max_prompt_bytes=self.max_prompt_bytes)
 
+    def tokenize(self, request: bytes) -> tuple[str, bytes | str]:
+        """("reply", TokenizeReply bytes) or ("error", message): tokenize.py on this tokenizer."""
+        from compute_worker.prompt import TurnError
+        from compute_worker.tokenize import tokenize, tokenizer_info
+
+        tokenizer = self.runner.tokenizer
+        info = tokenizer_info(tokenizer, self.runner.max_context, self.model_name)
+        try:
+            reply = tokenize(tokenizer, common_pb2.TokenizeRequest.FromString(request), info)
+        except TurnError as exc:
+            return "error", str(exc)
+        return "reply", reply.SerializeToString()
+
     def cancel_turn(self, key: str) -> bool:
         """Stop the turn run_turn runs under `key` (its client left)."""
         return self.runner.cancel(key)

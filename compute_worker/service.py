@@ -14,6 +14,7 @@ from services.runtime import metrics
 from services.runtime.gen import common_pb2, compute_worker_pb2, compute_worker_pb2_grpc
 from services.runtime.rpc_errors import BadRequest
 from services.runtime.limits import MAX_SESSION_ID_BYTES, UINT32_MAX
+from services.runtime.tokenize_bounds import tokenize_problem
 from services.runtime.turn_bounds import turn_bounds_problem
 
 from compute_worker.prompt import TurnError
@@ -99,6 +100,19 @@ class ComputeWorkerService(compute_worker_pb2_grpc.ComputeWorkerServicer):
                     pass
             with self._lock:
                 self._running -= 1
+
+    def Tokenize(self, request, context):
+        problem = tokenize_problem(request)
+        if problem:
+            raise BadRequest(problem)
+        try:  # the actor's own tokenizer: the one its turns use
+            kind, payload = ray.get(self.actor.tokenize.remote(request.SerializeToString()),
+                                    timeout=context.time_remaining())
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError) as exc:
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"engine actor: {type(exc).__name__}")
+        if kind == "error":
+            raise BadRequest(payload)
+        return common_pb2.TokenizeReply.FromString(payload)
 
     def Info(self, request, context):
         with self._lock:

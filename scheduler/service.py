@@ -7,10 +7,10 @@ core (dispatcher.py) hands it a worker. EndSession takes the same lock (a runnin
 and saves its KV first), then the index forgets the session and its store shard frees its KV.
 PrepareSession takes no lock (a running turn must not delay it): it asks the session's store
 shard to promote its KV from SSD to DRAM and answers at once. Register/Deregister go to
-members.py; Stats reads all. Put/Get/DeleteResponse keep the Responses API's stored responses
-(response_store.py) for every gateway replica; with `--state-dir` both the conversation index
-and the stored responses are journaled there (conversation_journal.py, response_journal.py), so
-a restart keeps them.
+members.py; Stats reads all; Tokenize goes to a worker (tokenize_relay.py).
+Put/Get/DeleteResponse keep the Responses API's stored responses (response_store.py) for every
+gateway replica; with `--state-dir` both the conversation index and the stored responses are
+journaled there (conversation_journal.py, response_journal.py), so a restart keeps them.
 """
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ from scheduler.response_journal import ResponseJournal
 from scheduler.response_store import MissingResponse, ResponseStore, StoredResponse
 from scheduler.restore_chooser import LiveRestoreChooser
 from scheduler.session_locks import SessionLocks
+from scheduler.tokenize_relay import relay_tokenize
 from scheduler.validation import response_problem, session_problem, turn_problem
 from scheduler.workers import WorkerPool
 
@@ -193,6 +194,10 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         if deleted and self.response_journal is not None:
             self.response_journal.deleted(request.tenant, request.id)
         return scheduler_pb2.DeleteResponseReply(deleted=deleted)
+
+    def Tokenize(self, request, context):
+        self._settle(context)  # the workers must have registered again
+        return relay_tokenize(self.pool, request, context)
 
     @staticmethod
     def _valid(context, tenant: str, response_id: str, previous_id: str = "") -> None:

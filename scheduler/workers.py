@@ -103,6 +103,12 @@ class WorkerPool:
             worker.running += 1
             return worker
 
+    def by_load(self) -> list[Worker]:
+        """The healthy workers (of the served model), least loaded first; no slot taken."""
+        with self._lock:
+            healthy = [w for w in self.workers if w.healthy]
+        return sorted(healthy, key=lambda w: w.running / w.max_running)
+
     def release(self, worker: Worker, failed: bool = False) -> None:
         with self._lock:
             worker.running -= 1

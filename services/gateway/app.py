@@ -30,6 +30,7 @@ from services.gateway.request_body import read_body
 from services.gateway.responses import VERSION, Reply, model_card
 from services.gateway.responses_api import ResponsesApi
 from services.gateway.sessions_api import SessionsApi
+from services.gateway.tokenizer_api import TokenizerApi
 from services.gateway.turns import TurnServer
 from services.gateway.waiting import Admission, Shed, Slot
 
@@ -86,6 +87,7 @@ class Gateway:
             *NativeApi(self).routes(),  # SGLang's /generate and its helpers
             *ResponsesApi(self).routes(),  # OpenAI's Responses API, previous_response_id
             *SessionsApi(self).routes(),  # DELETE /v1/sessions/{session}, POST .../prepare
+            *TokenizerApi(self).routes(),  # vLLM's /tokenize, /detokenize, /tokenizer_info
         ])
         self.app.on_cleanup.append(lambda _: self.backend.close())
         self.app.on_response_prepare.append(self.cors.on_prepare)

@@ -1,5 +1,5 @@
 """The gateway's asynchronous client of the Scheduler API (SubmitTurn, sessions, stored
-responses, health)."""
+responses, tokenizer, health)."""
 from __future__ import annotations
 
 import grpc
@@ -128,6 +128,12 @@ class Backend:
         self._open()
         return (await self._stub.DeleteResponse(scheduler_pb2.GetResponseRequest(
             tenant=tenant, id=response_id), timeout=timeout)).deleted
+
+    async def tokenize(self, request: common_pb2.TokenizeRequest,
+                       timeout: float) -> common_pb2.TokenizeReply:
+        """A worker's tokenizer, through the scheduler (tokenizer_api.py)."""
+        self._open()
+        return await self._stub.Tokenize(request, timeout=timeout)
 
     async def close(self) -> None:
         if self._channel is not None:

@@ -143,9 +143,8 @@ def _template_flags(body: dict, parsed: Parsed) -> None:
     parsed.continue_final_message, parsed.no_generation_prompt = cont, not gen
 
 
-def parse_chat(body: dict, config: GatewayConfig) -> Parsed:
-    check_chat_fields(body)
-    parsed = Parsed()
+def parse_messages(body: dict, parsed: Parsed) -> None:
+    """`messages` and the template's flags into `parsed` (a chat request's, /tokenize's)."""
     messages = typed(body, "messages", (list,))
     if not messages:
         raise bad_request("'messages' must be a non-empty array", "messages")
@@ -160,6 +159,12 @@ def parse_chat(body: dict, config: GatewayConfig) -> Parsed:
     if body.get("tools"):
         raise bad_request("tools are not supported", "tools")
     _template_flags(body, parsed)
+
+
+def parse_chat(body: dict, config: GatewayConfig) -> Parsed:
+    check_chat_fields(body)
+    parsed = Parsed()
+    parse_messages(body, parsed)
     _common(body, parsed, config)
     # OpenAI's chat: logprobs a boolean, top_logprobs 0..20 and only with it
     parsed.logprobs = typed(body, "logprobs", (bool,), False)

@@ -73,6 +73,11 @@ def check_chat_fields(body: dict) -> None:
     """400 naming the first chat field or message key this server would otherwise ignore."""
     _check(body, CHAT_READ | CHAT_IGNORED, CHAT_NEUTRAL)
     _stream_options(body)
+    check_message_fields(body)
+
+
+def check_message_fields(body: dict) -> None:
+    """400 naming the first message key this server would otherwise ignore."""
     messages = body.get("messages")
     for i, message in enumerate(messages if isinstance(messages, list) else ()):
         if isinstance(message, dict):
