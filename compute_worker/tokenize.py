@@ -12,6 +12,7 @@ def tokenizer_info(tokenizer, max_context: int, model: str) -> common_pb2.Tokeni
     eos = tokenizer.eos_token_ids[0] if tokenizer.eos_token_ids else None
     return common_pb2.TokenizerInfo(
         bos_token=spell(tokenizer.bos_token_id), eos_token=spell(eos),
+        pad_token=spell(getattr(tokenizer, "pad_token_id", None)),
         chat_template=tokenizer.chat_template or "", vocab_size=tokenizer.vocab_size,
         add_bos_token=tokenizer.add_bos, max_context=max_context, model=model)
 

@@ -42,8 +42,10 @@ def _token_str(v: Any) -> str | None:
 
 class ChatTokenizer:
     def __init__(self, tokenizer: Tokenizer, chat_template: str | None, *, bos_token_id: int | None,
-                 eos_token_ids: list[int], add_bos: bool = False) -> None:
+                 eos_token_ids: list[int], add_bos: bool = False,
+                 pad_token_id: int | None = None) -> None:
         self.tokenizer = tokenizer
+        self.pad_token_id = pad_token_id  # only described (/tokenizer_info), never used
         self.chat_template = chat_template
         self.bos_token_id = bos_token_id
         self.eos_token_ids = list(dict.fromkeys(eos_token_ids))
@@ -80,7 +82,8 @@ class ChatTokenizer:
         eos = [f(k) for k in ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
                               "tokenizer.ggml.eom_token_id") if f(k) is not None]
         return cls(tok, f("tokenizer.chat_template"), bos_token_id=f("tokenizer.ggml.bos_token_id"),
-                   eos_token_ids=[int(e) for e in eos], add_bos=bool(f("tokenizer.ggml.add_bos_token", False)))
+                   eos_token_ids=[int(e) for e in eos], add_bos=bool(f("tokenizer.ggml.add_bos_token", False)),
+                   pad_token_id=f("tokenizer.ggml.padding_token_id"))
 
     @classmethod
     def from_hf_dir(cls, path: str | Path, eos_token_ids: list[int] | None = None) -> "ChatTokenizer":
@@ -96,7 +99,7 @@ class ChatTokenizer:
         ids = lambda key: tok.token_to_id(_token_str(cfg.get(key)) or "")  # noqa: E731
         eos = list(eos_token_ids or []) + [i for i in [ids("eos_token")] if i is not None]
         return cls(tok, template, bos_token_id=ids("bos_token"), eos_token_ids=eos,
-                   add_bos=bool(cfg.get("add_bos_token", False)))
+                   add_bos=bool(cfg.get("add_bos_token", False)), pad_token_id=ids("pad_token"))
 
     # -- API -------------------------------------------------------------------------------
     @property
