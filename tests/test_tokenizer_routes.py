@@ -10,6 +10,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from services.gateway.config import GatewayConfig
+from tests.background_gateway import BackgroundGateway
+from tests.cluster import ServiceProcess
+
 TEXTS = ["Hello, world!", "Crème brûlée à la façon de Noël", "東京は日本の首都です。",
          "Emoji: 🎉🚀 and 👩‍👩‍👧 family", "  leading spaces\nand\ttabs  "]
 CHAT = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Héllo 世界 🎉"}]
@@ -117,3 +121,26 @@ def test_bodies_that_are_not_json_objects_or_not_utf8_are_400s(deployment):
             assert status == 400 and "error" in reply, (path, raw, reply)
     status, reply = call(deployment, "POST", "/tokenize", {"model": "gpt-9", "prompt": "a"})
     assert status == 404 and reply["error"]["param"] == "model"
+
+
+def test_with_no_worker_the_routes_answer_503_with_retry_after(tmp_path):
+    """A scheduler whose workers have not registered (yet): the gateway's 503, as for turns."""
+    scheduler = ServiceProcess("scheduler", tmp_path, "--store", "", "--workers", "",
+                               "--heartbeat-s", "0.2").wait()
+    try:
+        config = GatewayConfig(listen="127.0.0.1:0", scheduler=scheduler.target,
+                               request_timeout_s=30)
+        with BackgroundGateway(config) as gw:
+            for method, path, body in (("POST", "/tokenize", {"prompt": "hi"}),
+                                       ("POST", "/detokenize", {"tokens": [1, 2]}),
+                                       ("GET", "/tokenizer_info", None)):
+                conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=60)
+                conn.request(method, path, None if body is None else json.dumps(body),
+                             {"Content-Type": "application/json"})
+                reply = conn.getresponse()
+                payload = json.loads(reply.read())
+                conn.close()
+                assert reply.status == 503 and reply.getheader("Retry-After"), payload
+                assert payload["error"]["message"], payload
+    finally:
+        scheduler.stop()
