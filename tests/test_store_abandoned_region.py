@@ -8,24 +8,17 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 from compute_worker.kv_client import KVClient
 from kv_store.tiers.shm_arena import ARENA
 from services.runtime.gen import common_pb2, kv_store_pb2
 from tests.store_helpers import BPT, token_bytes
+from tests.test_membership import wait_for
 from tests.test_store_drain import _store
 
 
 def leases(client: KVClient) -> int:
     return client.stub.Stats(kv_store_pb2.StoreStatsRequest(), timeout=10).leases
-
-
-def wait_for(check, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not check() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return check()
 
 
 def test_a_released_prepared_region_is_not_waited_for_by_a_stopping_store(tmp_path):
@@ -56,7 +49,7 @@ def test_a_write_whose_region_cannot_be_opened_streams_and_gives_the_region_back
         reply = client.write("s", 0, tokens, common_pb2.KV_FORMAT_KV, BPT, "m", data)
         assert reply.num_tokens == len(tokens)  # streamed instead
         assert bytes(client.read("s").data) == data
-        assert wait_for(lambda: leases(client) == 0)  # the region it was given is back
+        wait_for(lambda: leases(client) == 0, timeout=10)  # the region it was given is back
     finally:
         client.close()
         store.stop()

@@ -16,22 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import logging
 
-import grpc
 from aiohttp import web
 
-from services.runtime import metrics
-
-from services.gateway.errors import ApiError, bad_request, from_grpc
+from services.gateway.errors import bad_request
 from services.gateway.fields import UINT64_MAX
 from services.gateway.logprobs import PromptSteps
 from services.gateway.protocol import Parsed
 from services.gateway.responses import Reply
 from services.gateway.turns import (SESSION_HEADERS, TurnServer, session_headers, session_of,
-                                    sse, turn_request)
+                                    turn_request)
 
-log = logging.getLogger("bidaw.gateway")
 # Turns of one request in flight at once: one worker's default batch (--max-batch 16), so a
 # batch of 256 keeps a worker full without taking the whole scheduler's queue.
 CONCURRENT = 16
@@ -121,22 +116,14 @@ class BatchTurns(TurnServer):
             if not opened.done():
                 ended.result()  # refused before the first choice began: the HTTP error
             response = await self._open_stream(request, replies[0].id, opened.result())
-            try:
-                await self._write_all(response, chunks, ended)
+
+            async def all_chunks():
+                async for chunk in self._merged(chunks, ended):
+                    yield chunk
                 if turns[0].include_usage:
                     summaries = [d[0] for d in done]
-                    await response.write(sse(replies[0].usage_chunk(summaries, summaries[::n])))
-            except (ApiError, grpc.RpcError) as exc:  # headers are gone: in-band, as vLLM does
-                metrics.TURNS.labels("error").inc()
-                error = exc if isinstance(exc, ApiError) else from_grpc(exc, self.retry_after)
-                await response.write(sse(error.body()))
-            except (ConnectionResetError, ConnectionError):
-                metrics.TURNS.labels("cancelled").inc()
-                log.info("client went away mid-stream")
-                return response
-            await response.write(sse("[DONE]"))
-            await response.write_eof()
-            return response
+                    yield replies[0].usage_chunk(summaries, summaries[::n])
+            return await self._streamed(response, all_chunks())
         finally:
             for task in tasks:
                 task.cancel()  # after a failure or a client gone: the others' turns stop too
@@ -145,7 +132,7 @@ class BatchTurns(TurnServer):
                 ended.exception()  # (read: no "never retrieved" warning)
 
     @staticmethod
-    async def _write_all(response: web.StreamResponse, chunks: asyncio.Queue, ended) -> None:
+    async def _merged(chunks: asyncio.Queue, ended):
         """Every chunk the choices put, until all have ended (raises what one failed with)."""
         while True:
             got = asyncio.ensure_future(chunks.get())
@@ -153,7 +140,7 @@ class BatchTurns(TurnServer):
             if not got.done():
                 got.cancel()
                 while not chunks.empty():
-                    await response.write(sse(chunks.get_nowait()))
+                    yield chunks.get_nowait()
                 ended.result()
                 return
-            await response.write(sse(got.result()))
+            yield got.result()

@@ -186,15 +186,25 @@ class TurnServer:
     async def _stream(self, request, call, first, parsed: Parsed, reply: Reply,
                       headers: dict) -> web.StreamResponse:
         response = await self._open_stream(request, reply.id, headers)
-        try:
+
+        async def chunks():
             done = []
             async for chunk in self._chunks(call, first, reply, done):
-                await response.write(sse(chunk))
+                yield chunk
             if parsed.include_usage and done:
-                await response.write(sse(reply.usage_chunk(done)))
-        except grpc.RpcError as exc:  # headers are gone: report in-band, as vLLM does
+                yield reply.usage_chunk(done)
+        return await self._streamed(response, chunks())
+
+    async def _streamed(self, response: web.StreamResponse, chunks) -> web.StreamResponse:
+        """`chunks` (dicts, as they come) written as SSE, then [DONE]. The headers are gone:
+        a failure is reported in-band, as vLLM does; a client gone ends it quietly."""
+        try:
+            async for chunk in chunks:
+                await response.write(sse(chunk))
+        except (ApiError, grpc.RpcError) as exc:
             metrics.TURNS.labels("error").inc()
-            await response.write(sse(from_grpc(exc, self.retry_after).body()))
+            error = exc if isinstance(exc, ApiError) else from_grpc(exc, self.retry_after)
+            await response.write(sse(error.body()))
         except (ConnectionResetError, ConnectionError):
             metrics.TURNS.labels("cancelled").inc()
             log.info("client went away mid-stream")
