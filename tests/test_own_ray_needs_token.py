@@ -31,6 +31,10 @@ ray.init(address=sys.argv[1], log_to_driver=False, logging_level="ERROR")
 print("ran:", ray.get(ray.remote(lambda: 1).remote(), timeout=30))
 """
 
+# ray.init tries the GCS 20 times a second apart before giving up (~20 s a refused probe);
+# Ray's own override of that count: a refusal is an answer, the first try already gets it.
+PROBE_TRIES = {"RAY_gcs_server_port_wait_time_s": "3"}
+
 
 def _machine_address() -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -56,7 +60,8 @@ def test_a_workers_own_ray_refuses_callers_without_its_token():
         for auth in ({"RAY_AUTH_MODE": "disabled"},
                      {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 64}):
             probe = subprocess.run([sys.executable, "-c", PROBE, target], cwd=ROOT, text=True,
-                                   capture_output=True, timeout=120, env={**env, **auth})
+                                   capture_output=True, timeout=120,
+                                   env={**env, **auth, **PROBE_TRIES})
             assert probe.returncode != 0 and "ran:" not in probe.stdout, auth
             assert "Failed to connect" in probe.stderr or "auth" in probe.stderr.lower()
         for path in pathlib.Path(temp_dir).rglob("*"):  # Ray's logs and session files
