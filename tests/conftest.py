@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 
 import pytest
 
@@ -22,6 +23,23 @@ def shared_ray():
     yield ray
     os.environ.pop(ADDRESS_ENV, None)
     ray.stop()
+
+
+_TORCH_THREADS: list[int] = []
+
+
+@pytest.fixture(autouse=True)
+def torch_threads():
+    """Each test starts on the process's default torch threads (2 on two cores), as when it
+    runs alone. bench/chaos/reference.py sets 1 for good, and an Engine made afterwards keeps
+    the count it found: every model test after the chaos tests ran on one core of two."""
+    torch = sys.modules.get("torch")
+    if torch is not None and not _TORCH_THREADS:
+        _TORCH_THREADS.append(torch.get_num_threads())
+    yield
+    torch = sys.modules.get("torch")  # back after the test, before the next module's fixtures
+    if _TORCH_THREADS and torch is not None and torch.get_num_threads() != _TORCH_THREADS[0]:
+        torch.set_num_threads(_TORCH_THREADS[0])
 
 
 @pytest.fixture(scope="session")
