@@ -35,7 +35,7 @@ def test_the_scheduler_without_its_store_says_it_once(caplog):
         server, service = start(SchedulerConfig(listen="127.0.0.1:0", workers=[],
                                                 store="127.0.0.1:1"))
         try:
-            time.sleep(12)  # ~5 reconnect tries at the 5 s backoff cap
+            time.sleep(7)  # 6 tries: at 0, 0.2, 0.6, 1.4, 3, 6.2 s (a 0.2-s backoff, doubling)
         finally:
             server.stop(0)
     lost = [r for r in caplog.records if "awareness stream to 127.0.0.1:1" in r.getMessage()]
