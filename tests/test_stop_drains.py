@@ -22,7 +22,6 @@ import pytest
 
 from services.launch.launcher import LocalDeployment
 from services.launch.service_process import lock_data_dir
-from tests.shared_ray import OWN_RAY
 
 TOKENS = 200
 
@@ -58,7 +57,7 @@ def _stream(url: str, out: dict, started: threading.Event) -> None:
 @pytest.fixture(scope="module")
 def dep(tmp_path_factory):
     d = LocalDeployment(data_dir=str(tmp_path_factory.mktemp("drain")), dram_bytes="16MiB",
-                        extra_env=OWN_RAY, on_restart=lambda line: None)
+                        on_restart=lambda line: None)  # its worker joins the tests' Ray
     d.start()
     yield d
     d.stop()
