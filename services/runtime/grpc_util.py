@@ -202,19 +202,21 @@ def why_unanswered(target: str, probe, timeout: float = 5.0, tls=PROCESS) -> str
 def wait_healthy(target: str, timeout: float = 60.0, service: str = "",
                  alive=lambda: True, tls=PROCESS) -> None:
     """Block until `target` reports SERVING; TimeoutError after `timeout` or once `alive()`
-    turns false (the process serving it died)."""
+    turns false (the process serving it died). Each try dials afresh: one channel waits out its
+    reconnect backoff (up to RECONNECT_BACKOFF_MS[1]) between dials, so a service that had just
+    begun to listen was seen up to 2 s late, at every start of a deployment's services."""
     import time
 
     deadline = time.monotonic() + timeout
-    with channel(target, tls) as ch:
-        stub = health_pb2_grpc.HealthStub(ch)
-        while True:
+    while True:
+        with channel(target, tls) as ch:
             try:
-                reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=2.0)
+                reply = health_pb2_grpc.HealthStub(ch).Check(
+                    health_pb2.HealthCheckRequest(service=service), timeout=2.0)
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:
                     return
             except grpc.RpcError:
                 pass
-            if time.monotonic() > deadline or not alive():
-                raise TimeoutError(f"{target} not healthy after {timeout:.0f}s")
-            time.sleep(0.2)
+        if time.monotonic() > deadline or not alive():
+            raise TimeoutError(f"{target} not healthy after {timeout:.0f}s")
+        time.sleep(0.2)
