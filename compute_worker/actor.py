@@ -82,6 +82,7 @@ class EngineHost:
         # --store "" is the recompute baseline (no store at all); otherwise each session goes to
         # its shard by consistent hash over the shards the scheduler sends with the turn.
         self.use_scheduler_stores = bool(config.store)
+        self._tokenizer_info = None  # /tokenizer_info's fields, made at the first Tokenize
         store = KVShards(config.store) if config.store else None
         connector = make_connector(store, model, self.model_name,
                                    resolve_format(config.kv_format, model.config))
@@ -109,9 +110,12 @@ class EngineHost:
         from compute_worker.tokenize import tokenize, tokenizer_info
 
         tokenizer = self.runner.tokenizer
-        info = tokenizer_info(tokenizer, self.runner.max_context, self.model_name)
+        if self._tokenizer_info is None:  # fixed for the actor's life
+            self._tokenizer_info = tokenizer_info(tokenizer, self.runner.max_context,
+                                                  self.model_name)
         try:
-            reply = tokenize(tokenizer, common_pb2.TokenizeRequest.FromString(request), info)
+            reply = tokenize(tokenizer, common_pb2.TokenizeRequest.FromString(request),
+                             self._tokenizer_info)
         except TurnError as exc:
             return "error", str(exc)
         return "reply", reply.SerializeToString()

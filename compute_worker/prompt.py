@@ -2,12 +2,12 @@
 tokenized as it is, or ids given directly."""
 from __future__ import annotations
 
+from services.runtime.turn_bounds import ROLES
+
 
 class TurnError(ValueError):
     """The request cannot be served as asked (bad prompt, too long...): INVALID_ARGUMENT."""
 
-
-ROLES = ("system", "user", "assistant")
 # OpenAI's and vLLM's opening words for a prompt the context cannot hold: clients match them
 # (LiteLLM's ContextWindowExceededError, context-trimming retries) and the gateway gives such a
 # refusal the code context_length_exceeded (services/gateway/errors.py CONTEXT_EXCEEDED)

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 from services.runtime.gen import common_pb2, scheduler_pb2
 from services.runtime.limits import MAX_SESSION_ID_BYTES
-from services.runtime.turn_bounds import tenant_problem, turn_bounds_problem
+from services.runtime.turn_bounds import ROLES, tenant_problem, turn_bounds_problem
 
 from scheduler.member_address import address_problem
 
-ROLES = ("system", "user", "assistant")
 MEMBER_KINDS = (scheduler_pb2.MEMBER_KIND_WORKER, scheduler_pb2.MEMBER_KIND_STORE)
 MAX_TOP_LOGPROBS = 20  # OpenAI's and vLLM's most (the gateway's and the worker's too)
 _TOO_LONG = f"session_id is longer than {MAX_SESSION_ID_BYTES} bytes"

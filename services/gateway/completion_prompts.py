@@ -4,7 +4,7 @@ prompt of a batch is checked as a single one would be, and refused by its index.
 from __future__ import annotations
 
 from services.gateway.errors import bad_request
-from services.runtime.limits import INT32_MAX
+from services.gateway.fields import check_token_ids
 
 # The most prompts (or choices) one request may carry. Each runs as its own turn, at most 16 at
 # once (completion_batch.py): 256 covers the batch sizes evaluation harnesses are run with
@@ -24,11 +24,7 @@ def _one(value, vocab_size: int, param: str) -> str | list[int]:
     if isinstance(value, str) and value:
         return value
     if _token_ids(value) and value:
-        ids_below = vocab_size or INT32_MAX + 1
-        bad = next((t for t in value if not 0 <= t < ids_below), None)
-        if bad is not None:
-            raise bad_request(f"prompt token id {bad} is outside the vocabulary "
-                              f"[0, {ids_below})", param)
+        check_token_ids(value, vocab_size, param, "prompt token id")
         return value
     raise bad_request(f"'{param}' must be a non-empty string or array of token ids", param)
 

@@ -11,6 +11,15 @@ _NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a strin
           list: "an array", dict: "an object"}
 
 
+def check_token_ids(ids: list[int], vocab_size: int, param: str, what: str = "token id") -> None:
+    """400 naming `param` for the first id outside the vocabulary (`vocab_size` 0: unknown,
+    then int32's range)."""
+    below = vocab_size or INT32_MAX + 1
+    bad = next((t for t in ids if not 0 <= t < below), None)
+    if bad is not None:
+        raise bad_request(f"{what} {bad} is outside the vocabulary [0, {below})", param)
+
+
 def typed(body: dict, name: str, kinds: tuple, default=None, param: str | None = None):
     """body[name] if it is one of `kinds` (JSON true is not a number here); `default` when
     absent or null."""

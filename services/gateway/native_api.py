@@ -22,7 +22,7 @@ from aiohttp import web
 from services.runtime import metrics
 
 from services.gateway.errors import ApiError, bad_request, from_grpc
-from services.gateway.fields import INT32_MAX, UINT32_MAX, integer, typed
+from services.gateway.fields import INT32_MAX, UINT32_MAX, check_token_ids, integer, typed
 from services.gateway import logprobs as shapes
 from services.gateway.logprobs import PromptSteps
 from services.gateway.prompt_size import check_prompt_size
@@ -75,15 +75,11 @@ def _prompt(body: dict, parsed: Parsed, vocab_size: int) -> None:
                               "text")
         parsed.raw_prompt = text
         return
-    ids_below = vocab_size or INT32_MAX + 1
     if not isinstance(ids, list) or not ids or not all(
             isinstance(t, int) and not isinstance(t, bool) for t in ids):
         raise bad_request("'input_ids' must be a non-empty array of token ids (one prompt "
                           "per request)", "input_ids")
-    bad = next((t for t in ids if not 0 <= t < ids_below), None)
-    if bad is not None:
-        raise bad_request(f"input_ids token id {bad} is outside the vocabulary "
-                          f"[0, {ids_below})", "input_ids")
+    check_token_ids(ids, vocab_size, "input_ids", "input_ids token id")
     parsed.prompt_token_ids = ids
 
 

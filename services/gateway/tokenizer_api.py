@@ -11,12 +11,11 @@ import grpc
 from aiohttp import web
 
 from services.gateway.errors import ApiError, bad_request, from_grpc
-from services.gateway.fields import typed
+from services.gateway.fields import check_token_ids, typed
 from services.gateway.protocol import Parsed, check_model, parse_messages
 from services.gateway.request_body import read_body
 from services.gateway.request_fields import check_fields, check_message_fields
 from services.runtime.gen import common_pb2
-from services.runtime.limits import INT32_MAX
 
 TEXT_FIELDS = {"model", "prompt", "add_special_tokens"}
 CHAT_FIELDS = {"model", "messages", "add_special_tokens", "add_generation_prompt",
@@ -69,10 +68,7 @@ class TokenizerApi:
         if tokens is None or not all(isinstance(t, int) and not isinstance(t, bool)
                                      for t in tokens):
             raise bad_request("'tokens' must be an array of token ids", "tokens")
-        below = self.gateway.config.vocab_size or INT32_MAX + 1
-        bad = next((t for t in tokens if not 0 <= t < below), None)
-        if bad is not None:
-            raise bad_request(f"token id {bad} is outside the vocabulary [0, {below})", "tokens")
+        check_token_ids(tokens, self.gateway.config.vocab_size, "tokens")
         reply = await self._call(request, common_pb2.TokenizeRequest(
             op=common_pb2.TOKENIZE_OP_DETOKENIZE, token_ids=tokens))
         return web.json_response({"prompt": reply.text})  # a split character: U+FFFD

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from services.runtime.gen import common_pb2
 from services.runtime.limits import INT32_MAX, first_outside
+from services.runtime.turn_bounds import ROLES
 
-ROLES = ("system", "user", "assistant")  # a chat turn's (compute_worker/prompt.py)
 NEEDS = {common_pb2.TOKENIZE_OP_TEXT: "prompt", common_pb2.TOKENIZE_OP_MESSAGES: "messages",
          common_pb2.TOKENIZE_OP_DETOKENIZE: "token_ids"}
 

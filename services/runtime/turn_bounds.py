@@ -12,6 +12,7 @@ import re
 from services.runtime.gen import common_pb2
 from services.runtime.limits import INT32_MAX, UINT32_MAX, first_outside
 
+ROLES = ("system", "user", "assistant")  # a chat turn's messages (the gateway maps the rest)
 MAX_STOPS = 16  # OpenAI's API takes up to 4; the gateway up to this many
 MAX_TENANT = 64
 TENANT_RE = re.compile(r"[A-Za-z0-9_.-]{1,%d}" % MAX_TENANT)
