@@ -218,3 +218,34 @@ def test_the_gateway_never_keeps_a_turn_waiting_past_its_request_timeout():
     short = Gateway(GatewayConfig(request_timeout_s=30.0, max_queue_wait_s=120.0))
     assert short.admission.queue.max_wait_s == 30.0
     assert Gateway(GatewayConfig()).admission.queue.max_wait_s == 120.0
+
+
+def test_a_batch_holds_a_slot_per_turn_and_waits_for_them_in_its_place():
+    q = FairQueue(slots=4, max_waiting=10)
+    wide = q.arrive("a", 0.0, turns=3)
+    one = q.arrive("b", 0.1)
+    assert wide.state == ADMITTED and one.state == ADMITTED and q.running == 4
+    second = q.arrive("c", 0.2, turns=2)
+    after = q.arrive("d", 0.3)  # one slot would do, but it came after the batch
+    assert second.state == WAITING and after.state == WAITING
+    assert admitted(q.release(1.0)) == []  # b's slot alone: the batch at the head needs 2
+    assert q.running == 3 and after.state == WAITING
+    assert admitted(q.release(1.1, turns=3)) == [second, after]  # then both, in order
+    assert q.running == 3
+    with pytest.raises(ValueError):
+        q.arrive("a", 2.0, turns=5)  # wider than every slot: the gateway caps it first
+    with pytest.raises(ValueError):
+        q.arrive("a", 2.0, turns=0)
+
+
+def test_a_batch_wider_than_the_shrunk_slots_goes_alone_and_is_never_kept_out():
+    q = FairQueue(slots=4, max_waiting=10)
+    held = q.arrive("a", 0.0)
+    q.requeue(held, 0.1)  # the back end is full: the slots shrink to 1, and it runs again
+    assert held.state == ADMITTED and q.capacity == 1
+    wide = q.arrive("b", 0.2, turns=4)
+    assert wide.state == WAITING
+    assert admitted(q.release(0.5, finished=False)) == [wide]  # alone, all 4 at once
+    assert q.running == 4
+    # refused as full again: its 4 turns leave, and alone it is let through again at once
+    assert admitted(q.requeue(wide, 0.6)) == [wide] and q.running == 4 and q.capacity == 1

@@ -155,3 +155,59 @@ def test_a_tenant_at_its_in_flight_cap_gets_429(limited, fake):
     assert results == [200]
     # the refusal did not take initech's second token: it is served now its turn is done
     assert post(limited, "/v1/chat/completions", chat_body("hi"), auth("sk-initech"))[0] == 200
+
+
+def test_in_flight_counts_turns_and_a_request_may_hold_several():
+    limit = InFlight(4)
+    assert limit.enter("a", 3) and not limit.enter("a", 2) and limit.enter("a")
+    assert limit.count("a") == 4 and not limit.enter("a")
+    limit.leave("a", 3)
+    assert limit.count("a") == 1 and limit.enter("b", 4)
+    limit.leave("a")
+    assert len(limit) == 1  # idle tenants leave no entry
+
+
+@pytest.fixture(scope="module")
+def three_each(fake):
+    server, _ = fake
+    config = GatewayConfig(listen="127.0.0.1:0", scheduler=f"127.0.0.1:{server.port}",
+                           api_keys="acme:sk-acme,globex:sk-globex", tenant_max_in_flight=3,
+                           max_in_flight=8, request_timeout_s=30)
+    with BackgroundGateway(config) as gw:
+        yield gw
+
+
+@pytest.mark.parametrize("body", [
+    {"model": "bidaw", "prompt": ["!block"] * 5, "max_tokens": 4},
+    chat_body("!block", n=5, max_tokens=4)], ids=["five-prompts", "n-5"])
+def test_a_batch_counts_each_turn_it_runs_against_its_tenants_limit(three_each, fake, body):
+    _, scheduler = fake
+    scheduler.release.clear()
+    scheduler.blocked = 0
+    path = "/v1/completions" if "prompt" in body else "/v1/chat/completions"
+    body = {**body, "model": chat_body("")["model"]}
+    results = []
+    batch = threading.Thread(target=lambda: results.append(post(
+        three_each, path, body, auth("sk-acme"))))
+    batch.start()
+    try:
+        deadline = time.monotonic() + 15
+        while scheduler.blocked < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)
+        assert scheduler.blocked == 3  # the tenant's 3, not the batch's own 16
+        status, _, refused = post(three_each, "/v1/chat/completions", chat_body("hi"),
+                                  auth("sk-acme"))
+        assert_error(status, refused, 429, "acme has 3 of its 3 turns in flight")
+        # another tenant is not held back by acme's batch
+        assert post(three_each, "/v1/chat/completions", chat_body("hi"),
+                    auth("sk-globex"))[0] == 200
+    finally:
+        scheduler.release.set()
+        batch.join(30)
+    status, _, answer = results[0]
+    assert status == 200, answer
+    assert len(answer["choices"]) == 5 and scheduler.blocked == 5
+    # every turn left: the tenant may run a whole batch's width again
+    assert post(three_each, "/v1/chat/completions", chat_body("hi", n=3, max_tokens=2),
+                auth("sk-acme"))[0] == 200

@@ -5,7 +5,9 @@ scheduler at once).
 Without it, a full gateway refused with 429 and whoever retried at the right moment won: waits
 spread from seconds to minutes. Here a turn that finds every slot taken keeps its place in its
 tenant's FIFO; a freed slot goes to the head of the next tenant's FIFO in turn, so one tenant
-cannot starve another and, within a tenant, turns go in arrival order. A turn is refused at
+cannot starve another and, within a tenant, turns go in arrival order. A request running
+several turns at once (a batch) holds a slot for each; at the head it waits until they are all
+free, and nobody passes it meanwhile (else single turns could keep it out for ever). A turn is refused at
 once (429) only when the FIFO is full, or when the measured drain rate says it would wait past
 its deadline anyway; its Retry-After is then the time the queue ahead of it takes to drain.
 
@@ -70,6 +72,7 @@ class Waiter:
     arrived: float
     deadline: float
     state: str = WAITING
+    turns: int = 1  # slots it holds once admitted: a batch request runs several turns at once
 
 
 @dataclass
@@ -100,13 +103,16 @@ class FairQueue:
 
     # -- arrivals ------------------------------------------------------------------------
 
-    def arrive(self, tenant: str, now: float) -> Waiter | Refusal:
-        """A new turn: ADMITTED (a slot is free and nobody waits), WAITING (queued; wait for
-        `grant` to admit it) or a Refusal to send back at once."""
+    def arrive(self, tenant: str, now: float, turns: int = 1) -> Waiter | Refusal:
+        """A new request of `turns` turns at once (at most `slots`): ADMITTED (its slots are
+        free and nobody waits), WAITING (queued; wait for `grant` to admit it) or a Refusal to
+        send back at once."""
+        if not 1 <= turns <= self.slots:
+            raise ValueError(f"turns must be in [1, {self.slots}]")
         self.drain.watch(now)
-        waiter = Waiter(tenant, now, now + self.max_wait_s)
-        if self.running < self._limit() and not self.waiting:
-            self.running += 1
+        waiter = Waiter(tenant, now, now + self.max_wait_s, turns=turns)
+        if self._fits(waiter) and not self.waiting:
+            self.running += turns
             waiter.state = ADMITTED
             return waiter
         refusal = self._refusal(tenant, now)
@@ -162,12 +168,12 @@ class FairQueue:
 
     # -- departures ----------------------------------------------------------------------
 
-    def release(self, now: float, finished: bool = True) -> list[Waiter]:
-        """An admitted turn left (`finished`: it was served, so it counts for the drain
-        rate); returns what `grant` returns."""
-        if self.running <= 0:
+    def release(self, now: float, finished: bool = True, turns: int = 1) -> list[Waiter]:
+        """An admitted request of `turns` left (`finished`: it was served, so it counts for
+        the drain rate); returns what `grant` returns."""
+        if self.running < turns:
             raise RuntimeError("release without an admitted turn")
-        self.running -= 1
+        self.running -= turns
         if finished:
             self.drain.record(now)
             self.capacity = min(float(self.slots), self.capacity + 1.0 / self.capacity)
@@ -177,9 +183,9 @@ class FairQueue:
         """The back end refused an admitted turn as full: the turn goes back to the head of
         its FIFO (its tenant first in the round), keeping its place and deadline, and the
         slots in use shrink to the turns the back end holds. Returns what `grant` returns."""
-        if waiter.state != ADMITTED or self.running <= 0:
+        if waiter.state != ADMITTED or self.running < waiter.turns:
             raise RuntimeError("requeue of a turn that holds no slot")
-        self.running -= 1
+        self.running -= waiter.turns
         self.capacity = float(max(1, self.running))
         waiter.state = WAITING
         self._fifos.setdefault(waiter.tenant, deque()).appendleft(waiter)
@@ -190,19 +196,26 @@ class FairQueue:
     def _limit(self) -> int:
         return max(1, int(self.capacity))
 
+    def _fits(self, waiter: Waiter) -> bool:
+        """Its turns fit in the free slots; a request wider than the slots in use (shrunk
+        by a full back end) goes alone, so it is never kept out for good."""
+        return self.running + waiter.turns <= self._limit() or not self.running
+
     def grant(self, now: float) -> list[Waiter]:
         """Fill free slots from the FIFOs, one tenant after another. Returns the waiters whose
         state changed: ADMITTED, or EXPIRED (past their deadline: the caller refuses them)."""
         granted = self.expire(now)
-        while self.running < self._limit() and self._fifos:
+        while self._fifos:
             tenant, fifo = next(iter(self._fifos.items()))
+            if not self._fits(fifo[0]):
+                break  # the head waits for its slots: nobody passes it, so it gets them
             waiter = fifo.popleft()
             if fifo:
                 self._fifos.move_to_end(tenant)
             else:
                 del self._fifos[tenant]
             self.waiting -= 1
-            self.running += 1
+            self.running += waiter.turns
             waiter.state = ADMITTED
             granted.append(waiter)
         return granted

@@ -1,6 +1,7 @@
 """The gateway's HTTP application: routes, auth, overload shedding, errors, spans and metrics."""
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import time
@@ -15,7 +16,7 @@ from services.runtime import tracing
 from services.gateway.admission import FairQueue
 from services.gateway.auth import Tenants
 from services.gateway.backend import Backend
-from services.gateway.completion_batch import BatchTurns
+from services.gateway.completion_batch import CONCURRENT, Batch, BatchTurns
 from services.gateway.config import GatewayConfig
 from services.gateway.cors import Cors
 from services.gateway.errors import ApiError
@@ -167,15 +168,25 @@ class Gateway:
         serve = prepare(request, tenant, body)
         if inspect.isawaitable(serve):  # a prepare that asks the scheduler first (responses)
             serve = await serve
-        self._admit_tenant(tenant)
+        width = 1
+        if isinstance(serve, Batch):  # several turns at once, each holding what one turn does
+            width = self._width(serve.turns)
+            serve = functools.partial(serve.run, width)
+        self._admit_tenant(tenant, width)
         try:
-            async with self.admission.slot(tenant) as slot:  # waits its turn in the FIFO
+            async with self.admission.slot(tenant, width) as slot:  # its turn in the FIFO
                 return await self._admitted(serve, slot)
         except Shed as exc:
             metrics.HTTP_SHED.labels(exc.reason).inc()
             raise ApiError(429, exc.message, None, "overloaded", exc.retry_after) from None
         finally:
-            self.tenant_in_flight.leave(tenant)
+            self.tenant_in_flight.leave(tenant, width)
+
+    def _width(self, turns: int) -> int:
+        """A batch's turns at once: never more than one tenant may hold, nor all slots."""
+        limits = (turns, CONCURRENT, self.config.max_in_flight,
+                  self.config.tenant_max_in_flight or turns)
+        return min(limits)
 
     async def _admitted(self, serve, slot: Slot) -> web.StreamResponse:
         self.in_flight += 1  # one event loop: no lock needed
@@ -197,17 +208,20 @@ class Gateway:
             self.in_flight -= 1
             metrics.HTTP_IN_FLIGHT.set(self.in_flight)
 
-    def _admit_tenant(self, tenant: str) -> None:
+    def _admit_tenant(self, tenant: str, turns: int = 1) -> None:
         """The tenant's own limits. The rate token is taken last, so a request refused for
         another reason costs the tenant nothing."""
-        if not self.tenant_in_flight.enter(tenant):
+        if not self.tenant_in_flight.enter(tenant, turns):
             metrics.HTTP_SHED.labels("tenant_in_flight").inc()
-            raise ApiError(429, f"tenant {tenant} has {self.tenant_in_flight.limit} requests "
-                           "in flight; retry later", None, "tenant_concurrency_exceeded",
+            held = self.tenant_in_flight.count(tenant)
+            raise ApiError(429, f"tenant {tenant} has {held} of its "
+                           f"{self.tenant_in_flight.limit} turns in flight"
+                           + (f" and this request runs {turns} at once" if turns > 1 else "")
+                           + "; retry later", None, "tenant_concurrency_exceeded",
                            self.config.retry_after_s)
         wait = self.tenant_rate.acquire(tenant, time.monotonic())
         if wait:
-            self.tenant_in_flight.leave(tenant)
+            self.tenant_in_flight.leave(tenant, turns)
             metrics.HTTP_SHED.labels("tenant_rate").inc()
             raise ApiError(429, f"tenant {tenant} is over its rate of "
                            f"{self.tenant_rate.rate:g} requests/s; retry later", None,
@@ -224,7 +238,7 @@ class Gateway:
             check_prompt_size(parsed, chat, self.config.max_prompt_bytes,
                               self.config.max_model_len)
             if parsed.n > 1:
-                return lambda: self.batch.serve_batch(request, tenant, [parsed], model, True)
+                return self.batch.batch(request, tenant, [parsed], model, True)
             return lambda: self.turns.serve(request, tenant, parsed,
                                             Reply(chat, model, parsed.logprobs))
         return prepare
@@ -237,7 +251,7 @@ class Gateway:
                               self.config.max_model_len, "prompt" if len(batch) == 1 else
                               f"prompt[{i}]")
         if len(batch) > 1 or batch[0].n > 1:
-            return lambda: self.batch.serve_batch(request, tenant, batch, model)
+            return self.batch.batch(request, tenant, batch, model)
         parsed = batch[0]
         return lambda: self.turns.serve(request, tenant, parsed, Reply(
             False, model, parsed.logprobs, parsed.echo, parsed.raw_prompt))

@@ -1,10 +1,12 @@
 """Several choices in one answer, as vLLM gives them: /v1/completions with a batch of prompts
 (`prompt` as a list: completion_prompts.py), and `n` > 1 (chat and completions). Each choice is
-its own turn, run concurrently (at most CONCURRENT at once); the choices are indexed prompt by
-prompt, n each (prompt i's j-th is i * n + j), and the usage sums the answers, with each prompt
-counted once (OpenAI's n). The request holds one admission slot, like any other; any turn's
-failure fails the whole request (the others are cancelled), as no partial answer can be told
-apart.
+its own turn, run concurrently (at most `width` at once: CONCURRENT, or fewer where the
+gateway's limits are lower); the choices are indexed prompt by prompt, n each (prompt i's j-th
+is i * n + j), and the usage sums the answers, with each prompt counted once (OpenAI's n). The
+request holds `width` admission slots and counts `width` turns against its tenant's in-flight
+limit, as that many single requests would; its rate limit counts it once (a request, as
+OpenAI's requests per minute). Any turn's failure fails the whole request (the others are
+cancelled), as no partial answer can be told apart.
 
 The n answers of one prompt differ by their seeds: the request's (given or drawn) plus j, so a
 seeded request gives the same n answers again. They run in the request's session (named, or
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from dataclasses import dataclass
+from typing import Awaitable, Callable
 
 from aiohttp import web
 
@@ -32,12 +36,26 @@ from services.gateway.turns import (SESSION_HEADERS, TurnServer, session_headers
 CONCURRENT = 16
 
 
+@dataclass(frozen=True)
+class Batch:
+    """What a route hands the gateway for a request of several turns: `run(width)` answers
+    it, at most `width` turns at once (the slots the gateway gave it)."""
+    turns: int
+    run: Callable[[int], Awaitable[web.StreamResponse]]
+
+
 class BatchTurns(TurnServer):
     """TurnServer's turns, several per request; each prompt's session is recognised apart."""
 
+    def batch(self, request: web.Request, tenant: str, batch: list[Parsed], model: str,
+              chat: bool = False) -> Batch:
+        return Batch(len(batch) * batch[0].n,
+                     lambda width: self.serve_batch(request, tenant, batch, model, chat, width))
+
     async def serve_batch(self, request: web.Request, tenant: str, batch: list[Parsed],
-                          model: str, chat: bool = False) -> web.Response:
-        """`batch`: the prompts (one for a chat), each answered `n` times."""
+                          model: str, chat: bool = False,
+                          width: int = CONCURRENT) -> web.Response:
+        """`batch`: the prompts (one for a chat), each answered `n` times, `width` at once."""
         n, session = batch[0].n, ""
         if len(batch) > 1:
             named = next((h for h in SESSION_HEADERS if request.headers.get(h)),
@@ -55,8 +73,9 @@ class BatchTurns(TurnServer):
         for reply in replies[1:]:  # one answer: one id and time
             reply.id, reply.created = replies[0].id, replies[0].created
         if batch[0].stream:
-            return await self._stream_choices(request, tenant, session, turns, replies, n)
-        gate = asyncio.Semaphore(CONCURRENT)
+            return await self._stream_choices(request, tenant, session, turns, replies, n,
+                                              width)
+        gate = asyncio.Semaphore(width)
 
         async def run(parsed: Parsed):
             async with gate:
@@ -88,12 +107,12 @@ class BatchTurns(TurnServer):
             call.cancel()
 
     async def _stream_choices(self, request: web.Request, tenant: str, session: str,
-                              turns: list[Parsed], replies: list[Reply],
-                              n: int) -> web.StreamResponse:
+                              turns: list[Parsed], replies: list[Reply], n: int,
+                              width: int) -> web.StreamResponse:
         """The choices' chunks interleaved as they come, each naming its index (vLLM's and
         OpenAI's stream). The headers wait for the first choice's first event, so a turn
         refused before it is an HTTP error; a failure after them is reported in-band."""
-        gate, chunks = asyncio.Semaphore(CONCURRENT), asyncio.Queue()
+        gate, chunks = asyncio.Semaphore(width), asyncio.Queue()
         opened = asyncio.get_running_loop().create_future()
         done: list[list] = [[] for _ in turns]
 

@@ -65,7 +65,8 @@ class GatewayConfig(ClusterTokenConfig):
     tenant_burst: int = field(default=0, metadata={
         "help": "requests a tenant may send at once above its rate (0: one second's worth)"})
     tenant_max_in_flight: int = field(default=0, metadata={
-        "help": "chat/completion requests one tenant may have in flight; more get 429 "
+        "help": "chat/completion turns one tenant may have in flight (a batch or n > 1 "
+                "request holds up to 16); more get 429 "
                 "(0: no limit beyond --max-in-flight)"})
     metrics_key: str = field(default="", metadata={
         "help": "with API keys configured, /metrics on the API port needs a key: this one or "

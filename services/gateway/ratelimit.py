@@ -66,7 +66,8 @@ class RateLimiter:
 
 
 class InFlight:
-    """At most `limit` turns in flight per key; limit 0 admits everything."""
+    """At most `limit` turns in flight per key; limit 0 admits everything. A request may hold
+    several (a batch's turns run at once)."""
 
     def __init__(self, limit: int):
         if limit < 0:
@@ -80,15 +81,15 @@ class InFlight:
     def count(self, key: str) -> int:
         return self._count.get(key, 0)
 
-    def enter(self, key: str) -> bool:
+    def enter(self, key: str, turns: int = 1) -> bool:
         n = self._count.get(key, 0)
-        if self.limit and n >= self.limit:
+        if self.limit and n + turns > self.limit:
             return False
-        self._count[key] = n + 1
+        self._count[key] = n + turns
         return True
 
-    def leave(self, key: str) -> None:
-        n = self._count.get(key, 0) - 1
+    def leave(self, key: str, turns: int = 1) -> None:
+        n = self._count.get(key, 0) - turns
         if n > 0:
             self._count[key] = n
         else:

@@ -46,8 +46,9 @@ class Admission:
         self._woken: dict[Waiter, asyncio.Future] = {}
 
     @contextlib.asynccontextmanager
-    async def slot(self, tenant: str):
-        got = self.queue.arrive(tenant, self.clock())
+    async def slot(self, tenant: str, turns: int = 1):
+        """`turns`: how many turns the request runs at once (a batch's), each holding a slot."""
+        got = self.queue.arrive(tenant, self.clock(), turns)
         if isinstance(got, Refusal):
             raise Shed(got.reason, got.message, retry_after_header(got.retry_after_s))
         await self._wait(got)
@@ -57,7 +58,7 @@ class Admission:
             finished = True  # served: counts for the drain rate; errors and hang-ups do not
         finally:
             if got.state == ADMITTED:  # not if a requeue ended waiting (Shed)
-                self._wake(self.queue.release(self.clock(), finished))
+                self._wake(self.queue.release(self.clock(), finished, got.turns))
 
     async def _wait(self, waiter: Waiter) -> None:
         """Until `waiter` is ADMITTED; Shed at its deadline."""
@@ -85,7 +86,7 @@ class Admission:
     def _leave(self, waiter: Waiter) -> None:
         if waiter.state == ADMITTED:  # granted just as the client left: pass the slot on
             waiter.state = CANCELLED  # released here, not again when the turn unwinds
-            self._wake(self.queue.release(self.clock(), finished=False))
+            self._wake(self.queue.release(self.clock(), False, waiter.turns))
         else:
             self.queue.cancel(waiter)
 
