@@ -111,3 +111,25 @@ def test_a_session_is_ended_and_prepared_by_its_header_value(gateway, fake):
     status, _, body = call(gateway, "DELETE", path)
     assert status == 200 and body["deleted"] is True, body
     assert fake.ended[-1] == f"{TENANT}/fin-é%"
+
+
+def test_conversation_id_names_the_session_as_vllms_multi_turn_proxy_reads_it(gateway, fake):
+    """vLLM's benchmark client with --send-conversation-id: the body field (and the same id
+    in X-Session-ID); the body field alone names the session too; a header wins over it."""
+    body = {"model": "smollm2-135m", "messages": [{"role": "user", "content": "one two"}],
+            "conversation_id": "CONV_ID_0"}
+    status, headers, reply = call(gateway, "POST", "/v1/chat/completions", body)
+    assert status == 200, reply
+    assert headers["x-bidaw-session"] == "CONV_ID_0"
+    assert fake.requests[-1].session_id == f"{TENANT}/CONV_ID_0"
+    status, headers, _ = call(gateway, "POST", "/v1/chat/completions", body,
+                              {"X-Session-ID": "CONV_ID_0"})
+    assert status == 200 and headers["x-bidaw-session"] == "CONV_ID_0"
+    _, headers, _ = call(gateway, "POST", "/v1/chat/completions", body,
+                         {"X-Session-Id": "other"})
+    assert headers["x-bidaw-session"] == "other"
+    for bad, problem in ((7, "conversation_id"), ("x" * 5000, "conversation_id"),
+                         ("a\nb", "conversation_id")):
+        status, _, reply = call(gateway, "POST", "/v1/chat/completions",
+                                {**body, "conversation_id": bad})
+        assert status == 400 and reply["error"]["param"] == problem, reply

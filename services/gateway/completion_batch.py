@@ -59,10 +59,12 @@ class BatchTurns(TurnServer):
         n, session = batch[0].n, ""
         if len(batch) > 1:
             named = next((h for h in SESSION_HEADERS if request.headers.get(h)),
+                         "conversation_id" if batch[0].conversation_id else
                          "user" if batch[0].user else None)
             if named:  # one session cannot hold several conversations at once
                 raise bad_request("a batch of prompts runs each prompt as a conversation of "
-                                  "its own: name no session (X-Session-Id, x-user-id, user) or "
+                                  "its own: name no session (X-Session-Id, x-user-id, conversation_id, "
+                                  "user) or "
                                   "send one prompt per request", named)
         else:
             session, _ = session_of(request, batch[0], self.max_session_id)

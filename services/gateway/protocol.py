@@ -36,6 +36,7 @@ class Parsed(Sampling):
     stream: bool = False
     include_usage: bool = False
     user: str = ""
+    conversation_id: str = ""  # vLLM's multi-turn proxy's session key (a body field)
     n: int = 1  # answers to the prompt (choices), each its own turn (completion_batch.py)
     logprobs: bool = False  # each token's logprob in the answer
     top_logprobs: int = 0  # and this many most likely alternatives per token
@@ -108,6 +109,7 @@ def _common(body: dict, parsed: Parsed, config: GatewayConfig,
     # at most MAX_PROMPTS choices per request, as for a batch of prompts
     parsed.n = integer(body, "n", 1, MAX_PROMPTS, 1)
     parsed.user = typed(body, "user", (str,), "")
+    parsed.conversation_id = typed(body, "conversation_id", (str,), "")
 
 
 def _content(message: dict, i: int) -> str:

@@ -26,14 +26,16 @@ SESSION_HEADERS = ("X-Session-Id", "x-user-id")
 
 def session_of(request: web.Request, parsed: Parsed, limit: int) -> tuple[str, bool]:
     """The client's session id (X-Session-Id, x-user-id, percent-decoded: session_ids.py;
-    then `user`), or "" when it named none (the scheduler then recognises the conversation
-    from its messages); and whether the client named it."""
+    then the body's `conversation_id`, vLLM's multi-turn proxy's, then `user`), or "" when it
+    named none (the scheduler then recognises the conversation from its messages); and
+    whether the client named it."""
     for name in SESSION_HEADERS:
         if request.headers.get(name):
             session, source = from_header(request.headers[name], name), name
             break
     else:
-        session, source = parsed.user, "user"
+        session, source = ((parsed.conversation_id, "conversation_id") if parsed.conversation_id
+                           else (parsed.user, "user"))
     if not session:
         return "", False
     check_session_id(session, limit, source, f"the session id ({source})")
