@@ -68,7 +68,7 @@ class Sequence:
     def fed(self, n: int, hidden6: torch.Tensor | None) -> bool:
         """Record that `n` inputs went through; True when logits are due (prefill is done)."""
         if hidden6 is not None:
-            _drop_rows(self.hidden6, self._redone)
+            drop_rows(self.hidden6, self._redone)
             self.hidden6.append(hidden6)
         self._redone = 0
         if self.pending:
@@ -122,7 +122,7 @@ class Sequence:
         self.out.put(DONE)
 
 
-def _drop_rows(chunks: list[torch.Tensor], n: int) -> None:
+def drop_rows(chunks: list[torch.Tensor], n: int) -> None:
     """Drop the last `n` rows of the concatenation of `chunks`, in place."""
     while n > 0:
         last = chunks.pop()

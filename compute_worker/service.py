@@ -88,6 +88,9 @@ class ComputeWorkerService(compute_worker_pb2_grpc.ComputeWorkerServicer):
                     metrics.PREFILL_TIME.observe(max(0.0, s.ttft_s - s.queue_s - s.kv_load_s))
                     if s.convert_s:
                         metrics.CONVERSION_TIME.observe(s.convert_s)
+                    if s.respelt_tokens:
+                        metrics.RESPELT.labels("turns").inc()
+                        metrics.RESPELT.labels("tokens").inc(s.respelt_tokens)
                 yield event
             ended.set()
         except ray.exceptions.RayActorError as exc:

@@ -20,6 +20,7 @@ from compute_worker.kv_codec import TENSOR6
 from compute_worker.kv_connector import KVConnector, Restored, fresh_cache
 from compute_worker.models.kv_blocks import covering_blocks, whole_blocks
 from compute_worker.prompt import prompt_ids
+from compute_worker.respell import respell
 from compute_worker.sampling import Sampler
 from compute_worker.sequence import DONE, Sequence
 from compute_worker.turn_summary import TurnSummary
@@ -29,11 +30,12 @@ _CANCELLED = object()  # TurnRunner._turns_by_key: the turn was cancelled before
 
 class TurnRunner:
     def __init__(self, engine: Engine, connector: KVConnector, tokenizer,
-                 default_max_tokens: int = 256):
+                 default_max_tokens: int = 256, respell_answers: bool = True):
         self.engine = engine
         self.connector = connector
         self.tokenizer = tokenizer
         self.default_max_tokens = default_max_tokens
+        self.respell_answers = respell_answers  # off: `bidaw bench respell`'s baseline
         self._turns_by_key: dict[str, object] = {}  # cancellable turns (None: not yet)
         self._keys_lock = threading.Lock()
 
@@ -213,8 +215,10 @@ class TurnRunner:
             return
         enqueued = time.monotonic()
         self.engine.add(seq)
+        answer = ""  # the text the client gets, and will send back in the next turn
         try:
             while (item := seq.out.get()) is not DONE:
+                answer += item[1]
                 yield item  # (ids, text, StepLogprobs or None)
         finally:
             seq.cancelled = True  # a caller that leaves early frees the batch slot
@@ -228,13 +232,18 @@ class TurnRunner:
                             tokens=len(prompt) - restored.tokens + restored.recomputed)
         tracing.record_span("worker.decode", first, done, parent=ctx,
                             tokens=len(seq.generated), finish_reason=seq.finish_reason)
-        with tracing.span("worker.kv_save",
-                          tokens=len(prompt) + len(seq.generated) - restored.tokens):
-            self.connector.save(turn.session_id, prompt + seq.generated, seq.cache,
-                                seq.hidden6, self._saved_from(restored, limit), kv_stores)
+        saved, respelt = prompt + seq.generated, 0
+        if self.respell_answers:
+            with tracing.span("worker.respell") as span:
+                saved, respelt = respell(self.engine, turn, self.tokenizer, prompt, seq,
+                                         answer, self.max_context)
+                span.set_attribute("bidaw.recomputed_tokens", respelt)
+        with tracing.span("worker.kv_save", tokens=len(seq.cache) - restored.tokens):
+            self.connector.save(turn.session_id, saved, seq.cache, seq.hidden6,
+                                self._saved_from(restored, limit), kv_stores)
         yield [], "", TurnSummary(
             prompt_tokens=len(prompt), cached_tokens=restored.tokens - restored.recomputed,
-            recomputed_tokens=restored.recomputed,
+            recomputed_tokens=restored.recomputed, respelt_tokens=respelt,
             completion_tokens=len(seq.generated), kv_tier=restored.tier,
             kv_format=restored.format, ttft_s=seq.ttft, queue_s=queue_s,
             kv_load_s=restored.load_s, convert_s=restored.convert_s,

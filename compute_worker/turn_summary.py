@@ -18,3 +18,4 @@ class TurnSummary:
     finish_reason: str  # stop | length
     latency_s: float  # arrival -> the turn's end
     recomputed_tokens: int = 0  # stored tokens recomputed, not read (a reversed split)
+    respelt_tokens: int = 0  # answer tokens recomputed as the next turn spells them (respell.py)

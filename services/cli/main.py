@@ -11,14 +11,15 @@ import signal
 import sys
 
 from bench.commands import (bench_cache_replay, bench_compute, bench_exactness, bench_gateway,
-                            bench_gpu, bench_live, bench_policies, bench_quality, bench_sessions,
-                            bench_store, chaos, load, replay, simulate, trace)
+                            bench_gpu, bench_live, bench_policies, bench_quality, bench_respell,
+                            bench_sessions, bench_store, chaos, load, replay, simulate, trace)
 from bench.traces.turn import TraceError
 from services.cli import certs, chat, demo, serve, token, up
 
 # in the order `bidaw --help` lists them
 COMMANDS = (serve, up, chat, demo, certs, token, trace, simulate, bench_policies, bench_store,
-            replay, bench_live, bench_cache_replay, bench_compute, bench_exactness, bench_quality,
+            replay, bench_live, bench_cache_replay, bench_compute, bench_exactness, bench_respell,
+            bench_quality,
             bench_gpu, bench_gateway, bench_sessions, chaos, load)
 
 

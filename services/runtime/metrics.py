@@ -83,6 +83,9 @@ PREFILL_TIME = Histogram("bidaw_worker_prefill_seconds", "Prefill of one turn's 
                          buckets=LATENCY_BUCKETS)
 CONVERSION_TIME = Histogram("bidaw_worker_tensor6_conversion_seconds", "Tensor 6 -> K/V "
                             "conversion of one turn's restored KV", buckets=LATENCY_BUCKETS)
+RESPELT = Counter("bidaw_worker_respelt", "Answers whose KV was recomputed from where their "
+                  "sampled tokens differ from the next turn's spelling, and those tokens",
+                  ["unit"])
 
 # -- gateway -----------------------------------------------------------------------------------
 HTTP_REQUESTS = Counter("bidaw_gateway_requests", "HTTP requests by route and status",
