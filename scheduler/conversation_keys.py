@@ -4,7 +4,11 @@ Messages: k_0 = H("tenant", tenant); k_i = H(k_{i-1}, role_i, content_i). Equal 
 same tenant sent the same messages in the same order, whatever model serves them, so a client
 that resends a history (with our answers as we returned them) is recognised by the key of what it
 sent. Roles are normalised as the gateway does (developer -> system) and content is
-whitespace-stripped, so a client that trims answers still matches.
+whitespace-stripped, so a client that trims answers still matches. Before each k_i come the keys
+of its content's whole chunks (TEXT_CHUNK characters, chained from k_{i-1}): they are never a
+session's head, but two conversations whose message i begins alike (a shared instruction or
+document before each user's question, as vLLM's multi-turn benchmark sends) share them, so the
+later one branches from the KV of the earlier one's beginning.
 
 Raw text and token ids have no message boundaries: they are cut into fixed-size chunks and k_j
 is the key of the first j chunks, so a history sent again with more appended shares every key of
@@ -45,11 +49,22 @@ def next_key(previous: bytes, role: str, content: str) -> bytes:
     return _h(previous, _ROLES.get(role, role).encode(), content.strip().encode())
 
 
+def message_keys(previous: bytes, role: str, content: str) -> list[bytes]:
+    """What one message adds after `previous`: its content's whole chunks' keys, then its own."""
+    part, parts = previous, []
+    tag = _ROLES.get(role.strip().lower(), role.strip().lower()).encode()
+    text = content.strip()
+    for start in range(0, len(text) - TEXT_CHUNK + 1, TEXT_CHUNK):
+        part = _h(part, b"part", tag, _text_bytes(text[start:start + TEXT_CHUNK]))
+        parts.append(part)
+    return parts + [next_key(previous, role, content)]
+
+
 def prefix_keys(tenant: str, messages: Iterable[tuple[str, str]]) -> list[bytes]:
-    """[k_0, k_1, ..., k_n]: k_i is the key of the first i (role, content) messages."""
+    """k_0, then per message its chunks' keys and k_i, the key of the first i messages."""
     keys = [root_key(tenant)]
     for role, content in messages:
-        keys.append(next_key(keys[-1], role, content))
+        keys += message_keys(keys[-1], role, content)
     return keys
 
 
@@ -62,7 +77,7 @@ class MessageHistory:
 
     def after(self, text: str, ids: Sequence[int]) -> tuple[list[bytes], int]:
         """(prefix keys of the history with the answer appended, -1: heads are exact keys)."""
-        return self.keys + [next_key(self.keys[-1], "assistant", text)], -1
+        return self.keys + message_keys(self.keys[-1], "assistant", text), -1
 
 
 def _text_bytes(units: str) -> bytes:

@@ -3,6 +3,7 @@ real model, greedy): `openai` clients that send no session id reuse KV as if the
 reuse up to where they diverge, tenants share nothing, and every gateway continues them."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -126,6 +127,32 @@ def test_conversations_sharing_a_beginning_keep_their_own_tails(deployment):
                 before[1].prompt_tokens + before[1].completion_tokens - 2
         assert own[-1][0] == recompute(c, messages[k][:-1])
     assert a[2][2] != b[2][2]
+
+
+def test_a_first_message_that_begins_as_another_conversations_reuses_its_kv(deployment):
+    """vLLM's multi-turn benchmark (common_prefix_num_tokens): a text shared by every
+    conversation opens each first user message, before that user's own text."""
+    c = client(deployment.gateway_url)
+    document = ("The licence grants every person who obtains a copy the right to use, copy, "
+                "modify and share it, provided this notice is kept. ") * 6
+    first = [{"role": "user", "content": document + "Who may use it?"}]
+    _, usage1, session, how1 = chat(c, first)
+    second = [{"role": "user", "content": document + "Must the notice be kept?"}]
+    text, usage2, branch, how2 = chat(c, second)
+    assert (how1, how2) == ("new", "branch") and branch != session
+    shared = len(tokenize(deployment, document))
+    # the whole shared text, up to the tokens where the two questions begin
+    assert shared - 2 <= usage2.prompt_tokens_details.cached_tokens < usage2.prompt_tokens - 3
+    assert text == recompute(c, second)
+
+
+def tokenize(deployment, text: str) -> list[int]:
+    """The served tokenizer's ids of `text` (vLLM's /tokenize)."""
+    url = deployment.gateway_url.removesuffix("/v1") + "/tokenize"
+    body = json.dumps({"model": MODEL, "prompt": text}).encode()
+    request = urllib.request.Request(url, body, {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        return json.loads(reply.read())["tokens"]
 
 
 @pytest.fixture(scope="module")

@@ -59,3 +59,28 @@ def test_an_unfinished_token_prompt_and_a_disabled_index_start_new_sessions():
     list(turn.relay(answer("Hello")))
     assert off.resolve(request([("user", "Hi"), ("assistant", "Hello"), ("user", "x")])) \
         .recognised == "new"
+
+
+DOCUMENT = "Read the licence below, then answer the question after it. " * 12  # 720 chars
+
+
+def test_a_first_message_that_begins_as_another_conversations_branches_from_its_kv():
+    """vLLM's multi-turn benchmark puts a prefix shared by every conversation inside the first
+    user message: the second conversation reads the first one's KV of it (a branch)."""
+    rec = Recognition(ConversationIndex(), alive=lambda s: True)
+    first = rec.resolve(request([("user", DOCUMENT + "Question one?")]))
+    list(first.relay(answer("One.")))
+    second = rec.resolve(request([("user", DOCUMENT + "Another question?")]))
+    assert (second.recognised, second.request.parent_session_id) == ("branch",
+                                                                      first.session_id)
+    assert second.session_id != first.session_id
+    # a beginning shorter than one chunk is no common prefix; nor is another role's
+    short = rec.resolve(request([("user", DOCUMENT[:200] + "Short?")]))
+    assert short.recognised == "new" and not short.request.parent_session_id
+    other = rec.resolve(request([("system", DOCUMENT + "Question one?")]))
+    assert other.recognised == "new"
+    # the whole history still continues its own session, never the branch's parent
+    list(second.relay(answer("Two.")))
+    follow = rec.resolve(request([("user", DOCUMENT + "Another question?"),
+                                  ("assistant", "Two."), ("user", "Why?")]))
+    assert (follow.session_id, follow.recognised) == (second.session_id, "content")
