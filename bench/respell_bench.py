@@ -76,10 +76,13 @@ def chat(seed: int, index: int, turns: int) -> list[str]:
 
 def _turn(runner: TurnRunner, session: str, history, temperature: float, seed: int,
           max_tokens: int) -> tuple[list[int], str, object]:
-    turn = common_pb2.TurnRequest(session_id=session, max_tokens=max_tokens,
-                                  temperature=temperature, seed=seed, messages=[
-                                      common_pb2.ChatMessage(role=r, content=c)
-                                      for r, c in history])
+    return collect(runner, common_pb2.TurnRequest(
+        session_id=session, max_tokens=max_tokens, temperature=temperature, seed=seed,
+        messages=[common_pb2.ChatMessage(role=r, content=c) for r, c in history]))
+
+
+def collect(runner: TurnRunner, turn) -> tuple[list[int], str, object]:
+    """(token ids, text, summary) of one turn run through `runner`."""
     ids, text, summary = [], "", None
     for new_ids, piece, extra in runner.run(turn):
         ids += new_ids

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from bench.respell_bench import collect
 from compute_worker.engine import Engine
 from compute_worker.kv_client import KVClient
 from compute_worker.respell import common_prefix, history_ids
@@ -39,15 +40,6 @@ def _turn(session: str, messages, **fields) -> common_pb2.TurnRequest:
     return turn
 
 
-def _run(runner: TurnRunner, turn) -> tuple[list[int], str, object]:
-    ids, text, summary = [], "", None
-    for new_ids, piece, extra in runner.run(turn):
-        ids += new_ids
-        text += piece
-        summary = extra if hasattr(extra, "cached_tokens") else summary
-    return ids, text, summary
-
-
 def _chat(tok, messages, generation=True) -> list[int]:
     return tok.apply_chat_template([{"role": r, "content": c} for r, c in messages],
                                    add_generation_prompt=generation)
@@ -59,7 +51,7 @@ def test_a_respelt_answer_is_saved_as_the_next_turn_spells_it(smollm, store, fmt
     runner, recompute = _runner(smollm, store, fmt), _runner(smollm, None)
     try:
         first = [("user", QUESTION)]
-        ids, text, _ = _run(runner, _turn("s", first, max_tokens=40, temperature=1.0,
+        ids, text, _ = collect(runner, _turn("s", first, max_tokens=40, temperature=1.0,
                                           seed=SEED))
         prompt = _chat(tok, first)
         history = _chat(tok, first + [("assistant", text)], generation=False)
@@ -68,8 +60,8 @@ def test_a_respelt_answer_is_saved_as_the_next_turn_spells_it(smollm, store, fmt
         assert list(store.lookup("s").token_ids) == history  # saved as it will come back
 
         second = first + [("assistant", text), ("user", "再写一句。")]
-        got = _run(runner, _turn("s", second, max_tokens=12, temperature=0))
-        want = _run(recompute, _turn("r", second, max_tokens=12, temperature=0))
+        got = collect(runner, _turn("s", second, max_tokens=12, temperature=0))
+        want = collect(recompute, _turn("r", second, max_tokens=12, temperature=0))
         assert got[2].cached_tokens == len(history)  # the whole history, closing tokens too
         assert got[0] == want[0] and want[2].cached_tokens == 0
     finally:
@@ -82,7 +74,7 @@ def test_an_answer_spelt_as_generated_is_saved_as_before(smollm, store):
     runner = _runner(smollm, store)
     try:
         first = [("user", "Name three colors.")]
-        ids, text, summary = _run(runner, _turn("g", first, max_tokens=10, temperature=0))
+        ids, text, summary = collect(runner, _turn("g", first, max_tokens=10, temperature=0))
         prompt = _chat(tok, first)
         assert history_ids(_turn("g", first), tok, prompt, text)[:len(prompt) + len(ids)] == \
             prompt + ids
