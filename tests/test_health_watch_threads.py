@@ -122,3 +122,40 @@ def test_calls_that_never_send_their_message_hold_no_service_thread():
         for call in held:
             call.cancel()
         server.stop(0)
+
+
+def test_probes_that_never_send_their_message_are_cut_off_and_free_the_probe_threads():
+    """A stranger's Check and List calls that send headers and no message used to hold the 4
+    probe threads for as long as their connections stayed open: every probe after them timed
+    out (a kubelet's liveness probe restarts the pod). Now each is cancelled after
+    PROBE_MESSAGE_S, and probes are answered again."""
+    from services.runtime.health import PROBE_MESSAGE_S
+
+    server = _server(workers=2)
+    stop = threading.Event()
+    held = []
+    try:
+        with channel(f"127.0.0.1:{server.port}", token="") as stranger, \
+                channel(f"127.0.0.1:{server.port}", token="") as prober:
+            for method in ("/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/List"):
+                held += [_bodiless(stranger, method, stop) for _ in range(2 * PROBE_THREADS)]
+            stub = health_pb2_grpc.HealthStub(prober)
+            started = time.monotonic()
+            reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=PROBE_MESSAGE_S * 6)
+            assert reply.status == SERVING  # the threads came back within the cut-off(s)
+            waited = time.monotonic() - started
+            assert waited < PROBE_MESSAGE_S * 5
+            deadline = time.monotonic() + PROBE_MESSAGE_S * 6
+            while not all(c.done() for c in held) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert {c.code() for c in held} == {grpc.StatusCode.CANCELLED}
+            # a probe that sends its message is answered at once, as before
+            started = time.monotonic()
+            assert stub.List(health_pb2.HealthListRequest(), timeout=5).statuses[""].status \
+                == SERVING
+            assert time.monotonic() - started < 1.0
+    finally:
+        stop.set()
+        for call in held:
+            call.cancel()
+        server.stop(0)

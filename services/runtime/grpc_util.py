@@ -14,7 +14,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from services.runtime import tracing
-from services.runtime.health import HealthServicer
+from services.runtime.health import HealthServicer, add_health
 from services.runtime.cluster_auth import TokenCheck, TokenSender, aio_senders, cluster_token
 from services.runtime.config_checks import ListenError
 from services.runtime.rpc_errors import GUARD
@@ -118,8 +118,8 @@ class Server:
         # none of the threads the service's own calls need (services/runtime/health.py).
         self._probe_pool = futures.ThreadPoolExecutor(max_workers=PROBE_THREADS,
                                                       thread_name_prefix=f"{name}-probe")
-        self.health = HealthServicer(self._probe_pool)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.grpc)
+        self.health = HealthServicer()
+        add_health(self.health, self.grpc, self._probe_pool)
         material = _material(tls, server=True)
         self.tls = material is not None
         try:
