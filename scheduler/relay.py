@@ -100,12 +100,13 @@ class Relay:
                 log.warning("worker %s lost a turn of %r after %d tokens; re-running",
                             pending.worker.target, request.session_id, len(sent))
                 return "retry"
+            if not context.is_active():  # our caller left (its client hung up): not a failure
+                metrics.TURNS.labels("cancelled").inc()
+                return "failed"
             self.failed += 1
             metrics.TURNS.labels("error").inc()
-            if context.is_active():
-                context.abort(grpc.StatusCode.UNAVAILABLE if lost_worker else code,
-                              exc.details() or str(code))
-            return "failed"
+            context.abort(grpc.StatusCode.UNAVAILABLE if lost_worker else code,
+                          exc.details() or str(code))
         finally:
             call.cancel()  # no-op once finished; stops the worker if our client left
             self.dispatcher.pool.release(pending.worker, failed=lost_worker)
@@ -113,8 +114,7 @@ class Relay:
 
     def _turn_finished(self, session_id: str, summary: common_pb2.TurnSummary) -> None:
         self.finished += 1
-        metrics.observe_turn(summary)
-        metrics.TURNS.labels("ok").inc()
+        metrics.observe_turn(summary)  # counts the turn as ok, too
         if self.dispatcher.restore is not None:
             self.dispatcher.restore.observe(summary)
         self.dispatcher.stores.turn_complete(session_id, summary.completion_tokens)

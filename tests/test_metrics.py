@@ -60,3 +60,66 @@ def test_every_service_of_the_deployment_serves_metrics(deployment):
     assert set(urls) == {"store", "worker", "scheduler", "gateway"}
     for name, url in urls.items():
         assert metrics.SERVICE_PREFIXES[name] in scrape(url), name  # its own (test_metrics_scoping)
+
+
+def _count(text: str, name: str, **labels) -> float:
+    """A sample's value in a scrape (0 when absent)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    return 0.0
+
+
+def _counts(deployment) -> dict:
+    urls = deployment.metrics_urls
+    scheduler, gateway = scrape(urls["scheduler"]), scrape(urls["gateway"])
+    return {"scheduler_ok": _count(scheduler, "bidaw_turns_total", outcome="ok"),
+            "scheduler_cancelled": _count(scheduler, "bidaw_turns_total", outcome="cancelled"),
+            "scheduler_error": _count(scheduler, "bidaw_turns_total", outcome="error"),
+            "gateway_ok": _count(gateway, "bidaw_turns_total", outcome="ok"),
+            "gateway_cancelled": _count(gateway, "bidaw_turns_total", outcome="cancelled"),
+            "http_499": _count(gateway, "bidaw_gateway_requests_total", status="499"),
+            "http_500": _count(gateway, "bidaw_gateway_requests_total", status="500")}
+
+
+def test_a_turn_counts_once_and_a_client_that_hangs_up_is_no_server_error(deployment):
+    """The scheduler counted every finished turn twice; a client that hung up mid-stream was
+    counted and logged as HTTP 500 by the gateway and as an error by the scheduler."""
+    import http.client
+    import json
+    import time
+
+    host, port = deployment.gateway_url.split("//")[1].split("/")[0].split(":")
+    body = {"model": "smollm2-135m", "messages": [{"role": "user", "content": "Count to 50."}]}
+    before = _counts(deployment)
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    conn.request("POST", "/v1/chat/completions", json.dumps({**body, "max_tokens": 4}),
+                 {"Content-Type": "application/json"})
+    assert conn.getresponse().status == 200
+    conn.close()
+    after = _counts(deployment)
+    assert after["scheduler_ok"] - before["scheduler_ok"] == 1
+    assert after["gateway_ok"] - before["gateway_ok"] == 1
+
+    conn = http.client.HTTPConnection(host, int(port), timeout=120)
+    conn.request("POST", "/v1/chat/completions",
+                 json.dumps({**body, "max_tokens": 400, "ignore_eos": True, "stream": True}),
+                 {"Content-Type": "application/json"})
+    reply = conn.getresponse()
+    assert reply.status == 200 and reply.read(6) == b"data: "
+    conn.sock.close()  # hang up mid-stream
+    conn.close()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        now = _counts(deployment)
+        if now["http_499"] > after["http_499"] and now["scheduler_cancelled"] > \
+                after["scheduler_cancelled"]:
+            break
+        time.sleep(0.2)
+    assert now["http_499"] - after["http_499"] == 1 and now["http_500"] == after["http_500"]
+    assert now["gateway_cancelled"] - after["gateway_cancelled"] == 1
+    assert now["scheduler_cancelled"] - after["scheduler_cancelled"] == 1
+    assert now["scheduler_error"] == after["scheduler_error"]

@@ -1,6 +1,7 @@
 """The gateway's HTTP application: routes, auth, overload shedding, errors, spans and metrics."""
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
@@ -16,7 +17,7 @@ from services.runtime import tracing
 from services.gateway.admission import FairQueue
 from services.gateway.auth import Tenants
 from services.gateway.backend import Backend
-from services.gateway.completion_batch import CONCURRENT, Batch, BatchTurns
+from services.gateway.completion_batch import Batch, BatchTurns
 from services.gateway.config import GatewayConfig
 from services.gateway.cors import Cors
 from services.gateway.errors import ApiError
@@ -37,6 +38,7 @@ from services.gateway.waiting import Admission, Shed, Slot
 
 log = logging.getLogger("bidaw.gateway")
 TURN_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/generate")
+CLIENT_CLOSED = 499  # the status counted and logged for a request whose client hung up
 
 
 async def _trace_header(request: web.Request, response: web.StreamResponse) -> None:
@@ -114,6 +116,11 @@ class Gateway:
                 if tracing.enabled() and not response.prepared:  # streams: _trace_header
                     response.headers["x-trace-id"] = tracing.current_trace_id()
                 return response
+            except asyncio.CancelledError:  # the client hung up: no server error (nginx's 499)
+                status = CLIENT_CLOSED
+                if route in TURN_ROUTES:
+                    metrics.TURNS.labels("cancelled").inc()
+                raise
             finally:
                 sp.set_attribute("http.response.status_code", status)
                 elapsed = time.perf_counter() - start
@@ -170,7 +177,7 @@ class Gateway:
             serve = await serve
         width = 1
         if isinstance(serve, Batch):  # several turns at once, each holding what one turn does
-            width = self._width(serve.turns)
+            width = serve.width(self.config.max_in_flight, self.config.tenant_max_in_flight)
             serve = functools.partial(serve.run, width)
         self._admit_tenant(tenant, width)
         try:
@@ -181,12 +188,6 @@ class Gateway:
             raise ApiError(429, exc.message, None, "overloaded", exc.retry_after) from None
         finally:
             self.tenant_in_flight.leave(tenant, width)
-
-    def _width(self, turns: int) -> int:
-        """A batch's turns at once: never more than one tenant may hold, nor all slots."""
-        limits = (turns, CONCURRENT, self.config.max_in_flight,
-                  self.config.tenant_max_in_flight or turns)
-        return min(limits)
 
     async def _admitted(self, serve, slot: Slot) -> web.StreamResponse:
         self.in_flight += 1  # one event loop: no lock needed

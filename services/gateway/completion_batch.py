@@ -43,6 +43,10 @@ class Batch:
     turns: int
     run: Callable[[int], Awaitable[web.StreamResponse]]
 
+    def width(self, slots: int, tenant_limit: int) -> int:
+        """Its turns at once: never more than all the slots, nor than one tenant may hold."""
+        return min(self.turns, CONCURRENT, slots, tenant_limit or self.turns)
+
 
 class BatchTurns(TurnServer):
     """TurnServer's turns, several per request; each prompt's session is recognised apart."""
