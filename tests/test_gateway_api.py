@@ -113,7 +113,13 @@ def test_stream_without_usage_ends_with_done(gateway):
     conn.close()
     assert events[-1] == "data: [DONE]"
     assert all(e.startswith("data: ") for e in events)
-    assert not any("usage" in json.loads(e[6:]) for e in events[:-1])
+    chunks = [json.loads(e[6:]) for e in events[:-1]]
+    assert not any("usage" in chunk for chunk in chunks)
+    # every delta holds its content, "" in the finishing chunk, as vLLM's (clients that
+    # `text += delta.content` break on OpenAI's bare {}: LMCache's long-doc-qa)
+    assert all(isinstance(chunk["choices"][0]["delta"]["content"], str) for chunk in chunks)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+    assert chunks[-1]["choices"][0]["delta"]["content"] == ""
 
 
 def test_sampling_parameters_reach_the_scheduler(gateway, fake):

@@ -54,8 +54,9 @@ class Reply:
         if not self.chat:
             return {"index": self.index, "text": text, "logprobs": logprobs,
                     "finish_reason": finish}
-        if chunk:
-            return {"index": self.index, "delta": {"content": text} if text else {},
+        if chunk:  # "content" even when empty, as vLLM: clients that `+= delta.content`
+            # (LMCache's benchmarks) fail on OpenAI's bare {} in the last chunk
+            return {"index": self.index, "delta": {"content": text},
                     "logprobs": logprobs, "finish_reason": finish}
         return {"index": self.index, "message": {"role": "assistant", "content": text},
                 "logprobs": logprobs, "finish_reason": finish}
