@@ -83,6 +83,8 @@ def _encode(r: Recorded, at: float) -> bytes:
         row["b"], row["n"] = r.boundary.hex(), r.length
     if r.parent:
         row["p"], row["c"] = r.parent, r.shared
+    if r.named:
+        row["m"] = 1
     return json.dumps(row, separators=(",", ":")).encode() + b"\n"
 
 
@@ -103,5 +105,5 @@ def _decode(line: bytes) -> tuple[Recorded | str, float]:
     if not isinstance(row["s"], str) or not row["s"] or not path:
         raise ValueError("no session or no keys")
     recorded = Recorded(row["s"], path, bytes.fromhex(row.get("b", "")), int(row.get("n", -1)),
-                        str(row.get("p", "")), int(row.get("c", 0)))
+                        str(row.get("p", "")), int(row.get("c", 0)), row.get("m") == 1)
     return recorded, at

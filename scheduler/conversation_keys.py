@@ -39,9 +39,10 @@ def _h(*parts: bytes) -> bytes:
     return h.digest()
 
 
-def root_key(tenant: str, space: bytes = b"tenant") -> bytes:
-    """k_0: the tenant's namespace in one key space; no key of one equals one of another."""
-    return _h(space, tenant.encode())
+def root_key(tenant: str, space: bytes = b"tenant", salt: str = "") -> bytes:
+    """k_0: the tenant's namespace in one key space (and, with a cache salt, that salt's
+    within the tenant's); no key of one equals one of another."""
+    return _h(space, tenant.encode(), *((salt.encode(),) if salt else ()))
 
 
 def next_key(previous: bytes, role: str, content: str) -> bytes:
@@ -60,9 +61,9 @@ def message_keys(previous: bytes, role: str, content: str) -> list[bytes]:
     return parts + [next_key(previous, role, content)]
 
 
-def prefix_keys(tenant: str, messages: Iterable[tuple[str, str]]) -> list[bytes]:
+def prefix_keys(tenant: str, messages: Iterable[tuple[str, str]], salt: str = "") -> list[bytes]:
     """k_0, then per message its chunks' keys and k_i, the key of the first i messages."""
-    keys = [root_key(tenant)]
+    keys = [root_key(tenant, salt=salt)]
     for role, content in messages:
         keys += message_keys(keys[-1], role, content)
     return keys
@@ -72,8 +73,8 @@ class MessageHistory:
     """A chat history: one key per message; its key after the answer is recorded."""
     head = None  # a message session's head is one of `keys` itself
 
-    def __init__(self, tenant: str, messages: Iterable[tuple[str, str]]):
-        self.keys = prefix_keys(tenant, messages)
+    def __init__(self, tenant: str, messages: Iterable[tuple[str, str]], salt: str = ""):
+        self.keys = prefix_keys(tenant, messages, salt)
 
     def after(self, text: str, ids: Sequence[int]) -> tuple[list[bytes], int]:
         """(prefix keys of the history with the answer appended, -1: heads are exact keys)."""
@@ -95,12 +96,13 @@ class ChunkedHistory:
     """A raw text (str) or token ids (list of int): keys of every chunk boundary, and the exact
     key of any prefix. Hashed once per turn; the answer only extends it."""
 
-    def __init__(self, tenant: str, units: str | Sequence[int], keys: list[bytes] | None = None):
+    def __init__(self, tenant: str, units: str | Sequence[int], keys: list[bytes] | None = None,
+                 salt: str = ""):
         self.units = units
         text = isinstance(units, str)
         self._chunk, self._bytes = (TEXT_CHUNK, _text_bytes) if text else (IDS_CHUNK, _ids_bytes)
-        self._tenant = tenant
-        self.keys = keys or [root_key(tenant, b"text" if text else b"ids")]
+        self._tenant, self._salt = tenant, salt
+        self.keys = keys or [root_key(tenant, b"text" if text else b"ids", salt)]
         for start in range((len(self.keys) - 1) * self._chunk,
                            len(units) - self._chunk + 1, self._chunk):
             self.keys.append(_h(self.keys[-1], self._bytes(units[start:start + self._chunk])))
@@ -115,5 +117,5 @@ class ChunkedHistory:
     def after(self, text: str, ids: Sequence[int]) -> tuple[list[bytes], int]:
         """(boundary keys of the history with the answer appended, then its head; its length)."""
         more = text if isinstance(self.units, str) else list(ids)
-        whole = ChunkedHistory(self._tenant, self.units + more, list(self.keys))
+        whole = ChunkedHistory(self._tenant, self.units + more, list(self.keys), self._salt)
         return whole.keys + [whole.head(len(whole.units))], len(whole.units)

@@ -9,7 +9,10 @@ history's own keys `head(length)` at the lengths recorded from the boundary wher
 known prefix ends (at most one chunk's worth of lengths, however many sessions share it). A
 session's KV is only ever appended to, so two conversations that share a beginning never
 overwrite each other's tail. Any shorter match is a branch: a new session that reads the common
-prefix from the matched one (its parent).
+prefix from the matched one (its parent). A session its client names is recorded too, but
+`named`: never continued by another turn's content (its client names it), only a branch's
+parent; and a named session that holds no KV yet may read a common beginning from any other
+(`branch_source`: other users' shared system prompt, a shared document).
 
 Bounded: at most `max_keys` prefix keys, least recently used idle sessions forgotten first;
 a session idle for `ttl_s` is forgotten; so is one the caller reports gone (no KV left).
@@ -35,6 +38,7 @@ class _Session:
     shared: int = 0
     boundary: bytes = b""  # a chunked history: the key of its last chunk boundary
     length: int = -1  # a chunked history's recorded length (-1: messages)
+    named: bool = False  # its client names it: a parent for branches, never continued
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class Recorded:
     length: int = -1  # a chunked history's length in units (-1: messages)
     parent: str = ""  # a branch: the session it shares path[:shared] with
     shared: int = 0
+    named: bool = False
 
 
 class ConversationIndex:
@@ -84,14 +89,16 @@ class ConversationIndex:
         `head(length)`: a chunked history's key of its first `length` units."""
         with self._lock:
             self._expire(now)
-            for depth in range(len(keys) - 1, -1, -1):
-                key = keys[depth]
+            # A session whose whole history this one extends goes on, even where another
+            # recorded more of it (the same messages sent with an id, or twice): a branch there
+            # would start a new session, a new copy of the KV, at every turn.
+            for key in reversed(keys):
                 session = self._continued(key, now, alive, head)
                 if session:
                     self._touch(session, now).in_flight = True
                     return Match(CONTENT, session)
-                if depth == 0:  # k_0 alone (the tenant) is no common prefix
-                    break
+            for depth in range(len(keys) - 1, 0, -1):  # k_0 alone (the tenant) is no prefix
+                key = keys[depth]
                 parent = self._keys.get(key)
                 if parent is not None and self._gone(parent, now, alive):
                     self._forget(parent)
@@ -101,19 +108,36 @@ class ConversationIndex:
                     return self._start(BRANCH, new_session(), parent, now, depth)
             return self._start(NEW, new_session(), "", now)
 
+    def branch_source(self, keys: list[bytes], session: str, now: float,
+                      alive: Callable[[str], bool] = lambda s: True) -> str:
+        """For a named `session` that holds no KV: the other session that recorded the
+        longest prefix of `keys` (k_0 alone is none), whose KV it may read; "" if none."""
+        with self._lock:
+            for key in reversed(keys[1:]):
+                parent = self._keys.get(key)
+                if parent is not None and parent != session and self._gone(parent, now, alive):
+                    self._forget(parent)
+                    parent = self._keys.get(key)
+                if parent is not None and parent != session:
+                    self._touch(parent, now)
+                    return parent
+            return ""
+
     def record(self, session: str, keys: list[bytes], now: float,
-               length: int = -1) -> Recorded:
+               length: int = -1, named: bool = False) -> Recorded:
         """A turn of `session` finished: `keys` are the prefix keys of its messages and answer
         (k_0 first); the last is its new head. A chunked history: its boundary keys, then its
-        head; `length`, its units. Returns what was linked, for the journal."""
+        head; `length`, its units. `named`: its client names it. Returns what was linked, for
+        the journal."""
         with self._lock:
             entry = self._sessions.get(session)
             if entry is None:  # forgotten while its turn ran: it is known again
                 entry = self._sessions[session] = _Session()
+            entry.named = named
             boundary = keys[-2] if length >= 0 else b""
             self._link(session, entry, keys[1:], boundary, length, now)
             return Recorded(session, tuple(entry.path), entry.boundary, entry.length,
-                            entry.parent, entry.shared)
+                            entry.parent, entry.shared, named)
 
     def restore(self, recorded: Recorded, touched: float) -> None:
         """Link `recorded` again as last used at `touched` (a journal's replay, oldest first;
@@ -124,6 +148,7 @@ class ConversationIndex:
                 entry = self._sessions[recorded.session] = _Session()
             self._unlink(recorded.session, entry)
             entry.parent, entry.shared = recorded.parent, recorded.shared
+            entry.named = recorded.named
             self._link(recorded.session, entry, recorded.path, recorded.boundary,
                        recorded.length, touched)
 
@@ -131,8 +156,9 @@ class ConversationIndex:
         """Every session with a recorded turn and when it was last used, least recently used
         first (what a journal's snapshot holds)."""
         with self._lock:
-            return [(Recorded(session, tuple(e.path), e.boundary, e.length, e.parent, e.shared),
-                     e.touched) for session, e in self._sessions.items() if e.path]
+            return [(Recorded(session, tuple(e.path), e.boundary, e.length, e.parent, e.shared,
+                              e.named), e.touched)
+                    for session, e in self._sessions.items() if e.path]
 
     def abandon(self, session: str) -> None:
         """Its turn failed: nothing is recorded; a session with no recorded turn is dropped."""
@@ -160,7 +186,7 @@ class ConversationIndex:
         self._touch(session, now)
         for key in entry.path:
             self._keys[key] = session
-        if entry.path:
+        if entry.path and not entry.named:  # a named session is never continued by content
             self._heads.setdefault(entry.path[-1], {})[session] = None
         if length >= 0:
             entry.boundary = boundary

@@ -5,7 +5,10 @@ empty is matched by the keys of its history (conversation_keys.py: its messages,
 prompt or its token ids); the first event of its answer says which session it ran in and how it
 was found; when it finishes, its history and the answer exactly as relayed to the client (text;
 for token ids, the generated ids) are recorded (and journaled, conversation_journal.py), so the
-client's next turn, which resends them with more appended, is recognised.
+client's next turn, which resends them with more appended, is recognised. A turn whose client
+names its session is recorded too, as a named session: other turns may read a common beginning
+from its KV, and while it holds no KV of its own it may read one from another session (LMCache's
+multi-round benchmark names every user, who all begin with one system prompt).
 """
 from __future__ import annotations
 
@@ -41,6 +44,7 @@ class RecognisedTurn:
         self._journal = journal
         self._history = history  # None: the index does not track this turn
         self._record = record and history is not None
+        self._named = recognised == ID
         self._clock = clock
 
     @property
@@ -59,7 +63,8 @@ class RecognisedTurn:
                 ids.extend(event.token_ids)
                 if event.HasField("summary") and self._record:
                     keys, length = self._history.after("".join(text), ids)
-                    recorded = self._index.record(self.session_id, keys, self._clock(), length)
+                    recorded = self._index.record(self.session_id, keys, self._clock(), length,
+                                                  self._named)
                     if self._journal is not None:
                         self._journal.append(recorded, self._index)
                     recorded = True
@@ -82,23 +87,27 @@ class Recognition:
         self.journal = journal
 
     def resolve(self, request: common_pb2.TurnRequest) -> RecognisedTurn:
-        if request.session_id and not request.parent_session_id:
-            return self._count(RecognisedTurn(request, ID))
         turn = common_pb2.TurnRequest()
         turn.CopyFrom(request)
         turn.parent_session_id = ""  # only we name a parent: a client's could be anyone's KV
-        if request.session_id:
-            return self._count(RecognisedTurn(turn, ID))
         history = self._history(request)
+        # A continued final message or no generation prompt: the answer is not a new message,
+        # so there is no head to record (the session still counts as in use until it ends).
+        plain = not (request.continue_final_message or request.no_generation_prompt)
+        if request.session_id:
+            if self.index is None or history is None:
+                return self._count(RecognisedTurn(turn, ID))
+            if not self.alive(turn.session_id):  # no KV of its own (yet): read a beginning?
+                turn.parent_session_id = self.index.branch_source(
+                    history.keys, turn.session_id, self.clock(), self.alive)
+            return self._count(RecognisedTurn(turn, ID, self.index, history, plain,
+                                              self.clock, self.journal))
         if self.index is None or history is None:
             turn.session_id = new_session_id(request.tenant)
             return self._count(RecognisedTurn(turn, NEW))
         match = self.index.resolve(history.keys, lambda: new_session_id(request.tenant),
                                    self.clock(), self.alive, history.head)
         turn.session_id, turn.parent_session_id = match.session, match.parent
-        # A continued final message or no generation prompt: the answer is not a new message,
-        # so there is no head to record (the session still counts as in use until it ends).
-        plain = not (request.continue_final_message or request.no_generation_prompt)
         return self._count(RecognisedTurn(turn, match.recognised, self.index,
                                           history, plain, self.clock, self.journal))
 
@@ -112,13 +121,14 @@ class Recognition:
 
     @staticmethod
     def _history(request: common_pb2.TurnRequest) -> MessageHistory | ChunkedHistory | None:
+        salt = request.cache_salt
         if request.messages:
             return MessageHistory(request.tenant,
-                                  ((m.role, m.content) for m in request.messages))
+                                  ((m.role, m.content) for m in request.messages), salt)
         if request.raw_prompt:
-            return ChunkedHistory(request.tenant, request.raw_prompt)
+            return ChunkedHistory(request.tenant, request.raw_prompt, salt=salt)
         if request.prompt_token_ids:
-            return ChunkedHistory(request.tenant, list(request.prompt_token_ids))
+            return ChunkedHistory(request.tenant, list(request.prompt_token_ids), salt=salt)
         return None
 
     @staticmethod

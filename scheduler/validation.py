@@ -16,6 +16,8 @@ def turn_problem(turn: common_pb2.TurnRequest, max_tokens_limit: int) -> str | N
     """The reason a turn is malformed, or None."""
     if len(turn.session_id.encode()) > MAX_SESSION_ID_BYTES:
         return _TOO_LONG
+    if len(turn.cache_salt.encode()) > MAX_SESSION_ID_BYTES:
+        return f"cache_salt is longer than {MAX_SESSION_ID_BYTES} bytes"
     if turn.messages and turn.prompt_token_ids:
         return "give messages or prompt_token_ids, not both"
     if not turn.messages and not turn.prompt_token_ids and not turn.raw_prompt:

@@ -223,3 +223,20 @@ def test_a_state_dir_that_cannot_be_one_is_refused_by_name(tmp_path):
     assert (f"bidaw serve scheduler: --state-dir {not_a_dir}: exists and is not a directory"
             in done.stderr), done.stderr
     assert "Traceback" not in done.stderr and not_a_dir.read_text() == "a file"
+
+
+def test_a_named_session_comes_back_named(tmp_path):
+    """After a restart a named session is still only a branch's parent, never continued."""
+    wall = Wall()
+    rec, _ = started(tmp_path, wall)
+    named = chat(PROMPT + "Q1?")
+    named.session_id = "acme/u1"
+    turn(rec, named, "A1.")
+    rec, restored = started(tmp_path, wall)
+    assert restored == 1
+    follow = rec.resolve(chat(PROMPT + "Q1?", "A1.", "Q2?"))  # no id: not u1's continuation
+    assert (follow.recognised, follow.request.parent_session_id) == ("branch", "acme/u1")
+    other = chat(PROMPT + "Q9?")
+    other.session_id = "acme/u2"
+    rec = Recognition(rec.index, alive=lambda s: s == "acme/u1", clock=wall)
+    assert rec.resolve(other).request.parent_session_id == "acme/u1"

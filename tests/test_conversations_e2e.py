@@ -26,9 +26,11 @@ def client(base_url: str, key: str = "unused") -> openai.OpenAI:
     return openai.OpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=300)
 
 
-def chat(c, messages, session=None, max_tokens=8, stream=False):
+def chat(c, messages, session=None, max_tokens=8, stream=False, salt=None):
     """(answer, usage, x-bidaw-session, x-bidaw-session-recognised)."""
     extra = {"extra_headers": {"X-Session-Id": session}} if session else {}
+    if salt:
+        extra["extra_body"] = {"cache_salt": salt}
     if stream:
         extra["stream_options"] = {"include_usage": True}
     raw = c.chat.completions.with_raw_response.create(
@@ -45,9 +47,10 @@ def chat(c, messages, session=None, max_tokens=8, stream=False):
 
 
 def recompute(c, messages, max_tokens=8) -> str:
-    """The answer computed from scratch (a fresh named session reuses nothing)."""
+    """The answer computed from scratch: a fresh named session, salted so that it reads no
+    other session's KV either (vLLM's cache_salt)."""
     text, usage, _, _ = chat(c, messages, session=f"recompute-{uuid.uuid4().hex}",
-                             max_tokens=max_tokens)
+                             max_tokens=max_tokens, salt=uuid.uuid4().hex)
     assert usage.prompt_tokens_details.cached_tokens == 0
     return text
 
@@ -72,8 +75,11 @@ def test_a_plain_openai_client_reuses_as_much_as_with_a_session_id(deployment):
     plain, _ = converse(c, "linear", stream_turn=2)  # the third turn streamed
     assert [t[0] for t in plain] == [t[0] for t in named]  # the same answers
     assert [t[3] for t in named] == ["id"] * 4 and {t[2] for t in named} == {"linear-named"}
-    assert [t[3] for t in plain] == ["new", "content", "content", "content"]
+    # its first turn reads the named one's KV of the same messages (a named session is a
+    # branch's parent, never continued), then it goes on in its own session
+    assert [t[3] for t in plain] == ["branch", "content", "content", "content"]
     assert len({t[2] for t in plain}) == 1 and plain[0][2].startswith("c-")
+    assert plain[0][1].prompt_tokens_details.cached_tokens == plain[0][1].prompt_tokens - 1
     for (_, by_id, _, _), (_, by_content, _, _) in zip(named[1:], plain[1:]):
         assert by_id.prompt_tokens_details.cached_tokens > 0
         assert abs(by_content.prompt_tokens_details.cached_tokens
@@ -144,6 +150,28 @@ def test_a_first_message_that_begins_as_another_conversations_reuses_its_kv(depl
     # the whole shared text, up to the tokens where the two questions begin
     assert shared - 2 <= usage2.prompt_tokens_details.cached_tokens < usage2.prompt_tokens - 3
     assert text == recompute(c, second)
+
+
+def test_named_users_sharing_a_system_prompt_read_it_from_each_other(deployment):
+    """LMCache's multi-round-qa: every user named (x-user-id), each first message opening with
+    one system prompt: a new user's first turn reads it from an earlier user's KV."""
+    c = client(deployment.gateway_url)
+    shared = "Hi, here's some system prompt: " + "You answer briefly and politely. " * 12
+    u1 = [{"role": "user", "content": shared + "For user 1: what is a river?"}]
+    raw1 = c.chat.completions.with_raw_response.create(
+        model=MODEL, messages=u1, max_tokens=8, temperature=0,
+        extra_headers={"x-user-id": f"lmc-{uuid.uuid4().hex}"})
+    assert raw1.parse().usage.prompt_tokens_details.cached_tokens == 0
+    u2 = [{"role": "user", "content": shared + "For user 2: what is a lake?"}]
+    raw2 = c.chat.completions.with_raw_response.create(
+        model=MODEL, messages=u2, max_tokens=8, temperature=0,
+        extra_headers={"x-user-id": f"lmc-{uuid.uuid4().hex}"})
+    reply = raw2.parse()
+    assert raw2.headers["x-bidaw-session-recognised"] == "id"
+    tokens = len(tokenize(deployment, shared))
+    assert tokens - 2 <= reply.usage.prompt_tokens_details.cached_tokens \
+        < reply.usage.prompt_tokens - 3
+    assert reply.choices[0].message.content == recompute(c, u2)
 
 
 def tokenize(deployment, text: str) -> list[int]:

@@ -15,23 +15,25 @@ NEXT = [" Next question: how far is it from the sun?", " Next question: is it co
         " Next question: thank you, anything else?"]
 
 
-def complete(c, prompt, session=None, max_tokens=8):
-    """Streamed like SGLang's bench_multiturn: (text, usage, session header, recognised)."""
+def complete(c, prompt, session=None, max_tokens=8, salt=None):
+    """Streamed like SGLang's bench_multiturn: (text, usage, session header, recognised).
+    `salt`: a cache_salt, so that the run reads and leaves no KV for unsalted ones."""
     extra = {"extra_headers": {"X-Session-Id": session}} if session else {}
+    body = {"ignore_eos": True, **({"cache_salt": salt} if salt else {})}
     raw = c.completions.with_raw_response.create(
         model=MODEL, prompt=prompt, max_tokens=max_tokens, temperature=0, stream=True,
-        stream_options={"include_usage": True}, extra_body={"ignore_eos": True}, **extra)
+        stream_options={"include_usage": True}, extra_body=body, **extra)
     chunks = list(raw.parse())
     text = "".join(ch.choices[0].text for ch in chunks if ch.choices)
     return (text, chunks[-1].usage, raw.headers["x-bidaw-session"],
             raw.headers["x-bidaw-session-recognised"])
 
 
-def sglang_client(c, first=FIRST, session=None, rounds=4):
+def sglang_client(c, first=FIRST, session=None, rounds=4, salt=None):
     """history += generated_text; history += next question; the whole history each round."""
     history, turns = first, []
     for r in range(rounds):
-        turns.append(complete(c, history, session))
+        turns.append(complete(c, history, session, salt=salt))
         history += turns[-1][0]
         if r < rounds - 1:
             history += NEXT[r]
@@ -45,7 +47,8 @@ def cached(turn) -> int:
 def test_sglang_style_raw_history_reuses_as_with_a_session_id(deployment):
     c = client(deployment.gateway_url)
     tag = uuid.uuid4().hex[:6]
-    named, _ = sglang_client(c, f"[{tag}] " + FIRST, session=f"sglang-named-{tag}")
+    # (the named run salted: the plain one must find nothing of it)
+    named, _ = sglang_client(c, f"[{tag}] " + FIRST, session=f"sglang-named-{tag}", salt=tag)
     plain, history = sglang_client(c, f"[{tag}] " + FIRST)
     assert [t[0] for t in plain] == [t[0] for t in named]
     assert [t[3] for t in plain] == ["new", "content", "content", "content"]
@@ -53,7 +56,8 @@ def test_sglang_style_raw_history_reuses_as_with_a_session_id(deployment):
     for by_id, by_content in zip(named[1:], plain[1:]):
         assert cached(by_id) > 0 and abs(cached(by_content) - cached(by_id)) <= 8
     last_prompt = history[:len(history) - len(plain[-1][0])]
-    fresh = complete(c, last_prompt, session=f"recompute-{uuid.uuid4().hex}")
+    fresh = complete(c, last_prompt, session=f"recompute-{uuid.uuid4().hex}",
+                     salt=uuid.uuid4().hex)
     assert cached(fresh) == 0 and fresh[0] == plain[-1][0]
 
 
@@ -78,7 +82,8 @@ def test_two_sglang_clients_with_one_first_prompt_branch_without_thrashing(deplo
     for k in "ab":
         prompt = history[k][:len(history[k]) - len(asks[k][2])]
         prompt = prompt[:len(prompt) - len(turns[k][2][0])]
-        assert complete(c, prompt, session=f"recompute-{uuid.uuid4().hex}")[0] == turns[k][2][0]
+        assert complete(c, prompt, session=f"recompute-{uuid.uuid4().hex}",
+                     salt=uuid.uuid4().hex)[0] == turns[k][2][0]
 
 
 def test_token_id_history_reuses_as_with_a_session_id(deployment, smollm):
@@ -89,7 +94,7 @@ def test_token_id_history_reuses_as_with_a_session_id(deployment, smollm):
     for session in (f"ids-named-{tag}", None):
         ids, turns = tok.encode(f"[{tag}] " + FIRST, add_bos=tok.add_bos), []
         for r in range(3):
-            turns.append(complete(c, ids, session))
+            turns.append(complete(c, ids, session, salt=tag if session else None))
             ids = ids + tok.encode(turns[-1][0] + NEXT[r], add_bos=False)
         runs[session is None] = turns
     named, plain = runs[False], runs[True]
@@ -107,7 +112,7 @@ def test_vllm_style_streamed_chat_reuses_as_with_a_session_id(deployment):
         messages, turns = [system(f"vllm {tag}")], []
         for q in ["Name a fruit.", "What colour is it?", "Where does it grow?"]:
             messages.append({"role": "user", "content": q})
-            turns.append(chat(c, messages, session, stream=True))
+            turns.append(chat(c, messages, session, stream=True, salt=tag if session else None))
             messages.append({"role": "assistant", "content": turns[-1][0]})
         runs[session is None] = turns
     named, plain = runs[False], runs[True]

@@ -84,3 +84,61 @@ def test_a_first_message_that_begins_as_another_conversations_branches_from_its_
     follow = rec.resolve(request([("user", DOCUMENT + "Another question?"),
                                   ("assistant", "Two."), ("user", "Why?")]))
     assert (follow.session_id, follow.recognised) == (second.session_id, "content")
+
+
+def test_a_named_session_with_no_kv_reads_a_common_beginning_and_is_never_continued():
+    """LMCache's multi-round benchmark names every user (x-user-id) and opens each with one
+    system prompt: a new user's first turn reads it from another user's KV."""
+    held = set()  # sessions the store holds KV of
+    rec = Recognition(ConversationIndex(), alive=lambda s: s in held)
+    first = rec.resolve(request([("user", DOCUMENT + "Question one?")], session="acme/u1"))
+    assert (first.session_id, first.recognised) == ("acme/u1", "id")
+    assert not first.request.parent_session_id  # nothing recorded yet to read from
+    list(first.relay(answer("One.")))
+    held.add("acme/u1")
+    second = rec.resolve(request([("user", DOCUMENT + "Question two?")], session="acme/u2"))
+    assert (second.session_id, second.recognised) == ("acme/u2", "id")
+    assert second.request.parent_session_id == "acme/u1"  # u2 holds no KV: u1's beginning
+    list(second.relay(answer("Two.")))
+    held.add("acme/u2")
+    # once it holds KV of its own, its turns read their own
+    again = rec.resolve(request([("user", DOCUMENT + "Question two?"), ("assistant", "Two."),
+                                 ("user", "More?")], session="acme/u2"))
+    assert not again.request.parent_session_id
+    # a turn without an id never continues a named session: its client may send any time
+    stranger = rec.resolve(request([("user", DOCUMENT + "Question one?"),
+                                    ("assistant", "One."), ("user", "Next?")]))
+    assert stranger.session_id not in ("acme/u1", "acme/u2")
+    assert (stranger.recognised, stranger.request.parent_session_id) == ("branch", "acme/u1")
+    # another tenant's named session reads nothing of acme's
+    other = rec.resolve(request([("user", DOCUMENT + "Question one?")], session="evil/u1",
+                                tenant="evil"))
+    assert not other.request.parent_session_id
+    # and a client never names the parent itself
+    forged = rec.resolve(request([("user", "hi")], session="acme/u3",
+                                 parent_session_id="acme/u1"))
+    assert not forged.request.parent_session_id
+
+
+def test_a_cache_salt_keeps_kv_among_turns_with_the_same_salt():
+    """vLLM's cache_salt: conversations share KV only with the same salt (and tenant)."""
+    rec = Recognition(ConversationIndex(), alive=lambda s: True)
+    first = rec.resolve(request([("user", DOCUMENT + "Q?")], cache_salt="alice"))
+    list(first.relay(answer("A.")))
+    follow = [("user", DOCUMENT + "Q?"), ("assistant", "A."), ("user", "More?")]
+    assert rec.resolve(request(follow, cache_salt="bob")).recognised == "new"
+    assert rec.resolve(request(follow)).recognised == "new"  # unsalted is a salt of its own
+    same = rec.resolve(request(follow, cache_salt="alice"))
+    assert (same.session_id, same.recognised) == (first.session_id, "content")
+    named = rec.resolve(request([("user", DOCUMENT + "Other?")], session="acme/n",
+                                cache_salt="bob"))
+    assert not named.request.parent_session_id  # no branch into alice's KV either
+
+
+def test_the_scheduler_refuses_a_cache_salt_longer_than_a_session_id():
+    from scheduler.validation import turn_problem
+
+    ok = request([("user", "hi")], cache_salt="s" * 256)
+    assert turn_problem(ok, 0) is None
+    assert turn_problem(request([("user", "hi")], cache_salt="s" * 257), 0).startswith(
+        "cache_salt is longer than 256 bytes")

@@ -133,3 +133,16 @@ def test_conversation_id_names_the_session_as_vllms_multi_turn_proxy_reads_it(ga
         status, _, reply = call(gateway, "POST", "/v1/chat/completions",
                                 {**body, "conversation_id": bad})
         assert status == 400 and reply["error"]["param"] == problem, reply
+
+
+def test_cache_salt_reaches_the_scheduler_and_bad_ones_are_refused_by_name(gateway, fake):
+    body = {"model": "smollm2-135m", "messages": [{"role": "user", "content": "one two"}]}
+    status, _, _ = call(gateway, "POST", "/v1/chat/completions", {**body, "cache_salt": "s-1"})
+    assert status == 200 and fake.requests[-1].cache_salt == "s-1"
+    status, _, _ = call(gateway, "POST", "/v1/completions",
+                        {"model": "smollm2-135m", "prompt": "hi", "cache_salt": "s-2"})
+    assert status == 200 and fake.requests[-1].cache_salt == "s-2"
+    for bad in (7, "", "x" * 300, ["a"]):
+        status, _, reply = call(gateway, "POST", "/v1/chat/completions",
+                                {**body, "cache_salt": bad})
+        assert status == 400 and reply["error"]["param"] == "cache_salt", reply

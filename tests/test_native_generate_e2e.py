@@ -9,7 +9,8 @@ import json
 import uuid
 from urllib.parse import urlsplit
 
-from tests.test_conversations_raw_e2e import FIRST, NEXT
+from tests.test_conversations_e2e import client
+from tests.test_conversations_raw_e2e import FIRST, NEXT, complete
 
 
 def generate(url: str, text: str, session: str | None = None, stream: bool = True,
@@ -53,20 +54,24 @@ def bench_multiturn_client(url: str, first: str, session: str | None, rounds: in
 def test_bench_multiturn_client_reuses_kv_as_with_a_session_id(deployment):
     url = deployment.gateway_url
     tag = uuid.uuid4().hex[:6]
-    named, _ = bench_multiturn_client(url, f"[{tag}] " + FIRST, f"native-named-{tag}")
     plain, history = bench_multiturn_client(url, f"[{tag}] " + FIRST, None)
+    named, _ = bench_multiturn_client(url, f"[{tag}] " + FIRST, f"native-named-{tag}")
     assert [t[0] for t in plain] == [t[0] for t in named]
     assert all(t[0] and t[1]["completion_tokens"] == 8 for t in plain)
     assert all(t[1]["finish_reason"]["type"] == "length" for t in plain)
     assert [t[2]["x-bidaw-session-recognised"] for t in plain] == [
         "new", "content", "content", "content"]
-    assert named[0][1]["cached_tokens"] == plain[0][1]["cached_tokens"] == 0
+    assert plain[0][1]["cached_tokens"] == 0
+    # the named session, holding no KV yet, read its first prompt from the plain one's
+    assert named[0][1]["cached_tokens"] == named[0][1]["prompt_tokens"] - 1
     for by_id, by_content in zip(named[1:], plain[1:]):
         assert by_id[1]["cached_tokens"] > 0
         assert abs(by_content[1]["cached_tokens"] - by_id[1]["cached_tokens"]) <= 8
         assert by_content[1]["cached_tokens"] < by_content[1]["prompt_tokens"]
-    # the last answer equals a greedy recompute of its history (fresh session, non-streamed)
+    # the last answer equals a greedy recompute of its history (a fresh session whose
+    # cache_salt reads no other's KV: /v1/completions, as /generate has no salt)
     last_prompt = history[:len(history) - len(plain[-1][0])]
-    text, meta, _ = generate(url, last_prompt, f"recompute-{uuid.uuid4().hex}", stream=False)
-    assert meta["cached_tokens"] == 0 and text == plain[-1][0]
-    assert meta["prompt_tokens"] == plain[-1][1]["prompt_tokens"]
+    text, usage, _, _ = complete(client(url), last_prompt, f"recompute-{uuid.uuid4().hex}",
+                                 salt=uuid.uuid4().hex)
+    assert usage.prompt_tokens_details.cached_tokens == 0 and text == plain[-1][0]
+    assert usage.prompt_tokens == plain[-1][1]["prompt_tokens"]

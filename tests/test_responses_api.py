@@ -32,7 +32,8 @@ def tagged(text: str) -> str:
 def recompute(client, messages, max_tokens) -> str:
     reply = client.chat.completions.create(
         model=MODEL, messages=messages, max_tokens=max_tokens, temperature=0,
-        extra_headers={"X-Session-Id": f"recompute-{uuid.uuid4().hex}"})
+        extra_headers={"X-Session-Id": f"recompute-{uuid.uuid4().hex}"},
+        extra_body={"cache_salt": uuid.uuid4().hex})  # reads no other session's KV either
     assert reply.usage.prompt_tokens_details.cached_tokens == 0
     return reply.choices[0].message.content
 

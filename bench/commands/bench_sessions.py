@@ -39,12 +39,20 @@ def register(sub, groups) -> None:
     p.set_defaults(func=run)
 
 
+def _named(session: str | None) -> tuple[dict, dict]:
+    """(headers, body fields) of a turn of `session` (None: no id). A named run is salted
+    (cache_salt): the runs with and without ids share no KV, each measured on its own."""
+    if not session:
+        return {"Content-Type": "application/json"}, {}
+    return ({"Content-Type": "application/json", "X-Session-Id": session},
+            {"cache_salt": "bench-named"})
+
+
 def _turn(conn, messages: list[dict], session: str | None, max_tokens: int) -> dict:
-    headers = {"Content-Type": "application/json", **({"X-Session-Id": session} if session
-                                                      else {})}
+    headers, extra = _named(session)
     conn.request("POST", "/v1/chat/completions", json.dumps({
         "model": "smollm2-135m", "messages": messages, "max_tokens": max_tokens,
-        "temperature": 0}), headers)
+        "temperature": 0, **extra}), headers)
     reply = conn.getresponse()
     body = json.loads(reply.read())
     if reply.status != 200:
@@ -55,11 +63,11 @@ def _turn(conn, messages: list[dict], session: str | None, max_tokens: int) -> d
 
 def _complete(conn, prompt: str, session: str | None, max_tokens: int) -> dict:
     """One streamed raw-text turn, read as SGLang's client reads it (text deltas, then usage)."""
-    headers = {"Content-Type": "application/json", **({"X-Session-Id": session} if session
-                                                      else {})}
+    headers, extra = _named(session)
     conn.request("POST", "/v1/completions", json.dumps({
         "model": "smollm2-135m", "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
-        "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}), headers)
+        "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True},
+        **extra}), headers)
     reply = conn.getresponse()
     if reply.status != 200:
         raise RuntimeError(f"gateway answered {reply.status}: {reply.read()[:500]!r}")
@@ -97,7 +105,7 @@ def _workload(port: int, named: bool, args, client=_chat_client) -> dict:
     """Every conversation's turns, interleaved; totals of the turns after the first."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     mode = f"{client.__name__}-{'named' if named else 'plain'}"
-    # The same conversations in both modes (named sessions are not in the index: no overlap).
+    # The same conversations in both modes (the named ones salted: no overlap).
     clients = [client(conn, c, f"bench-{mode}-{c}" if named else None, args)
                for c in range(args.conversations)]
     prompt = cached = 0

@@ -16,6 +16,7 @@ from services.gateway.fields import UINT32_MAX, integer, typed
 from services.gateway.logprobs import MAX_TOP_LOGPROBS
 from services.gateway.request_fields import check_chat_fields, check_completion_fields
 from services.gateway.sampling_params import Sampling, parse_sampling
+from services.runtime.limits import MAX_SESSION_ID_BYTES
 from services.runtime.turn_bounds import MAX_STOPS
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
@@ -37,6 +38,7 @@ class Parsed(Sampling):
     include_usage: bool = False
     user: str = ""
     conversation_id: str = ""  # vLLM's multi-turn proxy's session key (a body field)
+    cache_salt: str = ""  # vLLM's: KV shared only among requests with the same salt
     n: int = 1  # answers to the prompt (choices), each its own turn (completion_batch.py)
     logprobs: bool = False  # each token's logprob in the answer
     top_logprobs: int = 0  # and this many most likely alternatives per token
@@ -110,6 +112,12 @@ def _common(body: dict, parsed: Parsed, config: GatewayConfig,
     parsed.n = integer(body, "n", 1, MAX_PROMPTS, 1)
     parsed.user = typed(body, "user", (str,), "")
     parsed.conversation_id = typed(body, "conversation_id", (str,), "")
+    salt = body.get("cache_salt")
+    if salt is not None and not (isinstance(salt, str) and
+                                 0 < len(salt.encode()) <= MAX_SESSION_ID_BYTES):
+        raise bad_request(f"'cache_salt' must be a non-empty string of at most "
+                          f"{MAX_SESSION_ID_BYTES} bytes", "cache_salt")
+    parsed.cache_salt = salt or ""
 
 
 def _content(message: dict, i: int) -> str:

@@ -14,6 +14,7 @@ _SHARED = {"model", "max_tokens", "max_completion_tokens", "temperature", "seed"
            "presence_penalty", "frequency_penalty", "logit_bias", "response_format", "stop",
            "stream", "stream_options", "n", "logprobs", "user",
            "conversation_id",  # vLLM's multi-turn proxy (benchmark --send-conversation-id)
+           "cache_salt",  # vLLM's: KV shared only among requests with the same salt
            "top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens"}  # vLLM's
 CHAT_READ = _SHARED | {"messages", "tools", "continue_final_message", "add_generation_prompt",
                        "top_logprobs"}

@@ -56,7 +56,7 @@ def turn_request(parsed: Parsed, tenant: str, session: str) -> common_pb2.TurnRe
         min_tokens=parsed.min_tokens,
         temperature=parsed.temperature, ignore_eos=parsed.ignore_eos, stop=parsed.stop,
         seed=parsed.seed,
-        raw_prompt=parsed.raw_prompt,
+        raw_prompt=parsed.raw_prompt, cache_salt=parsed.cache_salt,
         top_p=parsed.top_p,
         top_k=parsed.top_k,
         presence_penalty=parsed.presence_penalty,
