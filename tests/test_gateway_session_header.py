@@ -142,6 +142,10 @@ def test_cache_salt_reaches_the_scheduler_and_bad_ones_are_refused_by_name(gatew
     status, _, _ = call(gateway, "POST", "/v1/completions",
                         {"model": "smollm2-135m", "prompt": "hi", "cache_salt": "s-2"})
     assert status == 200 and fake.requests[-1].cache_salt == "s-2"
+    status, _, reply = call(gateway, "POST", "/v1/responses",
+                            {"model": "smollm2-135m", "input": "hi", "store": False,
+                             "cache_salt": "s-3"})
+    assert status == 200 and fake.requests[-1].cache_salt == "s-3", reply
     for bad in (7, "", "x" * 300, ["a"]):
         status, _, reply = call(gateway, "POST", "/v1/chat/completions",
                                 {**body, "cache_salt": bad})

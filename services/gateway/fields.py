@@ -3,7 +3,7 @@ sent it, and every integer is bounded before it reaches a fixed-width proto fiel
 from __future__ import annotations
 
 from services.gateway.errors import bad_request
-from services.runtime.limits import INT32_MAX, UINT32_MAX  # noqa: F401 (re-exported)
+from services.runtime.limits import INT32_MAX, MAX_SESSION_ID_BYTES, UINT32_MAX  # noqa: F401
 
 UINT64_MAX = (1 << 64) - 1
 
@@ -54,3 +54,13 @@ def number(body: dict, name: str, low: float, high: float, default: float,
         span = f"{'(' if low_open else '['}{low:g}, {high:g}]"
         raise bad_request(f"'{name}' must lie in {span}, not {value:g}", name)
     return value
+
+
+def cache_salt(body: dict) -> str:
+    """vLLM's cache_salt: "" when absent; else a non-empty string of at most 256 bytes."""
+    salt = body.get("cache_salt")
+    if salt is not None and not (isinstance(salt, str) and
+                                 0 < len(salt.encode()) <= MAX_SESSION_ID_BYTES):
+        raise bad_request(f"'cache_salt' must be a non-empty string of at most "
+                          f"{MAX_SESSION_ID_BYTES} bytes", "cache_salt")
+    return salt or ""

@@ -12,11 +12,10 @@ from dataclasses import dataclass, field
 from services.gateway.completion_prompts import MAX_PROMPTS, completion_prompts
 from services.gateway.config import GatewayConfig
 from services.gateway.errors import ApiError, bad_request
-from services.gateway.fields import UINT32_MAX, integer, typed
+from services.gateway.fields import UINT32_MAX, cache_salt, integer, typed
 from services.gateway.logprobs import MAX_TOP_LOGPROBS
 from services.gateway.request_fields import check_chat_fields, check_completion_fields
 from services.gateway.sampling_params import Sampling, parse_sampling
-from services.runtime.limits import MAX_SESSION_ID_BYTES
 from services.runtime.turn_bounds import MAX_STOPS
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
@@ -112,12 +111,7 @@ def _common(body: dict, parsed: Parsed, config: GatewayConfig,
     parsed.n = integer(body, "n", 1, MAX_PROMPTS, 1)
     parsed.user = typed(body, "user", (str,), "")
     parsed.conversation_id = typed(body, "conversation_id", (str,), "")
-    salt = body.get("cache_salt")
-    if salt is not None and not (isinstance(salt, str) and
-                                 0 < len(salt.encode()) <= MAX_SESSION_ID_BYTES):
-        raise bad_request(f"'cache_salt' must be a non-empty string of at most "
-                          f"{MAX_SESSION_ID_BYTES} bytes", "cache_salt")
-    parsed.cache_salt = salt or ""
+    parsed.cache_salt = cache_salt(body)
 
 
 def _content(message: dict, i: int) -> str:

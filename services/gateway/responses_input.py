@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from services.gateway.config import GatewayConfig
 from services.gateway.errors import ApiError, bad_request
-from services.gateway.fields import UINT32_MAX, integer, typed
+from services.gateway.fields import UINT32_MAX, cache_salt, integer, typed
 from services.gateway.logprobs import MAX_TOP_LOGPROBS
 from services.gateway.prompt_size import check_prompt_size
 from services.gateway.protocol import ROLES, Parsed
@@ -28,7 +28,8 @@ READ = {"model", "input", "instructions", "previous_response_id", "max_output_to
         "temperature", "top_p", "stream", "store", "metadata", "text", "tools", "tool_choice",
         "truncation", "reasoning", "include", "top_logprobs",
         "seed", "top_k", "presence_penalty", "frequency_penalty", "logit_bias", "min_p",
-        "repetition_penalty"}  # vLLM's sampling extensions, as on the chat route
+        "repetition_penalty",  # vLLM's sampling extensions, as on the chat route
+        "cache_salt"}
 IGNORED = {"user", "safety_identifier", "prompt_cache_key", "service_tier",
            "parallel_tool_calls", "max_tool_calls", "stream_options",
            "prompt_cache_retention"}  # same answer here
@@ -167,6 +168,7 @@ def parse_response_request(body: dict, config: GatewayConfig, tenant: str) -> Re
     parse_sampling(body, ask.parsed, config.vocab_size)
     _logprobs(body, ask.parsed)
     ask.parsed.stream = typed(body, "stream", (bool,), False)
+    ask.parsed.cache_salt = cache_salt(body)
     return ask
 
 
