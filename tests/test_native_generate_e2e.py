@@ -75,3 +75,18 @@ def test_bench_multiturn_client_reuses_kv_as_with_a_session_id(deployment):
                                  salt=uuid.uuid4().hex)
     assert usage.prompt_tokens_details.cached_tokens == 0 and text == plain[-1][0]
     assert usage.prompt_tokens == plain[-1][1]["prompt_tokens"]
+
+
+def test_max_new_tokens_0_computes_the_prompt_and_answers_nothing_as_sglang_does(deployment):
+    """SGLang's bench_serving draws output lengths from 0 (its default --random-range-ratio):
+    SGLang answers such a request with no text; it was a 400 here."""
+    url = deployment.gateway_url
+    prompt = f"[{uuid.uuid4().hex[:6]}] " + FIRST
+    for stream in (False, True):
+        text, meta, _ = generate(url, prompt, stream=stream, max_new_tokens=0)
+        assert text == "" and meta["completion_tokens"] == 0
+        assert meta["finish_reason"] == {"type": "length", "length": 0}
+        assert meta["prompt_tokens"] > 10
+    # its prompt's KV was kept: the same text again reads it
+    _, meta, _ = generate(url, prompt, stream=False, max_new_tokens=4)
+    assert meta["cached_tokens"] == meta["prompt_tokens"] - 1

@@ -135,7 +135,8 @@ def _without(payload, key):
     (body(repetition_penalty=2.1), "sampling_params.repetition_penalty"),
     (body(min_p=1.5), "sampling_params.min_p"),
     (body(frobnicate=1), "sampling_params.frobnicate"),
-    (body(max_new_tokens=0), "sampling_params.max_new_tokens"),
+    (body(max_new_tokens=-1), "sampling_params.max_new_tokens"),
+    (body(max_new_tokens=0, min_new_tokens=2), "sampling_params.min_new_tokens"),
     (body(max_new_tokens=8193), "sampling_params.max_new_tokens"),  # beyond the context
     (body(temperature=3), "sampling_params.temperature"),
     (body(top_p=0), "sampling_params.top_p"),

@@ -86,13 +86,18 @@ def _prompt(body: dict, parsed: Parsed, vocab_size: int) -> None:
 def _sampling(sp: dict, parsed: Parsed, config) -> None:
     p = "sampling_params."
     _refuse(sp, SAMPLING_NEUTRAL, SAMPLING_READ, p)
-    parsed.max_tokens = integer(sp, "max_new_tokens", 1, UINT32_MAX, SGLANG_MAX_NEW_TOKENS,
+    # 0 as SGLang takes it: the prompt computed (its KV kept), no token generated
+    parsed.max_tokens = integer(sp, "max_new_tokens", 0, UINT32_MAX, SGLANG_MAX_NEW_TOKENS,
                                 p + "max_new_tokens")
+    parsed.prompt_only = parsed.max_tokens == 0
     if config.max_model_len and parsed.max_tokens > config.max_model_len:
         raise bad_request(f"'max_new_tokens' is {parsed.max_tokens}, more than the model's "
                           f"context of {config.max_model_len} tokens", p + "max_new_tokens")
     parsed.min_tokens = min_tokens(sp, parsed.max_tokens, config.max_model_len,
                                    p + "min_new_tokens")
+    if parsed.prompt_only and parsed.min_tokens:
+        raise bad_request("'min_new_tokens' asks for an answer, and max_new_tokens 0 for none",
+                          p + "min_new_tokens")
     try:
         parse_sampling(sp, parsed, config.vocab_size)
     except ApiError as exc:
