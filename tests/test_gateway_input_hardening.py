@@ -172,3 +172,19 @@ def test_an_unparsable_authorization_header_is_neither_echoed_nor_logged(gateway
     assert "malformed HTTP request" in logged
     assert secret.decode() not in logged
     assert not [r for r in log_records.records if r.exc_info]
+
+
+def test_the_access_log_says_why_a_request_was_refused_in_one_escaped_line(gateway, caplog):
+    """A 400 logged only its status: an operator could not tell why. Now its code and field,
+    never its message, and a field name with a newline cannot forge a second log line."""
+    status, body = post(gateway, json.dumps({"model": "smollm2-135m", "messages": [
+        {"role": "user", "content": "hi"}], "evil\nPOST /forged 200": 1}).encode())
+    assert_refused(status, body, "evil\nPOST /forged 200", caplog)
+    lines = [r.getMessage() for r in caplog.records if r.name == "bidaw.gateway"
+             and "/v1/chat/completions 400" in r.getMessage()]
+    assert lines and lines[-1].endswith("(unknown_parameter, evil\\nPOST /forged 200)")
+    assert all("\n" not in r.getMessage() for r in caplog.records if r.name == "bidaw.gateway")
+    status, body = post(gateway, chat(temperature=9))
+    lines = [r.getMessage() for r in caplog.records if r.name == "bidaw.gateway"
+             and "/v1/chat/completions 400" in r.getMessage()]
+    assert status == 400 and lines[-1].endswith(f"({body['error']['code']}, temperature)")

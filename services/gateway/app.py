@@ -39,6 +39,8 @@ from services.gateway.waiting import Admission, Shed, Slot
 log = logging.getLogger("bidaw.gateway")
 TURN_ROUTES = ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/generate")
 CLIENT_CLOSED = 499  # the status counted and logged for a request whose client hung up
+# request key: why it was refused, for the access log line (a typed key from aiohttp 3.13 on)
+REFUSED = getattr(web, "RequestKey", lambda name, kind: name)("bidaw_refused", str)
 
 
 async def _trace_header(request: web.Request, response: web.StreamResponse) -> None:
@@ -127,9 +129,9 @@ class Gateway:
                 if route != "/metrics":
                     metrics.HTTP_REQUESTS.labels(route, str(status)).inc()
                     metrics.HTTP_LATENCY.labels(route).observe(elapsed)
-                if route in TURN_ROUTES or status >= 400:
-                    log.info("%s %s %d %.1f ms", request.method, request.path, status,
-                             elapsed * 1000)
+                if route in TURN_ROUTES or status >= 400:  # a refusal says why: code, field
+                    log.info("%s %s %d %.1f ms%s", request.method, request.path, status,
+                             elapsed * 1000, request.get(REFUSED, ""))
 
     @web.middleware
     async def _errors(self, request: web.Request, handler):
@@ -139,6 +141,7 @@ class Gateway:
             return await handler(request)
         except ApiError as exc:
             tracing.set_attributes(**{"error.type": exc.code or str(exc.status)})
+            request[REFUSED] = exc.log_note()
             return exc.response()
         except web.HTTPException as exc:
             if exc.status < 400:

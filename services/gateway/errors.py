@@ -27,6 +27,12 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": _TYPES.get(self.status, "error"),
                           "param": self.param, "code": self.code}}
 
+    def log_note(self) -> str:
+        """What the access log says of it: its code and field, never its message (which may
+        quote the client's input), the field escaped (its name may be the client's own)."""
+        field = f", {ascii(self.param)[1:-1]}" if self.param else ""
+        return f" ({self.code or self.status}{field})"
+
     def response(self) -> web.Response:
         headers = {"Retry-After": str(self.retry_after)} if self.retry_after else None
         response = web.Response(status=self.status, text=json.dumps(self.body()),
