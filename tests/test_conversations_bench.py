@@ -25,6 +25,14 @@ def test_bench_sessions_prints_reuse_side_by_side_and_the_overhead():
     assert plain["recognised"] == {"new": 2, "content": 2}
     assert named["cached_tokens"] > 0 and named["prompt_tokens"] == plain["prompt_tokens"]
     assert abs(named["cached_tokens"] - plain["cached_tokens"]) <= 8 * 2
+    # named users opening with one system prompt: the second reads it from the first unless
+    # salted apart (each first turn then computes it all)
+    apart, shared = result["system_prompt_isolated"], result["system_prompt_shared"]
+    assert apart["first_cached_tokens"] == 0
+    assert shared["first_cached_tokens"] > 100  # the second user's ~120-token system prompt
+    # ... and only the second's: the first user's first turn has nothing to read
+    assert shared["first_cached_tokens"] <= shared["first_prompt_tokens"] // 2
+    assert shared["first_prompt_tokens"] == apart["first_prompt_tokens"]
     raw = result["raw_overhead"]
     assert raw["history_chars"] == 100_000 and raw["recognised"] == {"content": 200}
     assert 0 < raw["per_turn_ms_p50"] < 5  # "a few ms" for a 100 KB history

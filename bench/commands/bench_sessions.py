@@ -21,6 +21,8 @@ from collections import Counter
 
 from services.runtime.arg_types import positive_int
 
+SHARED = ("You are a careful assistant of a travel company. Answer in two sentences, name your "
+          "sources when you can, never invent a price, and ask before you book anything. ") * 3
 QUESTIONS = ["Name a country in Europe.", "What is its capital?", "Name a famous dish from it.",
              "How is that dish made?", "What drink goes with it?", "Thank you."]
 
@@ -48,8 +50,10 @@ def _named(session: str | None) -> tuple[dict, dict]:
             {"cache_salt": "bench-named"})
 
 
-def _turn(conn, messages: list[dict], session: str | None, max_tokens: int) -> dict:
+def _turn(conn, messages: list[dict], session: str | None, max_tokens: int,
+          salt: str | None = None) -> dict:
     headers, extra = _named(session)
+    extra = {"cache_salt": salt} if salt else extra
     conn.request("POST", "/v1/chat/completions", json.dumps({
         "model": "smollm2-135m", "messages": messages, "max_tokens": max_tokens,
         "temperature": 0, **extra}), headers)
@@ -101,6 +105,23 @@ def _raw_client(conn, c: int, session: str | None, args):
         yield got
 
 
+def _shared_client(isolated: bool):
+    """Named users whose first messages open with one system prompt (LMCache's multi-round-qa
+    layout); `isolated`: a cache_salt per user, so none reads another's KV (as before named
+    sessions were branch parents)."""
+    def shared_client(conn, c: int, session: str | None, args):
+        messages = []
+        for t in range(args.turns):
+            text = SHARED + f"I am traveller {c}. " + QUESTIONS[0] if not t else QUESTIONS[t]
+            messages.append({"role": "user", "content": text})
+            got = _turn(conn, messages, session, args.max_tokens,
+                        f"bench-own-{c}" if isolated else "bench-shared")
+            messages.append({"role": "assistant", "content": got["text"]})
+            yield got
+    shared_client.__name__ = "isolated_users" if isolated else "shared_users"  # its sessions
+    return shared_client
+
+
 def _workload(port: int, named: bool, args, client=_chat_client) -> dict:
     """Every conversation's turns, interleaved; totals of the turns after the first."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
@@ -108,18 +129,19 @@ def _workload(port: int, named: bool, args, client=_chat_client) -> dict:
     # The same conversations in both modes (the named ones salted: no overlap).
     clients = [client(conn, c, f"bench-{mode}-{c}" if named else None, args)
                for c in range(args.conversations)]
-    prompt = cached = 0
+    prompt, cached = [0, 0], [0, 0]  # first turns, later turns
     how: Counter = Counter()
     for t in range(args.turns):
         for conversation in clients:
             got = next(conversation)
             how[got["recognised"]] += 1
-            if t > 0:
-                prompt += got["usage"]["prompt_tokens"]
-                cached += got["usage"]["prompt_tokens_details"]["cached_tokens"]
+            prompt[t > 0] += got["usage"]["prompt_tokens"]
+            cached[t > 0] += got["usage"]["prompt_tokens_details"]["cached_tokens"]
     conn.close()
-    return {"prompt_tokens": prompt, "cached_tokens": cached,
-            "reused": round(cached / prompt, 4) if prompt else 0.0, "recognised": dict(how)}
+    return {"prompt_tokens": prompt[1], "cached_tokens": cached[1],
+            "reused": round(cached[1] / prompt[1], 4) if prompt[1] else 0.0,
+            "first_prompt_tokens": prompt[0], "first_cached_tokens": cached[0],
+            "recognised": dict(how)}
 
 
 def _overhead(size: int, turns: int = 2000) -> dict:
@@ -216,6 +238,11 @@ def run(args: argparse.Namespace) -> int:
                         f"{'with' if named else 'without'} session ids ...")
                     result[f"{kind}{'with' if named else 'without'}_ids"] = _workload(
                         dep.gateway_port, named, args, client)
+            for isolated in (True, False):
+                say(f"{args.conversations} named users opening with one system prompt, "
+                    f"{'each salted apart' if isolated else 'shared'} ...")
+                result[f"system_prompt_{'isolated' if isolated else 'shared'}"] = _workload(
+                    dep.gateway_port, True, args, _shared_client(isolated))
     say(f"timing recognition with {args.index_size} conversations stored ...")
     result["overhead"] = _overhead(args.index_size)
     say("timing recognition of 100 KB raw histories ...")
@@ -228,6 +255,11 @@ def run(args: argparse.Namespace) -> int:
         r = result[key]
         print(f"{label:17} turns 2..{args.turns}: {r['cached_tokens']}/{r['prompt_tokens']} "
               f"prompt tokens reused ({r['reused']:.1%}); sessions found: {r['recognised']}")
+    for key in ("system_prompt_isolated", "system_prompt_shared"):
+        r = result[key]
+        print(f"named users, one system prompt, {key.rsplit('_', 1)[1]:8}: first turns "
+              f"{r['first_cached_tokens']}/{r['first_prompt_tokens']} prompt tokens reused, "
+              f"turns 2..{args.turns} {r['reused']:.1%}")
     r = result["raw_overhead"]
     print(f"raw history of {r['history_chars'] // 1000} KB, {r['stored_histories']} stored "
           f"({r['index_keys']} keys): {r['per_turn_ms_p50']:.2f} ms per turn p50, "
