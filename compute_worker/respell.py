@@ -21,6 +21,12 @@ from compute_worker.models.kv_blocks import whole_blocks
 from compute_worker.sequence import DONE, Sequence, drop_rows
 
 
+def sends_text_back(turn) -> bool:
+    """The client sends the answer back as text: a chat (with a generation prompt, so the
+    answer is a message of its own) or a raw text prompt; token ids come back as ids."""
+    return bool(turn.messages and not turn.no_generation_prompt or turn.raw_prompt)
+
+
 def history_ids(turn, tokenizer, prompt: list[int], text: str) -> list[int] | None:
     """The ids the next turn's prompt begins with: the chat's messages and the answer as the
     template renders them, or a text prompt followed by the answer. None where that is not an
@@ -52,6 +58,8 @@ def respell(engine, turn, tokenizer, prompt: list[int], seq: Sequence, text: str
     tokens were recomputed (0: the answer is saved as generated)."""
     spoken = prompt + seq.generated
     held = len(seq.cache)  # the last generated token was never fed
+    if not sends_text_back(turn):
+        return spoken, 0
     answer = seq.generated[:-1] if seq.generated and seq.generated[-1] in seq.eos \
         else seq.generated
     if tokenizer.encode(text) == answer:  # spelt as generated: no need to render the history

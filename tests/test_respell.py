@@ -137,3 +137,17 @@ def test_the_bench_command_refuses_a_bad_temperature_by_name():
     done = subprocess.run([sys.executable, "-m", "services.cli.main", "bench", "respell",
                            "--temperature", "3"], capture_output=True, text=True, timeout=60)
     assert done.returncode != 0 and "--temperature must be in [0, 2]" in done.stderr
+
+
+def test_a_token_id_turn_is_saved_as_generated_without_a_tokenizer(smollm, store):
+    """Token ids come back as ids: nothing is rendered (a worker may run without a tokenizer)."""
+    model, tok = smollm
+    runner = TurnRunner(Engine(model), make_connector(store, model, "smol", KV), None)
+    try:
+        ids = tok.encode("The capital of France is")
+        got, _, summary = collect(runner, common_pb2.TurnRequest(
+            session_id="t", prompt_token_ids=ids, max_tokens=6, temperature=1.0, seed=3))
+        assert summary.respelt_tokens == 0
+        assert list(store.lookup("t").token_ids) == ids + got[:-1]
+    finally:
+        runner.engine.stop()
