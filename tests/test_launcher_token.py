@@ -36,3 +36,12 @@ def test_a_deployment_with_its_own_token_gives_the_process_its_token_back(tmp_pa
         assert cluster_token() == "process-token"
     finally:
         configure_token(before)
+
+
+def test_free_ports_are_never_handed_out_twice():
+    """A deployment picks its ten ports before its services bind them: two equal draws failed a
+    start (`--metrics-listen ...: Address already in use`, seen once in CI)."""
+    from services.launch.service_process import free_port
+
+    ports = [free_port() for _ in range(1000)]
+    assert len(set(ports)) == len(ports) and all(20000 <= p < 32000 for p in ports)

@@ -18,14 +18,22 @@ from services.runtime.pid_lock import Held, lock_with_pid
 from services.runtime.process import LAUNCHER_ENV
 
 
+_GIVEN: set[int] = set()  # ports this process handed out: not yet bound, so not "in use"
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A free port below the kernel's ephemeral range (32768+) and above Ray's worker ports
-    (10002-19999), so nothing that binds port 0 meanwhile (Ray's own servers) can take it."""
+    (10002-19999), so nothing that binds port 0 meanwhile (Ray's own servers) can take it.
+    Never one handed out before: a deployment picks ten before its services bind them, and
+    two equal draws (a ~0.4% chance each time) failed a start with "Address already in use"."""
     import random
 
+    if len(_GIVEN) > 4000:  # long since bound (or given up): the range must not run dry
+        _GIVEN.clear()
     for _ in range(200):
         port = random.randrange(20000, 32000)
-        if not port_in_use(host, port):
+        if port not in _GIVEN and not port_in_use(host, port):
+            _GIVEN.add(port)
             return port
     raise OSError("no free port in 20000-32000")
 
