@@ -32,17 +32,17 @@ def history_ids(turn, tokenizer, prompt: list[int], text: str) -> list[int] | No
     template renders them, or a text prompt followed by the answer. None where that is not an
     extension of `prompt` (a template that rewrites earlier messages), or the client sends no
     text back (token-id prompts, a chat with no generation prompt)."""
-    if turn.messages and not turn.no_generation_prompt:
+    if not sends_text_back(turn):
+        return None
+    if turn.messages:
         messages = [{"role": m.role, "content": m.content} for m in turn.messages]
         if turn.continue_final_message:
             messages[-1] = {"role": "assistant", "content": messages[-1]["content"] + text}
         else:
             messages.append({"role": "assistant", "content": text})
         ids = tokenizer.apply_chat_template(messages, add_generation_prompt=False)
-    elif turn.raw_prompt:
-        ids = tokenizer.encode(turn.raw_prompt + text, add_bos=tokenizer.add_bos)
     else:
-        return None
+        ids = tokenizer.encode(turn.raw_prompt + text, add_bos=tokenizer.add_bos)
     return ids if ids[:len(prompt)] == prompt else None
 
 

@@ -97,15 +97,9 @@ class ConversationIndex:
                 if session:
                     self._touch(session, now).in_flight = True
                     return Match(CONTENT, session)
-            for depth in range(len(keys) - 1, 0, -1):  # k_0 alone (the tenant) is no prefix
-                key = keys[depth]
-                parent = self._keys.get(key)
-                if parent is not None and self._gone(parent, now, alive):
-                    self._forget(parent)
-                    parent = self._keys.get(key)  # forgetting may leave it to no one
-                if parent is not None:
-                    self._touch(parent, now)
-                    return self._start(BRANCH, new_session(), parent, now, depth)
+            parent, depth = self._longest_recorded(keys, "", now, alive)
+            if parent:
+                return self._start(BRANCH, new_session(), parent, now, depth)
             return self._start(NEW, new_session(), "", now)
 
     def branch_source(self, keys: list[bytes], session: str, now: float,
@@ -113,15 +107,7 @@ class ConversationIndex:
         """For a named `session` that holds no KV: the other session that recorded the
         longest prefix of `keys` (k_0 alone is none), whose KV it may read; "" if none."""
         with self._lock:
-            for key in reversed(keys[1:]):
-                parent = self._keys.get(key)
-                if parent is not None and parent != session and self._gone(parent, now, alive):
-                    self._forget(parent)
-                    parent = self._keys.get(key)
-                if parent is not None and parent != session:
-                    self._touch(parent, now)
-                    return parent
-            return ""
+            return self._longest_recorded(keys, session, now, alive)[0]
 
     def record(self, session: str, keys: list[bytes], now: float,
                length: int = -1, named: bool = False) -> Recorded:
@@ -176,6 +162,20 @@ class ConversationIndex:
             return self._forget(session)
 
     # -- under the lock ---------------------------------------------------------------------
+
+    def _longest_recorded(self, keys: list[bytes], other_than: str, now: float,
+                          alive: Callable[[str], bool]) -> tuple[str, int]:
+        """(the session, not `other_than`, that recorded the longest prefix of `keys`, its
+        depth); ("", 0) if none (k_0 alone, the tenant, is no common prefix). Touched."""
+        for depth in range(len(keys) - 1, 0, -1):
+            parent = self._keys.get(keys[depth])
+            if parent and parent != other_than and self._gone(parent, now, alive):
+                self._forget(parent)
+                parent = self._keys.get(keys[depth])  # forgetting may leave it to no one
+            if parent and parent != other_than:
+                self._touch(parent, now)
+                return parent, depth
+        return "", 0
 
     def _link(self, session: str, entry: _Session, path, boundary: bytes, length: int,
               now: float) -> None:
