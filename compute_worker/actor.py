@@ -17,7 +17,7 @@ import services.runtime.tracing as tracing
 from services.runtime.gen import common_pb2, compute_worker_pb2
 
 from compute_worker.engine_config import EngineConfig
-from compute_worker.turn_summary import TurnSummary
+from compute_worker.turn_summary import PromptCounts, TurnSummary
 
 log = logging.getLogger("bidaw.compute_worker")
 # The wire's names, not kv_codec's: this module is also the worker's main process, which has
@@ -136,10 +136,19 @@ class EngineHost:
             try:
                 stores = list(req.kv_stores) if self.use_scheduler_stores else None
                 limit = 0 if req.recompute_kv else (req.kv_prefix_tokens or None)
+                counts = None  # sent on the next event: the first that carries anything
                 for ids, text, extra in self.runner.run(req.turn, req.since_arrival_s,
                                                         req.queue_s, stores, key, limit,
                                                         req.kv_suffix_from):
-                    yield "event", self._event(ids, text, extra).SerializeToString()
+                    if isinstance(extra, PromptCounts):
+                        counts = extra
+                        continue
+                    event = self._event(ids, text, extra)
+                    if counts is not None:
+                        event.prompt_tokens, event.cached_tokens = (counts.prompt_tokens,
+                                                                    counts.cached_tokens)
+                        counts = None
+                    yield "event", event.SerializeToString()
             except TurnError as exc:
                 yield "error", str(exc)
 

@@ -23,7 +23,7 @@ from compute_worker.prompt import prompt_ids
 from compute_worker.respell import respell
 from compute_worker.sampling import Sampler
 from compute_worker.sequence import DONE, Sequence
-from compute_worker.turn_summary import TurnSummary
+from compute_worker.turn_summary import PromptCounts, TurnSummary
 
 _CANCELLED = object()  # TurnRunner._turns_by_key: the turn was cancelled before it started
 
@@ -60,9 +60,10 @@ class TurnRunner:
     def run(self, turn, since_arrival_s: float = 0.0, queue_s: float = 0.0,
             kv_stores: list[str] | None = None, key: str = "",
             kv_max_tokens: int | None = None, kv_suffix_from: int = 0) -> Iterator:
-        """Yields (token_ids, text, None) as tokens come ((token_ids, text, StepLogprobs) when
-        the turn asks for logprobs; before them ([], '', PromptLogprobs) when it asks for
-        prompt logprobs), then ([], '', TurnSummary).
+        """Yields ([], '', PromptCounts) once its KV is restored, then (token_ids, text, None)
+        as tokens come ((token_ids, text, StepLogprobs) when the turn asks for logprobs; before
+        them ([], '', PromptLogprobs) when it asks for prompt logprobs), then
+        ([], '', TurnSummary).
         `turn`: a TurnRequest (or anything with its fields). `kv_stores`: the store shards the
         scheduler sent (None: the connector's own). `key`: a unique name under which cancel()
         stops this turn. `kv_max_tokens`: the scheduler's load-or-recompute choice, reuse at
@@ -215,6 +216,7 @@ class TurnRunner:
             return
         enqueued = time.monotonic()
         self.engine.add(seq)
+        yield [], "", PromptCounts(len(prompt), restored.tokens - restored.recomputed)
         answer = ""  # the text the client gets, and will send back in the next turn
         try:
             while (item := seq.out.get()) is not DONE:

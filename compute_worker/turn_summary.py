@@ -19,3 +19,11 @@ class TurnSummary:
     latency_s: float  # arrival -> the turn's end
     recomputed_tokens: int = 0  # stored tokens recomputed, not read (a reversed split)
     respelt_tokens: int = 0  # answer tokens recomputed as the next turn spells them (respell.py)
+
+
+@dataclass(frozen=True)
+class PromptCounts:
+    """Known once the KV is restored, before the first token: the wire sends them on the
+    turn's first event."""
+    prompt_tokens: int
+    cached_tokens: int

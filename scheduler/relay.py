@@ -75,7 +75,7 @@ class Relay:
         # prefill sends none): gRPC Python does not carry cancellation across hops by itself.
         context.add_callback(call.cancel)
         replayed = 0
-        lost_worker = False
+        lost_worker = finished = False
         try:
             for event in call:
                 if replayed < len(sent) and event.token_ids:
@@ -89,9 +89,12 @@ class Relay:
                 replayed = len(sent)
                 if event.HasField("summary"):
                     self._turn_finished(request.session_id, event.summary)
+                    finished = True
                 yield event
             return "done"
         except grpc.RpcError as exc:
+            if finished:  # only the stream's end was cut (a client gone after the answer)
+                return "done"
             code = exc.code()
             lost_worker = code == grpc.StatusCode.UNAVAILABLE or (
                 code == grpc.StatusCode.CANCELLED and context.is_active())

@@ -64,6 +64,9 @@ REFUSED = [  # (route, body, the param the 400 names)
     ("chat", chat(web_search_options={}), "web_search_options"),
     ("chat", chat(reasoning_effort="high"), "reasoning_effort"),
     ("chat", chat(verbosity="low"), "verbosity"),
+    ("chat", chat(stream=True, stream_options={"include_usage": True,
+                                               "continuous_usage_stats": "yes"}),
+     "stream_options.continuous_usage_stats"),  # vLLM's: a boolean
     ("chat", chat(echo=True), "echo"),
     ("chat", chat(min_tokens=5, max_tokens=4), "min_tokens"),  # more than the answer may have
     ("chat", chat(min_tokens=-1), "min_tokens"),
@@ -108,6 +111,8 @@ ACCEPTED = [  # metadata, neutral values, and the project's own clients' bodies
     ("chat", chat(stream=True, stream_options={"include_usage": True,
                                                "include_obfuscation": False,
                                                "continuous_usage_stats": False})),
+    ("cmpl", completion(stream=True, stream_options={"include_usage": True,
+                                                     "continuous_usage_stats": True})),
     ("chat", chat(messages=[{"role": "user", "content": "hi"}, {
         "role": "assistant", "content": "hello", "refusal": None, "tool_calls": None,
         "function_call": None, "audio": None, "annotations": [], "name": None,

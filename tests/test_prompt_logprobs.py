@@ -10,6 +10,7 @@ from compute_worker.engine import Engine
 from compute_worker.prompt_logprobs import CHUNK
 from compute_worker.store_connector import make_connector
 from compute_worker.turn_runner import TurnRunner
+from compute_worker.turn_summary import PromptCounts
 from services.runtime.gen import common_pb2
 
 
@@ -27,7 +28,8 @@ def test_prompt_logprobs_cover_every_position_across_chunks(runner, smollm):
     assert len(ids) == 230 > 2 * CHUNK
     turn = common_pb2.TurnRequest(session_id="p", prompt_token_ids=ids, max_tokens=2,
                                   prompt_logprobs=True, top_logprobs=3)
-    events = list(runner.run(turn))
+    counts, *events = list(runner.run(turn))
+    assert counts[2] == PromptCounts(prompt_tokens=230, cached_tokens=0)  # before the rest
     parts = [extra for _, _, extra in events if hasattr(extra, "steps")]
     assert all(hasattr(e[2], "steps") for e in events[:len(parts)])  # before the answer
     got = {p.start + k: s for p in parts for k, s in enumerate(p.steps)}
@@ -50,8 +52,8 @@ def test_a_prompt_only_turn_gives_no_answer(runner, smollm):
     _, tok = smollm
     turn = common_pb2.TurnRequest(session_id="q", prompt_token_ids=tok.encode("Hello there"),
                                   prompt_only=True)
-    *rest, (ids, text, summary) = list(runner.run(turn))
-    assert rest == [] and (ids, text) == ([], "")
+    counts, (ids, text, summary) = list(runner.run(turn))
+    assert counts[2] == PromptCounts(len(turn.prompt_token_ids), 0) and (ids, text) == ([], "")
     assert summary.completion_tokens == 0 and summary.finish_reason == "length"
 
 

@@ -12,6 +12,7 @@ from compute_worker.engine import Engine
 from compute_worker.kv_client import KVClient
 from compute_worker.store_connector import make_connector
 from compute_worker.turn_runner import TurnRunner
+from compute_worker.turn_summary import PromptCounts
 from kv_store.config import StoreConfig
 from kv_store.main import start
 from services.runtime.gen import common_pb2
@@ -52,6 +53,8 @@ def _turn(session: str, prompt, stop: str | None) -> common_pb2.TurnRequest:
 def _run(runner: TurnRunner, turn) -> tuple[list[int], list[str], object]:
     ids, pieces, summary = [], [], None
     for new_ids, text, s in runner.run(turn):
+        if isinstance(s, PromptCounts):  # before the answer's pieces
+            continue
         ids += new_ids
         pieces.append(text)
         summary = s or summary

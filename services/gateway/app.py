@@ -33,7 +33,7 @@ from services.gateway.responses import VERSION, Reply, model_card
 from services.gateway.responses_api import ResponsesApi
 from services.gateway.sessions_api import SessionsApi
 from services.gateway.tokenizer_api import TokenizerApi
-from services.gateway.turns import TurnServer
+from services.gateway.turns import ANSWERED, TurnServer
 from services.gateway.waiting import Admission, Shed, Slot
 
 log = logging.getLogger("bidaw.gateway")
@@ -118,9 +118,9 @@ class Gateway:
                 if tracing.enabled() and not response.prepared:  # streams: _trace_header
                     response.headers["x-trace-id"] = tracing.current_trace_id()
                 return response
-            except asyncio.CancelledError:  # the client hung up: no server error (nginx's 499)
-                status = CLIENT_CLOSED
-                if route in TURN_ROUTES:
+            except asyncio.CancelledError:  # the client hung up: nginx's 499, unless the
+                status = 200 if request.get(ANSWERED) else CLIENT_CLOSED  # turn had ended
+                if route in TURN_ROUTES and status == CLIENT_CLOSED:
                     metrics.TURNS.labels("cancelled").inc()
                 raise
             finally:

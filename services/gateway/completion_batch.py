@@ -107,7 +107,7 @@ class BatchTurns(TurnServer):
             headers = session_headers(first, tenant, session)
             prompt = PromptSteps()
             text, summary, steps = await self._collect(call, first, prompt)
-            self._finished(summary)
+            self._finished(summary, None)
             return headers, text, summary, steps, prompt
         finally:
             call.cancel()
@@ -129,7 +129,8 @@ class BatchTurns(TurnServer):
                     first = await self._first(call)
                     if i == 0:
                         opened.set_result(session_headers(first, tenant, session))
-                    async for chunk in self._chunks(call, first, replies[i], done[i]):
+                    async for chunk in self._chunks(request, call, first, replies[i], done[i],
+                                                    turns[i].continuous_usage):
                         await chunks.put(chunk)
                 finally:
                     call.cancel()
@@ -148,7 +149,7 @@ class BatchTurns(TurnServer):
                 if turns[0].include_usage:
                     summaries = [d[0] for d in done]
                     yield replies[0].usage_chunk(summaries, summaries[::n])
-            return await self._streamed(response, all_chunks())
+            return await self._streamed(request, response, all_chunks())
         finally:
             for task in tasks:
                 task.cancel()  # after a failure or a client gone: the others' turns stop too

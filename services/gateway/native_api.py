@@ -28,7 +28,7 @@ from services.gateway.logprobs import PromptSteps
 from services.gateway.prompt_size import check_prompt_size
 from services.gateway.protocol import Parsed, check_model, min_tokens
 from services.runtime.turn_bounds import MAX_STOPS
-from services.gateway.responses import extension
+from services.gateway.responses import LiveUsage, extension
 from services.gateway.sampling_params import parse_sampling
 from services.gateway.turns import TurnServer, sse
 
@@ -160,15 +160,17 @@ class NativeReply:
         self.with_text = with_text
         self.start = start
 
-    def chunk(self, text: str, summary=None, completion_tokens: int = 0, steps=(),
-              prompt: PromptSteps | None = None) -> dict:
+    def chunk(self, text: str, summary=None, steps=(), prompt: PromptSteps | None = None,
+              counted: LiveUsage | None = None) -> dict:
         logprobs = shapes.native(steps, self.with_text) if self.logprobs else {}
         if self.start >= 0 and prompt is not None:
             logprobs.update(shapes.native_input(prompt.steps, self.start, self.with_text))
-        if summary is None:  # SGLang's clients read completion_tokens from every chunk
+        if summary is None:  # SGLang's clients read the counts from every chunk
+            counts = {} if counted is None else {
+                "prompt_tokens": counted.prompt, "completion_tokens": counted.completion,
+                "cached_tokens": counted.cached}
             return {"text": text, "meta_info": {"id": self.id, "finish_reason": None,
-                                                "completion_tokens": completion_tokens,
-                                                **logprobs}}
+                                                **counts, **logprobs}}
         finish = ({"type": "length", "length": summary.completion_tokens}
                   if summary.finish_reason == "length" else {"type": "stop", "matched": None})
         return {"text": text, "meta_info": {
@@ -194,26 +196,27 @@ class NativeTurns(TurnServer):
     async def _stream(self, request, call, first, parsed: Parsed, reply: NativeReply,
                       headers: dict) -> web.StreamResponse:
         response = await self._open_stream(request, reply.id, headers)
-        text, tokens, steps, prompt = "", 0, [], PromptSteps()
+        text, steps, prompt = "", [], PromptSteps()
+        counted = LiveUsage(first)
         try:
             async for event in self._events(call, first):
                 if event.prompt_logprobs:
                     prompt.add(event)
+                counted.add(event)
                 text += event.text
-                tokens += len(event.token_ids)
                 steps.extend(event.logprobs)
                 if event.HasField("summary"):
-                    self._finished(event.summary)
+                    self._finished(event.summary, request)
                     await response.write(sse(reply.chunk(text, event.summary, steps=steps,
                                                           prompt=prompt)))
                 elif event.text:
-                    await response.write(sse(reply.chunk(text, completion_tokens=tokens,
-                                                          steps=steps, prompt=prompt)))
+                    await response.write(sse(reply.chunk(text, steps=steps, prompt=prompt,
+                                                          counted=counted)))
         except grpc.RpcError as exc:  # headers are gone: report in-band
             metrics.TURNS.labels("error").inc()
             await response.write(sse(from_grpc(exc, self.retry_after).body()))
         except (ConnectionResetError, ConnectionError):
-            metrics.TURNS.labels("cancelled").inc()
+            self._hung_up(request)
             return response
         await response.write(sse("[DONE]"))
         await response.write_eof()

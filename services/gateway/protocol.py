@@ -35,6 +35,7 @@ class Parsed(Sampling):
     stop: list[str] = field(default_factory=list)
     stream: bool = False
     include_usage: bool = False
+    continuous_usage: bool = False  # vLLM's continuous_usage_stats: usage in every chunk
     user: str = ""
     conversation_id: str = ""  # vLLM's multi-turn proxy's session key (a body field)
     cache_salt: str = ""  # vLLM's: KV shared only among requests with the same salt
@@ -82,6 +83,16 @@ def min_tokens(body: dict, max_tokens: int, context: int, param: str = "min_toke
     return least
 
 
+def parse_ending(body: dict, parsed: Parsed) -> None:
+    """vLLM's ignore_eos and `stop` (a string or up to MAX_STOPS; empty ones ask nothing)."""
+    parsed.ignore_eos = typed(body, "ignore_eos", (bool,), False)
+    stop = typed(body, "stop", (str, list), [])
+    stop = [stop] if isinstance(stop, str) else stop
+    if len(stop) > MAX_STOPS or not all(isinstance(s, str) for s in stop):
+        raise bad_request(f"'stop' must be a string or up to {MAX_STOPS} strings", "stop")
+    parsed.stop = [s for s in stop if s]
+
+
 def _common(body: dict, parsed: Parsed, config: GatewayConfig,
             max_tokens_default: int = 0) -> None:
     limit = _max_tokens(body, config.max_model_len, 0 if parsed.echo else 1)
@@ -92,12 +103,7 @@ def _common(body: dict, parsed: Parsed, config: GatewayConfig,
         raise bad_request("'min_tokens' asks for an answer, and max_tokens 0 for none",
                           "min_tokens")
     parse_sampling(body, parsed, config.vocab_size)
-    parsed.ignore_eos = typed(body, "ignore_eos", (bool,), False)
-    stop = typed(body, "stop", (str, list), [])
-    stop = [stop] if isinstance(stop, str) else stop
-    if len(stop) > MAX_STOPS or not all(isinstance(s, str) for s in stop):
-        raise bad_request(f"'stop' must be a string or up to {MAX_STOPS} strings", "stop")
-    parsed.stop = [s for s in stop if s]
+    parse_ending(body, parsed)
     parsed.stream = typed(body, "stream", (bool,), False)
     options = typed(body, "stream_options", (dict,))
     if options is not None:
@@ -106,6 +112,10 @@ def _common(body: dict, parsed: Parsed, config: GatewayConfig,
                               "stream_options")
         parsed.include_usage = bool(typed(options, "include_usage", (bool,), False,
                                           "stream_options.include_usage"))
+        # vLLM's: only with include_usage (alone it asks for nothing there either)
+        parsed.continuous_usage = parsed.include_usage and bool(typed(
+            options, "continuous_usage_stats", (bool,), False,
+            "stream_options.continuous_usage_stats"))
     # n answers are n turns of the same prompt, answered together (completion_batch.py);
     # at most MAX_PROMPTS choices per request, as for a batch of prompts
     parsed.n = integer(body, "n", 1, MAX_PROMPTS, 1)

@@ -82,15 +82,25 @@ class Reply:
         """A stream's first chunk when echoing: the prompt's text and logprobs."""
         return {**self._head(True), "choices": [self._choice("", None, True, (), prompt)]}
 
-    def first_chunk(self) -> dict:
+    def first_chunk(self, live: dict | None = None) -> dict:
         """Chat streams open with the assistant role, as OpenAI's do."""
         delta = {"role": "assistant", "content": ""}
-        return {**self._head(True), "choices": [{"index": self.index, "delta": delta,
-                                                  "logprobs": None, "finish_reason": None}]}
+        return self._with({**self._head(True), "choices": [{
+            "index": self.index, "delta": delta, "logprobs": None, "finish_reason": None}]},
+            live)
 
-    def chunk(self, text: str, finish: str | None = None, steps=()) -> dict:
-        """`steps`: the logprobs of the tokens since the last chunk (this chunk's text's)."""
-        return {**self._head(True), "choices": [self._choice(text, finish, True, steps)]}
+    def chunk(self, text: str, finish: str | None = None, steps=(),
+              live: dict | None = None) -> dict:
+        """`steps`: the logprobs of the tokens since the last chunk (this chunk's text's);
+        `live`: the usage so far (vLLM's continuous_usage_stats), or None."""
+        return self._with({**self._head(True),
+                           "choices": [self._choice(text, finish, True, steps)]}, live)
+
+    @staticmethod
+    def _with(chunk: dict, live: dict | None) -> dict:
+        if live is not None:
+            chunk["usage"] = live
+        return chunk
 
     def usage_chunk(self, summaries: list, prompted: list | None = None) -> dict:
         """stream_options.include_usage: one last chunk with no choices and the usage (of
@@ -103,11 +113,31 @@ def usage(*summaries, prompted=None) -> dict:
     """OpenAI's usage of one turn, or the sum of several; `prompted`: the summaries whose
     prompts count (one per prompt: n answers to one prompt read it once, as in OpenAI)."""
     prompted = summaries if prompted is None else prompted
-    prompt = sum(s.prompt_tokens for s in prompted)
-    completion = sum(s.completion_tokens for s in summaries)
+    return usage_of(sum(s.prompt_tokens for s in prompted),
+                    sum(s.completion_tokens for s in summaries),
+                    sum(s.cached_tokens for s in prompted))
+
+
+class LiveUsage:
+    """One streamed choice's usage so far (vLLM's continuous_usage_stats): the prompt's
+    counts from the worker's first event (a re-run's says them again), the tokens since."""
+
+    def __init__(self, first):
+        self.prompt, self.cached, self.completion = first.prompt_tokens, first.cached_tokens, 0
+
+    def add(self, event) -> None:
+        if event.prompt_tokens:
+            self.prompt, self.cached = event.prompt_tokens, event.cached_tokens
+        self.completion += len(event.token_ids)
+
+    def now(self) -> dict:
+        return usage_of(self.prompt, self.completion, self.cached)
+
+
+def usage_of(prompt: int, completion: int, cached: int) -> dict:
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": sum(s.cached_tokens for s in prompted)}}
+            "prompt_tokens_details": {"cached_tokens": cached}}
 
 
 def extension(summary) -> dict:

@@ -12,6 +12,7 @@ same one) is recognised as a branch. An X-Session-Id header names the session, a
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
@@ -40,15 +41,17 @@ class ResponseTurns(TurnServer):
     """TurnServer's session, tracing and cancellation, with the Responses API's shapes; a
     finished response is stored when the client asked it to be (`store`, the default)."""
 
-    async def _finish(self, reply: ResponseReply, text: str, summary, steps) -> dict:
+    async def _finish(self, reply: ResponseReply, text: str, summary, steps,
+                      request=None) -> dict:
         """The finished response object, kept by the scheduler before the client hears of it
-        (so that its next request may follow it at once)."""
-        self._finished(summary)
+        (so that its next request may follow it at once; shielded: a client that hangs up
+        now knows the id from the stream's first event, and may follow it later)."""
+        self._finished(summary, request)
         body = reply.response(text, summary, steps)
         if reply.ask.store:
             try:
-                await self.backend.put_response(stored(reply.ask, reply.id, text, body,
-                                                       input_items(reply.ask)))
+                await asyncio.shield(self.backend.put_response(stored(
+                    reply.ask, reply.id, text, body, input_items(reply.ask))))
             except grpc.RpcError as exc:  # the answer stands; following it will be a 404
                 log.warning("response %s not stored: %s", reply.id, exc.code().name)
         return body
@@ -74,7 +77,7 @@ class ResponseTurns(TurnServer):
                     held = []
                 if event.HasField("summary"):
                     body = await self._finish(reply, "".join(text), event.summary,
-                                              steps)
+                                              steps, request)
                     for closing in reply.closing("".join(text), event.summary, body):
                         await response.write(_sse(closing))
         except grpc.RpcError as exc:  # headers are gone: report in-band, as OpenAI does
@@ -83,7 +86,7 @@ class ResponseTurns(TurnServer):
             await response.write(_sse(reply.event("error", code=error.code,
                                                   message=error.message, param=error.param)))
         except (ConnectionResetError, ConnectionError):
-            metrics.TURNS.labels("cancelled").inc()
+            self._hung_up(request)
             return response
         await response.write_eof()
         return response

@@ -19,7 +19,7 @@ from services.gateway.errors import ApiError, bad_request
 from services.gateway.fields import UINT32_MAX, cache_salt, integer, typed
 from services.gateway.logprobs import MAX_TOP_LOGPROBS
 from services.gateway.prompt_size import check_prompt_size
-from services.gateway.protocol import ROLES, Parsed
+from services.gateway.protocol import ROLES, Parsed, min_tokens, parse_ending
 from services.gateway.request_fields import check_fields
 from services.gateway.sampling_params import parse_sampling
 from services.runtime.gen import common_pb2, scheduler_pb2
@@ -28,8 +28,8 @@ READ = {"model", "input", "instructions", "previous_response_id", "max_output_to
         "temperature", "top_p", "stream", "store", "metadata", "text", "tools", "tool_choice",
         "truncation", "reasoning", "include", "top_logprobs",
         "seed", "top_k", "presence_penalty", "frequency_penalty", "logit_bias", "min_p",
-        "repetition_penalty",  # vLLM's sampling extensions, as on the chat route
-        "cache_salt"}
+        "repetition_penalty", "stop", "ignore_eos", "min_tokens",  # vLLM's extensions, as
+        "cache_salt"}  # on the chat route (vLLM's ResponsesRequest takes them too)
 IGNORED = {"user", "safety_identifier", "prompt_cache_key", "service_tier",
            "parallel_tool_calls", "max_tool_calls", "stream_options",
            "prompt_cache_retention"}  # same answer here
@@ -165,7 +165,9 @@ def parse_response_request(body: dict, config: GatewayConfig, tenant: str) -> Re
     # clamps to what the prompt leaves). Not chat's 256-token default: clients of this API
     # (the Agents SDK) take a response cut short, status "incomplete", for an error.
     ask.parsed.max_tokens = ask.max_output_tokens or config.max_model_len  # 0: worker's default
+    ask.parsed.min_tokens = min_tokens(body, ask.max_output_tokens or 0, config.max_model_len)
     parse_sampling(body, ask.parsed, config.vocab_size)
+    parse_ending(body, ask.parsed)
     _logprobs(body, ask.parsed)
     ask.parsed.stream = typed(body, "stream", (bool,), False)
     ask.parsed.cache_salt = cache_salt(body)

@@ -17,11 +17,14 @@ from services.gateway.backend import Backend
 from services.gateway.errors import ApiError, bad_request, from_grpc
 from services.gateway.logprobs import PromptSteps
 from services.gateway.protocol import Parsed
-from services.gateway.responses import Reply
+from services.gateway.responses import LiveUsage, Reply, usage
 from services.gateway.session_ids import from_header, to_header
 
 log = logging.getLogger("bidaw.gateway")
 SESSION_HEADERS = ("X-Session-Id", "x-user-id")
+# request key: the turn's summary came, so a client that hangs up now (after the last chunk,
+# before [DONE] or the stream's end) cancelled nothing: logged 200, counted ok only
+ANSWERED = getattr(web, "RequestKey", lambda name, kind: name)("bidaw_answered", bool)
 
 
 def session_of(request: web.Request, parsed: Parsed, limit: int) -> tuple[str, bool]:
@@ -150,7 +153,7 @@ class TurnServer:
     async def _whole(self, call, first, reply: Reply, headers: dict) -> web.Response:
         prompt = PromptSteps()
         text, summary, steps = await self._collect(call, first, prompt)
-        self._finished(summary)
+        self._finished(summary, None)
         return web.json_response(reply.complete(text, summary, steps, prompt),
                                  headers={"x-request-id": reply.id, **headers})
 
@@ -162,10 +165,13 @@ class TurnServer:
         await response.prepare(request)
         return response
 
-    async def _chunks(self, call, first, reply: Reply, done: list):
-        """One choice's chunks, in order; its summary is appended to `done` at its end."""
+    async def _chunks(self, request, call, first, reply: Reply, done: list,
+                      live: bool = False):
+        """One choice's chunks, in order; its summary is appended to `done` at its end.
+        `live`: each chunk carries the usage so far (vLLM's continuous_usage_stats)."""
+        counted = LiveUsage(first) if live else None
         if reply.chat:
-            yield reply.first_chunk()
+            yield reply.first_chunk(counted and counted.now())
         steps = []  # logprobs of tokens whose text is still held back (a partial character)
         prompt = PromptSteps()  # an echoed prompt's, sent as the first chunk (vLLM's order)
         async for event in self._events(call, first):
@@ -177,13 +183,16 @@ class TurnServer:
                 yield reply.echo_chunk(prompt)
             prompt = None
             steps.extend(event.logprobs)
+            if counted:
+                counted.add(event)
             if event.text:
-                yield reply.chunk(event.text, steps=steps)
+                yield reply.chunk(event.text, steps=steps, live=counted and counted.now())
                 steps = []
             if event.HasField("summary"):
-                self._finished(event.summary)
+                self._finished(event.summary, request)
                 done.append(event.summary)
-                yield reply.chunk("", event.summary.finish_reason or "stop", steps)
+                yield reply.chunk("", event.summary.finish_reason or "stop", steps,
+                                  counted and usage(event.summary))
 
     async def _stream(self, request, call, first, parsed: Parsed, reply: Reply,
                       headers: dict) -> web.StreamResponse:
@@ -191,13 +200,15 @@ class TurnServer:
 
         async def chunks():
             done = []
-            async for chunk in self._chunks(call, first, reply, done):
+            async for chunk in self._chunks(request, call, first, reply, done,
+                                            parsed.continuous_usage):
                 yield chunk
             if parsed.include_usage and done:
                 yield reply.usage_chunk(done)
-        return await self._streamed(response, chunks())
+        return await self._streamed(request, response, chunks())
 
-    async def _streamed(self, response: web.StreamResponse, chunks) -> web.StreamResponse:
+    async def _streamed(self, request, response: web.StreamResponse,
+                        chunks) -> web.StreamResponse:
         """`chunks` (dicts, as they come) written as SSE, then [DONE]. The headers are gone:
         a failure is reported in-band, as vLLM does; a client gone ends it quietly."""
         try:
@@ -208,15 +219,24 @@ class TurnServer:
             error = exc if isinstance(exc, ApiError) else from_grpc(exc, self.retry_after)
             await response.write(sse(error.body()))
         except (ConnectionResetError, ConnectionError):
-            metrics.TURNS.labels("cancelled").inc()
-            log.info("client went away mid-stream")
+            self._hung_up(request)
             return response
         await response.write(sse("[DONE]"))
         await response.write_eof()
         return response
 
     @staticmethod
-    def _finished(summary) -> None:
+    def _hung_up(request) -> None:
+        """The client closed a stream: a cancelled turn unless its summary had come."""
+        if not request.get(ANSWERED):
+            metrics.TURNS.labels("cancelled").inc()
+            log.info("client went away mid-stream")
+
+    @staticmethod
+    def _finished(summary, request) -> None:
+        """The turn's summary came (`request`: a stream's, marked ANSWERED)."""
+        if request is not None:
+            request[ANSWERED] = True
         metrics.observe_turn(summary)
         tracing.set_attributes(prompt_tokens=summary.prompt_tokens,
                                cached_tokens=summary.cached_tokens,
