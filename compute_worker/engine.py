@@ -68,6 +68,9 @@ class Engine:
         """Admit queued sequences, drop cancelled ones, run one forward over the batch. `wait`:
         with nothing to run, wait briefly for a sequence instead of returning at once."""
         self._admit(wait and not self._active)
+        for seq in self._active:
+            if seq.cancelled:  # out of the batch: its caller may read its cache now
+                seq.released.set()
         self._active = [s for s in self._active if not s.cancelled]
         if not self._active:
             return

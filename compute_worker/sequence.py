@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import queue
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -36,6 +37,7 @@ class Sequence:
     finish_reason: str = ""
     ttft: float = 0.0
     cancelled: bool = False
+    released: threading.Event = field(default_factory=threading.Event)  # the engine let go
     error: BaseException | None = None
     _redone: int = 0  # tokens of hidden6 that the step being fed computes again
     _stop_text: StopText = field(init=False)

@@ -45,8 +45,9 @@ class TurnRunner:
 
     def cancel(self, key: str) -> bool:
         """Stop the turn run under `key` (its client left): it leaves the batch before the next
-        step, between two prefill chunks or two decode tokens, and its KV is not saved. A turn
-        still restoring its KV stops once the restore returns. False if no such turn runs."""
+        step, between two prefill chunks or two decode tokens, and only its prompt's KV
+        computed so far is saved (_keep_stopped). A turn still restoring its KV stops once the
+        restore returns. False if no such turn runs."""
         with self._keys_lock:
             if key not in self._turns_by_key:
                 return False
@@ -175,6 +176,25 @@ class TurnRunner:
                 "bidaw.hit": restored.tokens > begin})
         return restored
 
+    def _keep_stopped(self, turn, prompt: list[int], seq: Sequence, saved_from: Restored,
+                      kv_stores) -> None:
+        """A turn its client stopped (a chat UI's Stop) keeps the KV of its prompt computed
+        so far, in whole blocks: the client's next turn resends that history, with the
+        partial answer or without it, and reuses it (vLLM's and SGLang's prefix caches keep
+        such blocks). The answer's tokens are not kept: the client may send back another
+        text of them. Not for tensor 6 (its rows are kept per fed token, not cut here)."""
+        block = self.engine.model.kv_block
+        if self.connector.kv_format == TENSOR6 or \
+                whole_blocks(min(seq.cache.length, len(prompt)), block) <= saved_from.tokens:
+            return  # nothing new was computed (or queued still)
+        if not seq.released.wait(timeout=10.0):  # the engine's step that holds it ends
+            return
+        keep = whole_blocks(min(seq.cache.length, len(prompt)), block)
+        seq.cache.truncate(keep)
+        with tracing.span("worker.kv_save", tokens=keep - saved_from.tokens, stopped=True):
+            self.connector.save(turn.session_id, prompt[:keep], seq.cache, [], saved_from,
+                                kv_stores)
+
     def _sequence(self, turn, prompt: list[int], restored: Restored, arrived: float) -> Sequence:
         cfg = self.engine.model.config
         return Sequence(
@@ -224,8 +244,9 @@ class TurnRunner:
                 yield item  # (ids, text, StepLogprobs or None)
         finally:
             seq.cancelled = True  # a caller that leaves early frees the batch slot
-        if not seq.finished:
-            return  # cancelled: nothing to save, no summary
+        if not seq.finished:  # stopped by its client: no summary
+            self._keep_stopped(turn, prompt, seq, self._saved_from(restored, limit), kv_stores)
+            return
         if seq.error is not None:
             raise seq.error
         # Prefill and decode ran batched in the engine's thread: record them after the fact.

@@ -80,6 +80,10 @@ class MessageHistory:
         """(prefix keys of the history with the answer appended, -1: heads are exact keys)."""
         return self.keys + message_keys(self.keys[-1], "assistant", text), -1
 
+    def now(self) -> tuple[list[bytes], int]:
+        """The history's own keys, with no answer (a turn stopped by its client)."""
+        return self.keys, -1
+
 
 def _text_bytes(units: str) -> bytes:
     return units.encode("utf-8", "surrogatepass")
@@ -118,4 +122,8 @@ class ChunkedHistory:
         """(boundary keys of the history with the answer appended, then its head; its length)."""
         more = text if isinstance(self.units, str) else list(ids)
         whole = ChunkedHistory(self._tenant, self.units + more, list(self.keys), self._salt)
-        return whole.keys + [whole.head(len(whole.units))], len(whole.units)
+        return whole.now()
+
+    def now(self) -> tuple[list[bytes], int]:
+        """(boundary keys, then the head of the whole history; its length)."""
+        return self.keys + [self.head(len(self.units))], len(self.units)

@@ -54,24 +54,29 @@ class RecognisedTurn:
     def relay(self, events: Iterator[common_pb2.TurnEvent]) -> Iterator[common_pb2.TurnEvent]:
         text: list[str] = []
         ids: list[int] = []
-        recorded = False
+        recorded = prefilled = False
         try:
             for n, event in enumerate(events):
                 if n == 0:
                     event.session_id, event.recognised = self.session_id, self.recognised
+                prefilled = True  # a worker's first event comes once the prompt is computed
                 text.append(event.text)
                 ids.extend(event.token_ids)
                 if event.HasField("summary") and self._record:
-                    keys, length = self._history.after("".join(text), ids)
-                    recorded = self._index.record(self.session_id, keys, self._clock(), length,
-                                                  self._named)
-                    if self._journal is not None:
-                        self._journal.append(recorded, self._index)
+                    self._keep(*self._history.after("".join(text), ids))
                     recorded = True
                 yield event
         finally:
             if self._history is not None and not recorded:
-                self._index.abandon(self.session_id)
+                if prefilled and self._record:  # stopped after its prefill: the worker kept
+                    self._keep(*self._history.now())  # the prompt's KV (turn_runner.py)
+                else:
+                    self._index.abandon(self.session_id)
+
+    def _keep(self, keys: list[bytes], length: int) -> None:
+        recorded = self._index.record(self.session_id, keys, self._clock(), length, self._named)
+        if self._journal is not None:
+            self._journal.append(recorded, self._index)
 
 
 class Recognition:

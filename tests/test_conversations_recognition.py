@@ -39,6 +39,27 @@ def test_the_answer_as_relayed_is_recorded_and_the_first_event_says_how():
     assert rec.resolve(request(follow)).session_id == first.session_id
 
 
+def test_a_turn_stopped_after_its_first_event_is_recorded_without_its_answer():
+    """The worker keeps a stopped turn's prompt KV once it was computed (its first event):
+    the prompt is recorded, so the next turn, with the partial answer or without, continues
+    the session; a turn stopped before any event recorded nothing."""
+    rec = Recognition(ConversationIndex(), alive=lambda s: True)
+    history = [("user", "Tell me a long story.")]
+    stopped = rec.resolve(request(history))
+    relay = stopped.relay(answer("Once", " upon"))
+    next(relay)
+    relay.close()  # the client hung up (gRPC closes the scheduler's generator)
+    for follow in ([*history, ("assistant", "Once"), ("user", "Shorter.")],
+                   [*history, ("user", "Shorter.")]):
+        turn = rec.resolve(request(follow))
+        assert (turn.session_id, turn.recognised) == (stopped.session_id, "content")
+        list(turn.relay(iter(())))  # (no event: nothing recorded, no longer in flight)
+    early = rec.resolve(request([("user", "Another story.")]))
+    list(early.relay(iter(())))  # ended before its first event
+    again = rec.resolve(request([("user", "Another story."), ("user", "Shorter.")]))
+    assert again.recognised == "new" and again.session_id != early.session_id
+
+
 def test_explicit_ids_win_and_client_parents_are_dropped():
     rec = Recognition(ConversationIndex(), alive=lambda s: True)
     named = rec.resolve(request([("user", "Hi")], session="acme/mine",
