@@ -44,6 +44,13 @@ def prompt_ids(turn, tokenizer, vocab_size: int, max_context: int) -> list[int]:
     return ids
 
 
+def template_messages(turn) -> list[dict[str, str]]:
+    """The turn's messages as the chat template takes them (a name only where one was given:
+    a template may test for the key)."""
+    return [{"role": m.role, "content": m.content, **({"name": m.name} if m.name else {})}
+            for m in turn.messages]
+
+
 def chat_ids(turn, tokenizer) -> list[int]:
     """The chat template over the messages. continue_final_message leaves the last (assistant)
     message open, so the answer continues its text; it implies no generation prompt."""
@@ -54,7 +61,7 @@ def chat_ids(turn, tokenizer) -> list[int]:
             raise TurnError(f"unknown message role {m.role!r}")
     if not any(m.content for m in turn.messages):
         raise TurnError("every message of the turn is empty")
-    messages = [{"role": m.role, "content": m.content} for m in turn.messages]
+    messages = template_messages(turn)
     if not turn.continue_final_message:
         return tokenizer.apply_chat_template(messages,
                                              add_generation_prompt=not turn.no_generation_prompt)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 
 from compute_worker.models.kv_blocks import whole_blocks
+from compute_worker.prompt import template_messages
 from compute_worker.sequence import DONE, Sequence, drop_rows
 
 
@@ -35,7 +36,7 @@ def history_ids(turn, tokenizer, prompt: list[int], text: str) -> list[int] | No
     if not sends_text_back(turn):
         return None
     if turn.messages:
-        messages = [{"role": m.role, "content": m.content} for m in turn.messages]
+        messages = template_messages(turn)
         if turn.continue_final_message:
             messages[-1] = {"role": "assistant", "content": messages[-1]["content"] + text}
         else:

@@ -79,7 +79,10 @@ REFUSED = [  # (route, body, the param the 400 names)
     ("chat", replied({"function_call": {"name": "add", "arguments": "{}"}}),
      "messages[1].function_call"),
     ("chat", replied({"refusal": "I can't."}), "messages[1].refusal"),
-    ("chat", chat(messages=[{"role": "user", "content": "hi", "name": "alice"}]),
+    ("chat", chat(messages=[{"role": "user", "content": "hi", "name": 5}]), "messages[0].name"),
+    ("chat", chat(messages=[{"role": "user", "content": "hi", "name": "a" * 257}]),
+     "messages[0].name"),
+    ("chat", chat(messages=[{"role": "user", "content": "hi", "name": "al\nice"}]),
      "messages[0].name"),
     ("chat", chat(messages=[{"role": "user", "content": "hi", "weight": 0}]),
      "messages[0].weight"),
@@ -104,6 +107,8 @@ ACCEPTED = [  # metadata, neutral values, and the project's own clients' bodies
     ("chat", chat(logprobs=False, top_logprobs=0, reasoning_effort=None, echo=False)),
     ("chat", chat(logprobs=True, top_logprobs=20)),
     ("chat", chat(verbosity="medium")),  # OpenAI's default: asks for nothing
+    ("chat", chat(messages=[{"role": "system", "content": "Be brief.", "name": "setup"},
+                            {"role": "user", "content": "hi", "name": "user"}])),  # AutoGen
     ("cmpl", completion(logprobs=0)),
     ("chat", chat(top_k=20, min_p=0, repetition_penalty=1, ignore_eos=True,
                   skip_special_tokens=True, spaces_between_special_tokens=True,

@@ -16,7 +16,7 @@ from services.gateway.fields import UINT32_MAX, cache_salt, integer, typed
 from services.gateway.logprobs import MAX_TOP_LOGPROBS
 from services.gateway.request_fields import check_chat_fields, check_completion_fields
 from services.gateway.sampling_params import Sampling, parse_sampling
-from services.runtime.turn_bounds import MAX_STOPS
+from services.runtime.turn_bounds import MAX_NAME_BYTES, MAX_STOPS
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
@@ -25,6 +25,7 @@ ROLES = {"system": "system", "developer": "system", "user": "user", "assistant":
 class Parsed(Sampling):
     """What one HTTP request asks of one turn."""
     messages: list[tuple[str, str]] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)  # each message's `name` ("": none)
     prompt_token_ids: list[int] = field(default_factory=list)
     raw_prompt: str = ""  # a completion's text prompt: no chat template
     continue_final_message: bool = False
@@ -143,6 +144,15 @@ def _content(message: dict, i: int) -> str:
                       f"messages[{i}].content")
 
 
+def _name(message: dict, i: int) -> str:
+    """OpenAI's participant `name`: for the chat template, which shows it or not (as vLLM)."""
+    name = typed(message, "name", (str,), "", f"messages[{i}].name") or ""
+    if len(name.encode()) > MAX_NAME_BYTES or not name.isprintable():
+        raise bad_request(f"a message's name must be printable and at most {MAX_NAME_BYTES} "
+                          "bytes", f"messages[{i}].name")
+    return name
+
+
 def _template_flags(body: dict, parsed: Parsed) -> None:
     """vLLM's prefill flags: continue_final_message leaves the last assistant message open;
     add_generation_prompt=false opens no assistant turn after the last message."""
@@ -170,6 +180,7 @@ def parse_messages(body: dict, parsed: Parsed) -> None:
             raise bad_request(f"message role {str(role)[:40]!r} is not supported (system, "
                               "developer, user, assistant)", f"messages[{i}].role")
         parsed.messages.append((ROLES[role], _content(m, i)))
+        parsed.names.append(_name(m, i))
     if body.get("tools"):
         raise bad_request("tools are not supported", "tools")
     _template_flags(body, parsed)

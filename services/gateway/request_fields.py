@@ -35,11 +35,10 @@ COMPLETION_NEUTRAL = _VLLM_NEUTRAL
 STREAM_OPTIONS = {"include_usage", "include_obfuscation", "continuous_usage_stats"}
 # message keys besides role and content: what an OpenAI or vLLM answer carries when it is
 # appended to the history as it came, accepted while empty
-MESSAGE_NEUTRAL = {"name": ("",), "tool_calls": ([],), "function_call": (), "tool_call_id": (),
+MESSAGE_NEUTRAL = {"tool_calls": ([],), "function_call": (), "tool_call_id": (),
                    "refusal": ("",), "audio": (), "annotations": ([],),
                    "reasoning_content": ("",)}
-_WHY = {"name": "participant names are not shown to the model",
-        "tool_calls": "tool calls are not supported", "function_call": "function calling is "
+_WHY = {"tool_calls": "tool calls are not supported", "function_call": "function calling is "
         "not supported", "functions": "function calling is not supported",
         "tool_choice": "tools are not supported",
         "modalities": "only text output is supported", "audio": "audio output is not "
@@ -84,7 +83,7 @@ def check_message_fields(body: dict) -> None:
     messages = body.get("messages")
     for i, message in enumerate(messages if isinstance(messages, list) else ()):
         if isinstance(message, dict):
-            _check(message, {"role", "content"}, MESSAGE_NEUTRAL, f"messages[{i}].")
+            _check(message, {"role", "content", "name"}, MESSAGE_NEUTRAL, f"messages[{i}].")
 
 
 def check_completion_fields(body: dict) -> None:

@@ -15,6 +15,7 @@ from services.gateway.fields import check_token_ids, typed
 from services.gateway.protocol import Parsed, check_model, parse_messages
 from services.gateway.request_body import read_body
 from services.gateway.request_fields import check_fields, check_message_fields
+from services.gateway.turns import chat_messages
 from services.runtime.gen import common_pb2
 
 TEXT_FIELDS = {"model", "prompt", "add_special_tokens"}
@@ -45,7 +46,7 @@ class TokenizerApi:
             typed(body, "add_special_tokens", (bool,))  # the template writes any BOS itself
             call = common_pb2.TokenizeRequest(
                 op=common_pb2.TOKENIZE_OP_MESSAGES,
-                messages=[common_pb2.ChatMessage(role=r, content=c) for r, c in parsed.messages],
+                messages=chat_messages(parsed),
                 no_generation_prompt=parsed.no_generation_prompt,
                 continue_final_message=parsed.continue_final_message)
         else:

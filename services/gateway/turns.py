@@ -51,11 +51,16 @@ def check_session_id(session: str, limit: int, param: str, what: str = "the sess
         raise bad_request(f"{what} must be printable and at most {limit} bytes", param)
 
 
+def chat_messages(parsed: Parsed) -> list[common_pb2.ChatMessage]:
+    names = parsed.names or [""] * len(parsed.messages)
+    return [common_pb2.ChatMessage(role=r, content=c, name=n)
+            for (r, c), n in zip(parsed.messages, names)]
+
+
 def turn_request(parsed: Parsed, tenant: str, session: str) -> common_pb2.TurnRequest:
     return common_pb2.TurnRequest(
         session_id=scoped_session(tenant, session) if session else "", tenant=tenant,
-        messages=[common_pb2.ChatMessage(role=r, content=c) for r, c in parsed.messages],
-        prompt_token_ids=parsed.prompt_token_ids, max_tokens=parsed.max_tokens,
+        messages=chat_messages(parsed), prompt_token_ids=parsed.prompt_token_ids, max_tokens=parsed.max_tokens,
         min_tokens=parsed.min_tokens,
         temperature=parsed.temperature, ignore_eos=parsed.ignore_eos, stop=parsed.stop,
         seed=parsed.seed,

@@ -14,6 +14,7 @@ from services.runtime.limits import INT32_MAX, UINT32_MAX, first_outside
 
 ROLES = ("system", "user", "assistant")  # a chat turn's messages (the gateway maps the rest)
 MAX_STOPS = 16  # OpenAI's API takes up to 4; the gateway up to this many
+MAX_NAME_BYTES = 256  # a message's participant name
 MAX_TENANT = 64
 TENANT_RE = re.compile(r"[A-Za-z0-9_.-]{1,%d}" % MAX_TENANT)
 
@@ -46,4 +47,6 @@ def turn_bounds_problem(turn: common_pb2.TurnRequest) -> str | None:
         return f"logit_bias token id {bad} is outside [0, {INT32_MAX}]"
     if len(turn.stop) > MAX_STOPS:
         return f"stop holds {len(turn.stop)} strings; at most {MAX_STOPS}"
+    if any(len(m.name.encode()) > MAX_NAME_BYTES for m in turn.messages):
+        return f"a message's name is longer than {MAX_NAME_BYTES} bytes"
     return None
