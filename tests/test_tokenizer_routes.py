@@ -96,7 +96,7 @@ def test_tokenizer_info_carries_the_template_that_renders_the_servers_prompt(dep
     ("/tokenize", {"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
     ("/tokenize", {"messages": [{"role": "user", "content": {"a": 1}}]},
      "messages[0].content"),
-    ("/tokenize", {"messages": [{"role": "user", "content": "x", "name": "bob"}]},
+    ("/tokenize", {"messages": [{"role": "user", "content": "x", "name": ["bob"]}]},
      "messages[0].name"),
     ("/tokenize", {"messages": [{"role": "user", "content": ""}]}, "messages"),
     ("/detokenize", {}, "tokens"),
