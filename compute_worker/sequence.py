@@ -122,6 +122,7 @@ class Sequence:
         self.error = exc
         self.finish_reason = self.finish_reason or "error"
         self.out.put(DONE)
+        self.released.set()  # the engine let go of it (a failed step)
 
 
 def drop_rows(chunks: list[torch.Tensor], n: int) -> None:

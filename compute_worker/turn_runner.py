@@ -187,8 +187,8 @@ class TurnRunner:
         if self.connector.kv_format == TENSOR6 or \
                 whole_blocks(min(seq.cache.length, len(prompt)), block) <= saved_from.tokens:
             return  # nothing new was computed (or queued still)
-        if not seq.released.wait(timeout=10.0):  # the engine's step that holds it ends
-            return
+        if not seq.released.wait(timeout=10.0) or seq.error is not None:
+            return  # (released: the engine's step that held it has ended)
         keep = whole_blocks(min(seq.cache.length, len(prompt)), block)
         seq.cache.truncate(keep)
         with tracing.span("worker.kv_save", tokens=keep - saved_from.tokens, stopped=True):
