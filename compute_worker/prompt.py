@@ -2,7 +2,9 @@
 tokenized as it is, or ids given directly."""
 from __future__ import annotations
 
-from services.runtime.turn_bounds import ROLES
+import json
+
+from services.runtime.turn_bounds import ROLES, TEMPLATE_RESERVED
 
 
 class TurnError(ValueError):
@@ -51,6 +53,22 @@ def template_messages(turn) -> list[dict[str, str]]:
             for m in turn.messages]
 
 
+def template_kwargs(turn) -> dict:
+    """vLLM's chat_template_kwargs: extra variables for the template ({} without)."""
+    if not turn.chat_template_kwargs:
+        return {}
+    try:
+        kwargs = json.loads(turn.chat_template_kwargs)
+    except ValueError:
+        kwargs = None
+    if not isinstance(kwargs, dict):
+        raise TurnError("chat_template_kwargs must be a JSON object")
+    taken = sorted(set(TEMPLATE_RESERVED) & kwargs.keys())
+    if taken:
+        raise TurnError(f"chat_template_kwargs may not set {taken[0]!r}")
+    return kwargs
+
+
 def chat_ids(turn, tokenizer) -> list[int]:
     """The chat template over the messages. continue_final_message leaves the last (assistant)
     message open, so the answer continues its text; it implies no generation prompt."""
@@ -64,11 +82,12 @@ def chat_ids(turn, tokenizer) -> list[int]:
     messages = template_messages(turn)
     if not turn.continue_final_message:
         return tokenizer.apply_chat_template(messages,
-                                             add_generation_prompt=not turn.no_generation_prompt)
+                                             add_generation_prompt=not turn.no_generation_prompt,
+                                             **template_kwargs(turn))
     final = messages[-1]
     if final["role"] != "assistant" or not final["content"]:
         raise TurnError("continue_final_message needs a last assistant message with content")
-    text = tokenizer.render_chat(messages, add_generation_prompt=False)
+    text = tokenizer.render_chat(messages, add_generation_prompt=False, **template_kwargs(turn))
     end = text.rfind(final["content"])
     if end < 0:  # a template that rewrites the content: we cannot tell where it ends
         raise TurnError("this model's chat template cannot continue the final message")

@@ -27,6 +27,7 @@ def tokenize(tokenizer, request: common_pb2.TokenizeRequest,
             request.prompt, add_bos=request.add_special_tokens and tokenizer.add_bos))
     elif request.op == common_pb2.TOKENIZE_OP_MESSAGES:
         turn = common_pb2.TurnRequest(messages=request.messages,
+                                      chat_template_kwargs=request.chat_template_kwargs,
                                       no_generation_prompt=request.no_generation_prompt,
                                       continue_final_message=request.continue_final_message)
         try:

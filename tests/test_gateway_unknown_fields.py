@@ -72,7 +72,10 @@ REFUSED = [  # (route, body, the param the 400 names)
     ("chat", chat(min_tokens=-1), "min_tokens"),
     ("chat", chat(skip_special_tokens=False), "skip_special_tokens"),
     ("chat", chat(min_tokens=False), "min_tokens"),  # JSON false is not the number 0
-    ("chat", chat(chat_template_kwargs={"enable_thinking": True}), "chat_template_kwargs"),
+    ("chat", chat(chat_template_kwargs=["enable_thinking"]), "chat_template_kwargs"),
+    ("chat", chat(chat_template_kwargs={"messages": []}), "chat_template_kwargs.messages"),
+    ("chat", chat(chat_template_kwargs={"tools": [TOOL]}), "chat_template_kwargs.tools"),
+    ("chat", chat(chat_template_kwargs={"x": "y" * 17000}), "chat_template_kwargs"),
     ("chat", chat(stream=True, stream_options={"include_usage": True, "x": 1}),
      "stream_options.x"),
     ("chat", replied({"tool_calls": [CALL]}), "messages[1].tool_calls"),
@@ -107,6 +110,7 @@ ACCEPTED = [  # metadata, neutral values, and the project's own clients' bodies
     ("chat", chat(logprobs=False, top_logprobs=0, reasoning_effort=None, echo=False)),
     ("chat", chat(logprobs=True, top_logprobs=20)),
     ("chat", chat(verbosity="medium")),  # OpenAI's default: asks for nothing
+    ("chat", chat(chat_template_kwargs={"enable_thinking": False})),  # vLLM's, for the template
     ("chat", chat(messages=[{"role": "system", "content": "Be brief.", "name": "setup"},
                             {"role": "user", "content": "hi", "name": "user"}])),  # AutoGen
     ("cmpl", completion(logprobs=0)),

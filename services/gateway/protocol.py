@@ -7,6 +7,7 @@ JSON mode) are never silently dropped; which fields may appear at all: request_f
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass, field
 
 from services.gateway.completion_prompts import MAX_PROMPTS, completion_prompts
@@ -16,7 +17,8 @@ from services.gateway.fields import UINT32_MAX, cache_salt, integer, typed
 from services.gateway.logprobs import MAX_TOP_LOGPROBS
 from services.gateway.request_fields import check_chat_fields, check_completion_fields
 from services.gateway.sampling_params import Sampling, parse_sampling
-from services.runtime.turn_bounds import MAX_NAME_BYTES, MAX_STOPS
+from services.runtime.turn_bounds import (MAX_NAME_BYTES, MAX_STOPS, MAX_TEMPLATE_KWARGS_BYTES,
+                                          TEMPLATE_RESERVED)
 
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
@@ -26,6 +28,7 @@ class Parsed(Sampling):
     """What one HTTP request asks of one turn."""
     messages: list[tuple[str, str]] = field(default_factory=list)
     names: list[str] = field(default_factory=list)  # each message's `name` ("": none)
+    template_kwargs: str = ""  # vLLM's chat_template_kwargs, as JSON ("": none)
     prompt_token_ids: list[int] = field(default_factory=list)
     raw_prompt: str = ""  # a completion's text prompt: no chat template
     continue_final_message: bool = False
@@ -184,6 +187,22 @@ def parse_messages(body: dict, parsed: Parsed) -> None:
     if body.get("tools"):
         raise bad_request("tools are not supported", "tools")
     _template_flags(body, parsed)
+    parsed.template_kwargs = _template_kwargs(body)
+
+
+def _template_kwargs(body: dict) -> str:
+    """vLLM's chat_template_kwargs: variables for the chat template (a template that reads
+    none of them renders as without them), as compact JSON."""
+    kwargs = typed(body, "chat_template_kwargs", (dict,)) or {}
+    taken = sorted(set(TEMPLATE_RESERVED) & kwargs.keys())
+    if taken:
+        raise bad_request(f"chat_template_kwargs may not set {taken[0]!r} (the server sets "
+                          "it, or it asks for tools)", f"chat_template_kwargs.{taken[0]}")
+    text = json.dumps(kwargs, separators=(",", ":"), ensure_ascii=False) if kwargs else ""
+    if len(text.encode()) > MAX_TEMPLATE_KWARGS_BYTES:
+        raise bad_request(f"chat_template_kwargs holds more than {MAX_TEMPLATE_KWARGS_BYTES} "
+                          "bytes as JSON", "chat_template_kwargs")
+    return text
 
 
 def parse_chat(body: dict, config: GatewayConfig) -> Parsed:

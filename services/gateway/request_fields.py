@@ -17,7 +17,7 @@ _SHARED = {"model", "max_tokens", "max_completion_tokens", "temperature", "seed"
            "cache_salt",  # vLLM's: KV shared only among requests with the same salt
            "top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens"}  # vLLM's
 CHAT_READ = _SHARED | {"messages", "tools", "continue_final_message", "add_generation_prompt",
-                       "top_logprobs"}
+                       "top_logprobs", "chat_template_kwargs"}
 COMPLETION_READ = _SHARED | {"prompt", "echo", "suffix", "best_of"}
 # OpenAI's metadata: stored, billed or routed differently there, the same answer here
 CHAT_IGNORED = {"metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier",

@@ -20,9 +20,8 @@ from services.runtime.gen import common_pb2
 
 TEXT_FIELDS = {"model", "prompt", "add_special_tokens"}
 CHAT_FIELDS = {"model", "messages", "add_special_tokens", "add_generation_prompt",
-               "continue_final_message", "tools"}
-NEUTRAL = {"return_token_strs": (False,), "chat_template_kwargs": ({},),
-           "mm_processor_kwargs": ({},)}
+               "continue_final_message", "tools", "chat_template_kwargs"}
+NEUTRAL = {"return_token_strs": (False,), "mm_processor_kwargs": ({},)}
 # the field a worker's refusal is about, as the client named it
 PARAMS = {common_pb2.TOKENIZE_OP_TEXT: "prompt", common_pb2.TOKENIZE_OP_MESSAGES: "messages",
           common_pb2.TOKENIZE_OP_DETOKENIZE: "tokens"}
@@ -46,7 +45,7 @@ class TokenizerApi:
             typed(body, "add_special_tokens", (bool,))  # the template writes any BOS itself
             call = common_pb2.TokenizeRequest(
                 op=common_pb2.TOKENIZE_OP_MESSAGES,
-                messages=chat_messages(parsed),
+                messages=chat_messages(parsed), chat_template_kwargs=parsed.template_kwargs,
                 no_generation_prompt=parsed.no_generation_prompt,
                 continue_final_message=parsed.continue_final_message)
         else:

@@ -62,6 +62,7 @@ def turn_request(parsed: Parsed, tenant: str, session: str) -> common_pb2.TurnRe
         session_id=scoped_session(tenant, session) if session else "", tenant=tenant,
         messages=chat_messages(parsed), prompt_token_ids=parsed.prompt_token_ids,
         max_tokens=parsed.max_tokens, min_tokens=parsed.min_tokens,
+        chat_template_kwargs=parsed.template_kwargs,
         temperature=parsed.temperature, ignore_eos=parsed.ignore_eos, stop=parsed.stop,
         seed=parsed.seed,
         raw_prompt=parsed.raw_prompt, cache_salt=parsed.cache_salt,

@@ -15,6 +15,10 @@ from services.runtime.limits import INT32_MAX, UINT32_MAX, first_outside
 ROLES = ("system", "user", "assistant")  # a chat turn's messages (the gateway maps the rest)
 MAX_STOPS = 16  # OpenAI's API takes up to 4; the gateway up to this many
 MAX_NAME_BYTES = 256  # a message's participant name
+MAX_TEMPLATE_KWARGS_BYTES = 16 << 10  # chat_template_kwargs as JSON
+# chat_template_kwargs the server sets itself, or asks for what it lacks (tools)
+TEMPLATE_RESERVED = ("messages", "add_generation_prompt", "bos_token", "eos_token", "tools",
+                     "documents")
 MAX_TENANT = 64
 TENANT_RE = re.compile(r"[A-Za-z0-9_.-]{1,%d}" % MAX_TENANT)
 
@@ -49,4 +53,6 @@ def turn_bounds_problem(turn: common_pb2.TurnRequest) -> str | None:
         return f"stop holds {len(turn.stop)} strings; at most {MAX_STOPS}"
     if any(len(m.name.encode()) > MAX_NAME_BYTES for m in turn.messages):
         return f"a message's name is longer than {MAX_NAME_BYTES} bytes"
+    if len(turn.chat_template_kwargs.encode()) > MAX_TEMPLATE_KWARGS_BYTES:
+        return f"chat_template_kwargs is longer than {MAX_TEMPLATE_KWARGS_BYTES} bytes"
     return None
