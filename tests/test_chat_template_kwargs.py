@@ -38,7 +38,8 @@ def test_a_template_that_reads_a_variable_renders_it_in_prompt_and_history(smoll
     assert shouting.decode(after) == "user: Hello there!\nassistant:  Hi!\n"
 
 
-@pytest.mark.parametrize("bad", ['["shout"]', "{", '{"messages": []}', '{"bos_token": "x"}'])
+@pytest.mark.parametrize("bad", ['["shout"]', "{", '{"messages": []}', '{"bos_token": "x"}',
+                                 '{"raise_exception": 1}'])  # would hide the template's own
 def test_the_worker_refuses_what_is_no_object_or_sets_the_servers_variables(smollm, bad):
     _, tok = smollm
     with pytest.raises(TurnError, match="chat_template_kwargs"):

@@ -74,13 +74,15 @@ def _max_tokens(body: dict, context: int, least: int = 1) -> int | None:
     return next((v for v in limits.values() if v is not None), None)
 
 
-def min_tokens(body: dict, max_tokens: int, context: int, param: str = "min_tokens") -> int:
-    """vLLM's min_tokens: at most max_tokens (when set) and the model's context."""
+def min_tokens(body: dict, max_tokens: int, context: int, param: str = "min_tokens",
+               limit: str = "max_tokens") -> int:
+    """vLLM's min_tokens: at most max_tokens (`limit`, its name; when set) and the model's
+    context."""
     name = param.rsplit(".", 1)[-1]
     least = integer(body, name, 0, UINT32_MAX, 0, param)
     if max_tokens and least > max_tokens:
         raise bad_request(f"'{name}' is {least}, more than the {max_tokens} tokens the answer "
-                          "may have (max_tokens)", param)
+                          f"may have ({limit})", param)
     if context and least > context:
         raise bad_request(f"'{name}' is {least}, more than the model's context of {context} "
                           "tokens", param)

@@ -165,7 +165,8 @@ def parse_response_request(body: dict, config: GatewayConfig, tenant: str) -> Re
     # clamps to what the prompt leaves). Not chat's 256-token default: clients of this API
     # (the Agents SDK) take a response cut short, status "incomplete", for an error.
     ask.parsed.max_tokens = ask.max_output_tokens or config.max_model_len  # 0: worker's default
-    ask.parsed.min_tokens = min_tokens(body, ask.max_output_tokens or 0, config.max_model_len)
+    ask.parsed.min_tokens = min_tokens(body, ask.max_output_tokens or 0, config.max_model_len,
+                                       limit="max_output_tokens")
     parse_sampling(body, ask.parsed, config.vocab_size)
     parse_ending(body, ask.parsed)
     _logprobs(body, ask.parsed)

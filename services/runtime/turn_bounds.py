@@ -16,9 +16,11 @@ ROLES = ("system", "user", "assistant")  # a chat turn's messages (the gateway m
 MAX_STOPS = 16  # OpenAI's API takes up to 4; the gateway up to this many
 MAX_NAME_BYTES = 256  # a message's participant name
 MAX_TEMPLATE_KWARGS_BYTES = 16 << 10  # chat_template_kwargs as JSON
-# chat_template_kwargs the server sets itself, or asks for what it lacks (tools)
+# chat_template_kwargs the server sets itself (its variables, the template's functions and
+# Jinja's own: a kwarg would hide them), or that ask for what it lacks (tools)
 TEMPLATE_RESERVED = ("messages", "add_generation_prompt", "bos_token", "eos_token", "tools",
-                     "documents")
+                     "documents", "raise_exception", "strftime_now", "range", "dict", "lipsum",
+                     "cycler", "joiner", "namespace")
 MAX_TENANT = 64
 TENANT_RE = re.compile(r"[A-Za-z0-9_.-]{1,%d}" % MAX_TENANT)
 
