@@ -10,6 +10,12 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 # Workers the tests start run fp32 (exact: restored == recomputed token for token) whatever
 # `--dtype auto` would pick on this CPU; tests/test_bf16_*.py cover bf16 on purpose.
 os.environ.setdefault("BIDAW_WORKER_DTYPE", "float32")
+# bf16 answers from restored KV equal recompute only where the CPU's bf16 linears give each row
+# the same bits whatever rows run beside it (the worker probes this and picks float32 where
+# not: loaders/row_probe.py). oneDNN's AMX-BF16 and AVX512-BF16 kernels do not; its AVX2 ones
+# (bf16 widened to fp32) do. tests/test_bf16_*.py and test_kv_blocks.py test block-aligned KV
+# on such linears, so oneDNN is held to its AVX2 kernels before torch loads it.
+os.environ.setdefault("ONEDNN_MAX_CPU_ISA", "AVX2")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -114,10 +114,10 @@ def test_responses_take_vllms_stop_ignore_eos_and_min_tokens(deployment):
 
     exact = create(max_output_tokens=8, ignore_eos=True, stop=None)
     assert exact["usage"]["output_tokens"] == 8 and exact["status"] == "incomplete"
-    free = create(max_output_tokens=40)
+    free = create(max_output_tokens=40, ignore_eos=True)  # 40 tokens: words enough
     text = free["output"][0]["content"][0]["text"]
     word = text.split()[2]  # a stop string from the answer's own text
-    cut = create(max_output_tokens=40, stop=[word])
+    cut = create(max_output_tokens=40, ignore_eos=True, stop=[word])
     assert cut["output"][0]["content"][0]["text"] == text[:text.index(word)]
     assert cut["usage"]["output_tokens"] < free["usage"]["output_tokens"]
     assert create(max_output_tokens=30, min_tokens=30,
