@@ -132,7 +132,20 @@ def test_a_slow_or_failing_prepare_does_not_delay_its_turn(fake, caplog):
 
 # -- the live deployment: 4 MiB of DRAM, the real store ---------------------------------------
 
-def test_a_live_replay_with_prepares_reports_its_prepared_turns(deployment):
+@pytest.fixture(scope="module")
+def own_deployment(tmp_path_factory):
+    """conftest's deployment (4 MiB of DRAM), but its own: the session's holds every earlier
+    test's sessions in those 4 MiB (in two full runs a prepared turn then found its KV neither
+    in DRAM nor loading at arrival; alone it passed)."""
+    from services.launch.launcher import LocalDeployment
+
+    with LocalDeployment(data_dir=str(tmp_path_factory.mktemp("prepare")), dram_bytes="4MiB",
+                         default_max_tokens=32, supervise=False) as dep:
+        yield dep
+
+
+def test_a_live_replay_with_prepares_reports_its_prepared_turns(own_deployment):
+    deployment = own_deployment
     from tests.test_replay import LIVE_CFG, LIVE_TRACE
     from bench.replay.plan import make_plan
 
