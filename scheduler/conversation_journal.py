@@ -19,7 +19,8 @@ import pathlib
 import time
 from typing import Callable, Iterator
 
-from scheduler.conversations import ConversationIndex, Recorded
+from scheduler.conversation_records import Prompt, Recorded
+from scheduler.conversations import ConversationIndex
 from scheduler.journal_file import JournalFile
 
 log = logging.getLogger("bidaw.scheduler")
@@ -85,6 +86,10 @@ def _encode(r: Recorded, at: float) -> bytes:
         row["p"], row["c"] = r.parent, r.shared
     if r.named:
         row["m"] = 1
+    if r.prompt is not None:
+        row["q"], row["e"] = r.prompt.key.hex(), r.extent
+        if r.prompt.length >= 0:
+            row["qb"], row["qn"] = r.prompt.boundary.hex(), r.prompt.length
     return json.dumps(row, separators=(",", ":")).encode() + b"\n"
 
 
@@ -104,6 +109,9 @@ def _decode(line: bytes) -> tuple[Recorded | str, float]:
     path = tuple(bytes.fromhex(k) for k in row["k"])
     if not isinstance(row["s"], str) or not row["s"] or not path:
         raise ValueError("no session or no keys")
+    prompt = (Prompt(bytes.fromhex(row["q"]), bytes.fromhex(row.get("qb", "")),
+                     int(row.get("qn", -1))) if "q" in row else None)
     recorded = Recorded(row["s"], path, bytes.fromhex(row.get("b", "")), int(row.get("n", -1)),
-                        str(row.get("p", "")), int(row.get("c", 0)), row.get("m") == 1)
+                        str(row.get("p", "")), int(row.get("c", 0)), row.get("m") == 1,
+                        prompt, int(row.get("e", 0)))
     return recorded, at

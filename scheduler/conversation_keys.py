@@ -24,6 +24,8 @@ import sys
 from array import array
 from typing import Iterable, Sequence
 
+from scheduler.conversation_records import Prompt
+
 DIGEST_BYTES = 12  # 96 bits: a collision among 10^9 stored prefixes has odds ~10^-11
 _PERSON = b"bidaw-conv-v1"  # domain separation (and the version of this scheme)
 _ROLES = {"developer": "system"}
@@ -74,7 +76,12 @@ class MessageHistory:
     head = None  # a message session's head is one of `keys` itself
 
     def __init__(self, tenant: str, messages: Iterable[tuple[str, str]], salt: str = ""):
+        messages = list(messages)
         self.keys = prefix_keys(tenant, messages, salt)
+        self.extent = len(messages)  # what "longer" compares (conversations.py: REVISED)
+
+    def prompt(self) -> Prompt:
+        return Prompt(self.keys[-1])
 
     def after(self, text: str, ids: Sequence[int]) -> tuple[list[bytes], int]:
         """(prefix keys of the history with the answer appended, -1: heads are exact keys)."""
@@ -106,6 +113,7 @@ class ChunkedHistory:
         text = isinstance(units, str)
         self._chunk, self._bytes = (TEXT_CHUNK, _text_bytes) if text else (IDS_CHUNK, _ids_bytes)
         self._tenant, self._salt = tenant, salt
+        self.extent = len(units)
         self.keys = keys or [root_key(tenant, b"text" if text else b"ids", salt)]
         for start in range((len(self.keys) - 1) * self._chunk,
                            len(units) - self._chunk + 1, self._chunk):
@@ -117,6 +125,9 @@ class ChunkedHistory:
             return None
         base = length // self._chunk
         return _h(self.keys[base], b"end", self._bytes(self.units[base * self._chunk:length]))
+
+    def prompt(self) -> Prompt:
+        return Prompt(self.head(len(self.units)), self.keys[-1], len(self.units))
 
     def after(self, text: str, ids: Sequence[int]) -> tuple[list[bytes], int]:
         """(boundary keys of the history with the answer appended, then its head; its length)."""

@@ -2,15 +2,20 @@
 
 Pure (the clock is passed in) and guarded by one lock. It maps the key of every prefix of a
 recorded history (scheduler/conversation_keys.py) to the session that holds its KV, and each
-session to its head (the key of its whole history, answer included) and whether a turn of it is
-in flight. A history continues a session only when its longest known prefix is exactly that
-session's head and the session is idle. A raw text or token ids: the heads tried are the
-history's own keys `head(length)` at the lengths recorded from the boundary where its longest
-known prefix ends (at most one chunk's worth of lengths, however many sessions share it). A
-session's KV is only ever appended to, so two conversations that share a beginning never
-overwrite each other's tail. Any shorter match is a branch: a new session that reads the common
-prefix from the matched one (its parent). A session its client names is recorded too, but
-`named`: never continued by another turn's content (its client names it), only a branch's
+session to its head (the key of its whole history, answer included), its last prompt's key and
+whether a turn of it is in flight. A history continues an idle session when its longest known
+prefix is exactly that session's head (`CONTENT`), or when it extends that session's last
+prompt but not the answer recorded after it and is longer than the recorded history
+(`REVISED`): the client re-spelt or edited our answer and went on (inference-perf and guidellm
+join a raw history's turns with spaces), so the session goes on from its prompt instead of a
+new copy of its KV each turn. A regenerated answer (the prompt again, or no longer than the
+recorded history) branches, so both answers live on. A raw text or token ids: the heads and
+prompts tried are the history's own keys `head(length)` at the lengths recorded from the
+boundary where a known prefix ends (at most one chunk's worth of lengths, however many sessions
+share it). Any shorter match is a branch: a new session that reads the common prefix from the
+matched one (its parent): the session whose whole last prompt it extends if one does, else the
+one that last recorded its longest known prefix. A session its client names is recorded too,
+but `named`: never continued by another turn's content (its client names it), only a branch's
 parent; and a named session that holds no KV yet may read a common beginning from any other
 (`branch_source`: other users' shared system prompt, a shared document).
 
@@ -23,41 +28,10 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Callable
 
-CONTENT, BRANCH, NEW = "content", "branch", "new"
-
-
-@dataclass
-class _Session:
-    path: list[bytes] = field(default_factory=list)  # prefix keys it recorded; path[-1]: head
-    in_flight: bool = False
-    touched: float = 0.0
-    parent: str = ""  # a branch: the session it shares path[:shared] with
-    shared: int = 0
-    boundary: bytes = b""  # a chunked history: the key of its last chunk boundary
-    length: int = -1  # a chunked history's recorded length (-1: messages)
-    named: bool = False  # its client names it: a parent for branches, never continued
-
-
-@dataclass(frozen=True)
-class Match:
-    recognised: str  # CONTENT, BRANCH or NEW
-    session: str  # the session the turn runs in
-    parent: str = ""  # BRANCH: the session whose KV holds the common prefix
-
-
-@dataclass(frozen=True)
-class Recorded:
-    """A recorded session, as `restore` links it again."""
-    session: str
-    path: tuple[bytes, ...]  # its prefix keys after k_0; the last is its head
-    boundary: bytes = b""  # a chunked history: its last chunk boundary's key
-    length: int = -1  # a chunked history's length in units (-1: messages)
-    parent: str = ""  # a branch: the session it shares path[:shared] with
-    shared: int = 0
-    named: bool = False
+from scheduler.conversation_records import (BRANCH, CONTENT, NEW, REVISED, Match, Prompt,
+                                            Recorded, SessionEntry)
 
 
 class ConversationIndex:
@@ -65,10 +39,12 @@ class ConversationIndex:
         self.max_keys = max_keys
         self.ttl_s = ttl_s
         self.grace_s = grace_s
-        self._sessions: OrderedDict[str, _Session] = OrderedDict()  # least recently used first
+        self._sessions: OrderedDict[str, SessionEntry] = OrderedDict()  # least recently used first
         self._keys: dict[bytes, str] = {}  # prefix key -> the session that last recorded it
         self._heads: dict[bytes, dict[str, None]] = {}  # head key -> sessions at that head
-        # chunked histories: boundary key -> {recorded length: sessions of that length there}
+        self._prompts: dict[bytes, dict[str, None]] = {}  # last prompt's key -> its sessions
+        # chunked histories: boundary key -> {recorded length (of a history or a prompt):
+        # how many end there}
         self._lengths: dict[bytes, dict[int, int]] = {}
         self._lock = threading.Lock()
 
@@ -83,21 +59,30 @@ class ConversationIndex:
 
     def resolve(self, keys: list[bytes], new_session: Callable[[], str], now: float,
                 alive: Callable[[str], bool] = lambda s: True,
-                head: Callable[[int], bytes | None] | None = None) -> Match:
+                head: Callable[[int], bytes | None] | None = None, extent: int = 0) -> Match:
         """The session a turn whose history has prefix keys `keys` (k_0 first) runs in; marks
         it in flight. `alive(session)`: False when its KV is known to be gone (forgotten).
-        `head(length)`: a chunked history's key of its first `length` units."""
+        `head(length)`: a chunked history's key of its first `length` units. `extent`: the
+        history's messages (chunked: units)."""
         with self._lock:
             self._expire(now)
             # A session whose whole history this one extends goes on, even where another
             # recorded more of it (the same messages sent with an id, or twice): a branch there
             # would start a new session, a new copy of the KV, at every turn.
-            for key in reversed(keys):
-                session = self._continued(key, now, alive, head)
-                if session:
-                    self._touch(session, now).in_flight = True
-                    return Match(CONTENT, session)
+            prompted, at = "", 0  # the deepest session whose last prompt this one extends
+            for depth in range(len(keys) - 1, -1, -1):
+                for session, whole in self._ending_at(keys[depth], now, alive, head):
+                    entry = self._sessions[session]
+                    if not entry.in_flight and not entry.named and (
+                            whole or extent > entry.extent):
+                        self._touch(session, now).in_flight = True
+                        return Match(CONTENT if whole else REVISED, session)
+                    if not whole and not prompted:
+                        prompted, at = session, depth
             parent, depth = self._longest_recorded(keys, "", now, alive)
+            if prompted and prompted in self._sessions and at >= depth:
+                parent, depth = prompted, at  # all of its prompt, not a chunk boundary's share
+                self._touch(parent, now)
             if parent:
                 return self._start(BRANCH, new_session(), parent, now, depth)
             return self._start(NEW, new_session(), "", now)
@@ -110,20 +95,23 @@ class ConversationIndex:
             return self._longest_recorded(keys, session, now, alive)[0]
 
     def record(self, session: str, keys: list[bytes], now: float,
-               length: int = -1, named: bool = False) -> Recorded:
+               length: int = -1, named: bool = False, prompt: Prompt | None = None,
+               extent: int = 0) -> Recorded:
         """A turn of `session` finished: `keys` are the prefix keys of its messages and answer
         (k_0 first); the last is its new head. A chunked history: its boundary keys, then its
-        head; `length`, its units. `named`: its client names it. Returns what was linked, for
-        the journal."""
+        head; `length`, its units. `named`: its client names it. `prompt`: the turn's prompt,
+        `extent`: the recorded history's messages (chunked: units). Returns what was linked,
+        for the journal."""
         with self._lock:
             entry = self._sessions.get(session)
             if entry is None:  # forgotten while its turn ran: it is known again
-                entry = self._sessions[session] = _Session()
+                entry = self._sessions[session] = SessionEntry()
             entry.named = named
             boundary = keys[-2] if length >= 0 else b""
-            self._link(session, entry, keys[1:], boundary, length, now)
-            return Recorded(session, tuple(entry.path), entry.boundary, entry.length,
-                            entry.parent, entry.shared, named)
+            if prompt is not None and prompt.key == keys[-1]:
+                prompt = None  # no answer recorded after it (a stopped turn)
+            self._link(session, entry, keys[1:], boundary, length, now, prompt, extent)
+            return self._recorded(session, entry)
 
     def restore(self, recorded: Recorded, touched: float) -> None:
         """Link `recorded` again as last used at `touched` (a journal's replay, oldest first;
@@ -131,19 +119,18 @@ class ConversationIndex:
         with self._lock:
             entry = self._sessions.get(recorded.session)
             if entry is None:
-                entry = self._sessions[recorded.session] = _Session()
+                entry = self._sessions[recorded.session] = SessionEntry()
             self._unlink(recorded.session, entry)
             entry.parent, entry.shared = recorded.parent, recorded.shared
             entry.named = recorded.named
             self._link(recorded.session, entry, recorded.path, recorded.boundary,
-                       recorded.length, touched)
+                       recorded.length, touched, recorded.prompt, recorded.extent)
 
     def recorded(self) -> list[tuple[Recorded, float]]:
         """Every session with a recorded turn and when it was last used, least recently used
         first (what a journal's snapshot holds)."""
         with self._lock:
-            return [(Recorded(session, tuple(e.path), e.boundary, e.length, e.parent, e.shared,
-                              e.named), e.touched)
+            return [(self._recorded(session, e), e.touched)
                     for session, e in self._sessions.items() if e.path]
 
     def abandon(self, session: str) -> None:
@@ -163,6 +150,11 @@ class ConversationIndex:
 
     # -- under the lock ---------------------------------------------------------------------
 
+    @staticmethod
+    def _recorded(session: str, e: SessionEntry) -> Recorded:
+        return Recorded(session, tuple(e.path), e.boundary, e.length, e.parent, e.shared,
+                        e.named, e.prompt, e.extent)
+
     def _longest_recorded(self, keys: list[bytes], other_than: str, now: float,
                           alive: Callable[[str], bool]) -> tuple[str, int]:
         """(the session, not `other_than`, that recorded the longest prefix of `keys`, its
@@ -177,43 +169,58 @@ class ConversationIndex:
                 return parent, depth
         return "", 0
 
-    def _link(self, session: str, entry: _Session, path, boundary: bytes, length: int,
-              now: float) -> None:
+    def _link(self, session: str, entry: SessionEntry, path, boundary: bytes, length: int,
+              now: float, prompt: Prompt | None = None, extent: int = 0) -> None:
         self._unlink(session, entry)
         entry.path = list(path)
         entry.in_flight = False
         entry.length = length
+        entry.prompt, entry.extent = prompt, extent
         self._touch(session, now)
         for key in entry.path:
             self._keys[key] = session
         if entry.path and not entry.named:  # a named session is never continued by content
             self._heads.setdefault(entry.path[-1], {})[session] = None
+        if prompt is not None:  # (a named session's too: a parent, never revised)
+            self._prompts.setdefault(prompt.key, {})[session] = None
         if length >= 0:
             entry.boundary = boundary
-            lengths = self._lengths.setdefault(boundary, {})
-            lengths[length] = lengths.get(length, 0) + 1
+            self._count_length(boundary, length, 1)
+        if prompt is not None and prompt.length >= 0:
+            self._count_length(prompt.boundary, prompt.length, 1)
         self._bound(now)
 
-    def _continued(self, key: bytes, now: float, alive: Callable[[str], bool],
-                   head: Callable[[int], bytes | None] | None) -> str:
-        """An idle session whose whole history the turn's extends, found at prefix key `key`
-        (chunked: the longest recorded from that boundary); "" when none."""
+    def _count_length(self, boundary: bytes, length: int, by: int) -> None:
+        lengths = self._lengths.setdefault(boundary, {})
+        lengths[length] = lengths.get(length, 0) + by
+        if not lengths[length]:
+            del lengths[length]
+            if not lengths:
+                del self._lengths[boundary]
+
+    def _ending_at(self, key: bytes, now: float, alive: Callable[[str], bool],
+                   head: Callable[[int], bytes | None] | None) -> list[tuple[str, bool]]:
+        """The sessions whose whole history (True) or last prompt (False) the turn's history
+        extends, found at its prefix key `key` (chunked: every length recorded from that
+        boundary, longest first); sessions reported gone are forgotten on the way."""
         if head is None:
-            heads = [key]
+            found = [key]
         else:
             lengths = sorted(self._lengths.get(key, ()), reverse=True)
-            heads = [h for h in map(head, lengths) if h is not None]
-        for found in heads:
-            for session in list(self._heads.get(found, ())):
-                if self._gone(session, now, alive):
-                    self._forget(session)
-                elif not self._sessions[session].in_flight:
-                    return session
-        return ""
+            found = [h for h in map(head, lengths) if h is not None]
+        ending = []
+        for key_ in found:
+            for sessions, whole in ((self._heads, True), (self._prompts, False)):
+                for session in list(sessions.get(key_, ())):
+                    if self._gone(session, now, alive):
+                        self._forget(session)
+                    else:
+                        ending.append((session, whole))
+        return ending
 
     def _start(self, how: str, session: str, parent: str, now: float,
                shared: int = 0) -> Match:
-        self._sessions[session] = _Session(in_flight=True, touched=now, parent=parent,
+        self._sessions[session] = SessionEntry(in_flight=True, touched=now, parent=parent,
                                            shared=shared)
         return Match(how, session, parent)
 
@@ -224,13 +231,13 @@ class ConversationIndex:
         return (not entry.in_flight and now - entry.touched > self.grace_s
                 and not alive(session))
 
-    def _touch(self, session: str, now: float) -> _Session:
+    def _touch(self, session: str, now: float) -> SessionEntry:
         entry = self._sessions[session]
         entry.touched = now
         self._sessions.move_to_end(session)
         return entry
 
-    def _unlink(self, session: str, entry: _Session) -> None:
+    def _unlink(self, session: str, entry: SessionEntry) -> None:
         """Drop its keys; a prefix it shares with its parent goes back to the parent, so that
         forgetting the last of many conversations with one beginning keeps that beginning."""
         heir = entry.parent if entry.parent in self._sessions else ""
@@ -241,17 +248,14 @@ class ConversationIndex:
                 else:
                     del self._keys[key]
         if entry.path:
-            heads = self._heads.get(entry.path[-1], {})
-            heads.pop(session, None)
-            if not heads:
-                self._heads.pop(entry.path[-1], None)
+            _drop(self._heads, entry.path[-1], session)
+        if entry.prompt is not None:
+            _drop(self._prompts, entry.prompt.key, session)
+            if entry.prompt.length >= 0:
+                self._count_length(entry.prompt.boundary, entry.prompt.length, -1)
+            entry.prompt = None
         if entry.length >= 0:
-            lengths = self._lengths[entry.boundary]
-            lengths[entry.length] -= 1
-            if not lengths[entry.length]:
-                del lengths[entry.length]
-                if not lengths:
-                    del self._lengths[entry.boundary]
+            self._count_length(entry.boundary, entry.length, -1)
             entry.length = -1  # unlinked: a later record links it afresh
 
     def _forget(self, session: str) -> bool:
@@ -266,7 +270,7 @@ class ConversationIndex:
     def _bound(self, now: float) -> None:
         self._drop_oldest(lambda entry: len(self._keys) > self.max_keys, now)
 
-    def _drop_oldest(self, while_: Callable[[_Session], bool], now: float) -> None:
+    def _drop_oldest(self, while_: Callable[[SessionEntry], bool], now: float) -> None:
         """Forget least recently used sessions while `while_(oldest)`; one in flight is in use,
         so it counts as used now (moved to the back) instead."""
         for _ in range(len(self._sessions)):
@@ -277,3 +281,10 @@ class ConversationIndex:
                 self._touch(session, now)
             else:
                 self._forget(session)
+
+
+def _drop(sessions_at: dict[bytes, dict[str, None]], key: bytes, session: str) -> None:
+    sessions = sessions_at.get(key, {})
+    sessions.pop(session, None)
+    if not sessions:
+        sessions_at.pop(key, None)

@@ -63,7 +63,7 @@ class RecognisedTurn:
                 text.append(event.text)
                 ids.extend(event.token_ids)
                 if event.HasField("summary") and self._record:
-                    self._keep(*self._history.after("".join(text), ids))
+                    self._keep(*self._history.after("".join(text), ids), answered=True)
                     recorded = True
                 yield event
         finally:
@@ -73,8 +73,13 @@ class RecognisedTurn:
                 else:
                     self._index.abandon(self.session_id)
 
-    def _keep(self, keys: list[bytes], length: int) -> None:
-        recorded = self._index.record(self.session_id, keys, self._clock(), length, self._named)
+    def _keep(self, keys: list[bytes], length: int, answered: bool = False) -> None:
+        """Record the history (with the answer, or a stopped turn's prompt alone) and the
+        prompt; `extent` as `resolve` compares it: messages (an answer is one more), or units."""
+        history = self._history
+        extent = length if length >= 0 else history.extent + answered
+        recorded = self._index.record(self.session_id, keys, self._clock(), length, self._named,
+                                      history.prompt(), extent)
         if self._journal is not None:
             self._journal.append(recorded, self._index)
 
@@ -111,7 +116,7 @@ class Recognition:
             turn.session_id = new_session_id(request.tenant)
             return self._count(RecognisedTurn(turn, NEW))
         match = self.index.resolve(history.keys, lambda: new_session_id(request.tenant),
-                                   self.clock(), self.alive, history.head)
+                                   self.clock(), self.alive, history.head, history.extent)
         turn.session_id, turn.parent_session_id = match.session, match.parent
         return self._count(RecognisedTurn(turn, match.recognised, self.index,
                                           history, plain, self.clock, self.journal))

@@ -120,3 +120,22 @@ def test_vllm_style_streamed_chat_reuses_as_with_a_session_id(deployment):
     assert [t[3] for t in plain] == ["new", "content", "content"]
     for by_id, by_content in zip(named[1:], plain[1:]):
         assert cached(by_id) > 0 and abs(cached(by_content) - cached(by_id)) <= 8
+
+
+def test_inference_perf_style_history_joined_with_spaces_stays_one_session(deployment):
+    """inference-perf and guidellm send `previous prompt + " " + answer + " " + question`: our
+    answer is not resent as relayed, so the turn used to branch into a new session with a new
+    copy of the history's KV every round. It now continues its session from the prompt
+    (`revised`), and the last answer equals a recompute."""
+    c = client(deployment.gateway_url)
+    prompt, turns = f"[{uuid.uuid4().hex[:6]}] " + FIRST, []
+    for r in range(3):
+        turns.append(complete(c, prompt))
+        if r < 2:
+            prompt += " " + turns[-1][0] + " " + NEXT[r].strip()
+    assert [t[3] for t in turns] == ["new", "revised", "revised"]
+    assert len({t[2] for t in turns}) == 1
+    for before, after in zip(turns, turns[1:]):  # at least all of the previous prompt
+        assert cached(after) >= before[1].prompt_tokens - 32
+    fresh = complete(c, prompt, session=f"recompute-{uuid.uuid4().hex}", salt=uuid.uuid4().hex)
+    assert cached(fresh) == 0 and fresh[0] == turns[-1][0]
