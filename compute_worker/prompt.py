@@ -38,12 +38,20 @@ def prompt_ids(turn, tokenizer, vocab_size: int, max_context: int) -> list[int]:
             raise TurnError(f"prompt_token_ids must lie in [0, {vocab_size})")
     elif turn.raw_prompt:
         # As OpenAI and vLLM do: the text itself, with BOS only where the tokenizer wants one.
-        ids = tokenizer.encode(turn.raw_prompt, add_bos=tokenizer.add_bos)
+        ids = tokenizer.encode(turn.raw_prompt, add_bos=adds_bos(turn, tokenizer))
     else:
         ids = chat_ids(turn, tokenizer)
     if len(ids) >= max_context:
         raise too_many_tokens(len(ids), max_context)
     return ids
+
+
+def adds_bos(turn, tokenizer) -> bool:
+    """vLLM's add_special_tokens: the tokenizer's BOS before the prompt (where it wants one);
+    by default before a raw prompt, not before a chat template's text, which writes its own."""
+    wanted = (turn.add_special_tokens if turn.HasField("add_special_tokens")
+              else not turn.messages)
+    return wanted and tokenizer.add_bos and tokenizer.bos_token_id is not None
 
 
 def template_messages(turn) -> list[dict[str, str]]:
@@ -80,10 +88,11 @@ def chat_ids(turn, tokenizer) -> list[int]:
     if not any(m.content for m in turn.messages):
         raise TurnError("every message of the turn is empty")
     messages = template_messages(turn)
+    bos = [tokenizer.bos_token_id] if adds_bos(turn, tokenizer) else []
     if not turn.continue_final_message:
-        return tokenizer.apply_chat_template(messages,
-                                             add_generation_prompt=not turn.no_generation_prompt,
-                                             **template_kwargs(turn))
+        return bos + tokenizer.apply_chat_template(
+            messages, add_generation_prompt=not turn.no_generation_prompt,
+            **template_kwargs(turn))
     final = messages[-1]
     if final["role"] != "assistant" or not final["content"]:
         raise TurnError("continue_final_message needs a last assistant message with content")
@@ -91,4 +100,4 @@ def chat_ids(turn, tokenizer) -> list[int]:
     end = text.rfind(final["content"])
     if end < 0:  # a template that rewrites the content: we cannot tell where it ends
         raise TurnError("this model's chat template cannot continue the final message")
-    return tokenizer.encode(text[:end + len(final["content"])])
+    return bos + tokenizer.encode(text[:end + len(final["content"])])

@@ -51,6 +51,9 @@ REFUSED = [  # (route, body, the param the 400 names)
     ("chat", chat(tool_choice={"type": "function", "function": {"name": "add"}}),
      "tool_choice"),
     ("chat", chat(tools=[TOOL]), "tools"),
+    # inference-perf's agentic workload: the tools are what is missing, not that tool_choice
+    ("chat", chat(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "add"}}),
+     "tools"),
     ("chat", chat(functions=[TOOL["function"]]), "functions"),
     ("chat", chat(function_call="auto"), "function_call"),
     ("chat", chat(function_call={"name": "add"}), "function_call"),

@@ -43,6 +43,7 @@ class Parsed(Sampling):
     user: str = ""
     conversation_id: str = ""  # vLLM's multi-turn proxy's session key (a body field)
     cache_salt: str = ""  # vLLM's: KV shared only among requests with the same salt
+    add_special_tokens: bool | None = None  # vLLM's; None: the endpoint's default
     n: int = 1  # answers to the prompt (choices), each its own turn (completion_batch.py)
     logprobs: bool = False  # each token's logprob in the answer
     top_logprobs: int = 0  # and this many most likely alternatives per token
@@ -128,6 +129,7 @@ def _common(body: dict, parsed: Parsed, config: GatewayConfig,
     parsed.user = typed(body, "user", (str,), "")
     parsed.conversation_id = typed(body, "conversation_id", (str,), "")
     parsed.cache_salt = cache_salt(body)
+    parsed.add_special_tokens = typed(body, "add_special_tokens", (bool,))
 
 
 def _content(message: dict, i: int) -> str:
@@ -186,8 +188,6 @@ def parse_messages(body: dict, parsed: Parsed) -> None:
                               "developer, user, assistant)", f"messages[{i}].role")
         parsed.messages.append((ROLES[role], _content(m, i)))
         parsed.names.append(_name(m, i))
-    if body.get("tools"):
-        raise bad_request("tools are not supported", "tools")
     _template_flags(body, parsed)
     parsed.template_kwargs = _template_kwargs(body)
 

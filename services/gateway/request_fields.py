@@ -15,7 +15,8 @@ _SHARED = {"model", "max_tokens", "max_completion_tokens", "temperature", "seed"
            "stream", "stream_options", "n", "logprobs", "user",
            "conversation_id",  # vLLM's multi-turn proxy (benchmark --send-conversation-id)
            "cache_salt",  # vLLM's: KV shared only among requests with the same salt
-           "top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens"}  # vLLM's
+           "top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens",  # vLLM's
+           "add_special_tokens"}  # vLLM's too: the tokenizer's BOS before the prompt or not
 CHAT_READ = _SHARED | {"messages", "tools", "continue_final_message", "add_generation_prompt",
                        "top_logprobs", "chat_template_kwargs"}
 COMPLETION_READ = _SHARED | {"prompt", "echo", "suffix", "best_of"}
@@ -72,7 +73,11 @@ def check_fields(obj: dict, read: set, neutral: dict) -> None:
 
 
 def check_chat_fields(body: dict) -> None:
-    """400 naming the first chat field or message key this server would otherwise ignore."""
+    """400 naming the first chat field or message key this server would otherwise ignore
+    (tools first: with tools, no value of tool_choice is served)."""
+    if body.get("tools"):
+        raise ApiError(400, "'tools' is not supported: this server does not call functions "
+                       "(send the request without tools)", "tools", "unsupported_parameter")
     _check(body, CHAT_READ | CHAT_IGNORED, CHAT_NEUTRAL)
     _stream_options(body)
     check_message_fields(body)

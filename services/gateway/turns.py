@@ -78,7 +78,9 @@ def turn_request(parsed: Parsed, tenant: str, session: str) -> common_pb2.TurnRe
         prompt_logprobs=parsed.prompt_logprobs,
         prompt_only=parsed.prompt_only,
         continue_final_message=parsed.continue_final_message,
-        no_generation_prompt=parsed.no_generation_prompt)
+        no_generation_prompt=parsed.no_generation_prompt,
+        **({} if parsed.add_special_tokens is None
+           else {"add_special_tokens": parsed.add_special_tokens}))
 
 
 def session_headers(first: common_pb2.TurnEvent, tenant: str, session: str) -> dict:
