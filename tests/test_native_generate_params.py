@@ -262,3 +262,38 @@ def test_client_hanging_up_mid_stream_cancels_the_turn(gateway, fake):
     conn.close()
     assert _wait(lambda: scheduler.cancelled == 1)
     scheduler.release.set()
+
+
+def test_sglang_bench_serving_body_is_served_and_reports_where_the_cache_was(gateway):
+    """What SGLang 0.5's bench_serving sends with every /generate (its default backend): every
+    request used to be a 400 for return_routed_experts false."""
+    payload = {"text": "alpha beta gamma", "sampling_params": {
+        "temperature": 0.0, "max_new_tokens": 4, "ignore_eos": True}, "stream": False,
+        "lora_path": None, "return_logprob": False, "return_routed_experts": False,
+        "logprob_start_len": -1, "log_metrics": True}
+    headers = {"X-Session-Id": "bench-serving"}
+    assert generate(gateway, payload, headers)[0] == 200
+    status, _, got = generate(gateway, {**payload, "text": "alpha beta gamma delta"}, headers)
+    assert status == 200, got
+    meta = got["meta_info"]
+    assert meta["cached_tokens"] > 0  # the fake's stored KV, read from DRAM
+    assert meta["cached_tokens_details"] == {"device": 0, "host": meta["cached_tokens"]}
+    chunks = stream(gateway, {**payload, "text": "alpha beta gamma delta eps"}, headers)
+    assert chunks[-1]["meta_info"]["cached_tokens_details"]["host"] > 0
+    for name, value in (("return_routed_experts", True), ("return_entropy", True),
+                        ("token_ids_logprob", [5]), ("priority", 3)):
+        status, _, got = generate(gateway, {**payload, name: value})
+        assert_error(status, got, 400)
+        assert got["error"]["param"] == name
+
+
+def test_sglang_model_and_server_info(gateway):
+    for path in ("/model_info", "/get_model_info", "/server_info", "/get_server_info"):
+        status, _, got = raw(gateway, "GET", path, None, AUTH)
+        assert status == 200 and got["model_path"] == gateway.config.served_model_name[0]
+        names = gateway.config.served_model_name
+        assert got["tokenizer_path"] == next((n for n in names if "/" in n), None)
+        assert raw(gateway, "GET", path)[0] == 401  # a tenant's key, as for every route
+    status, _, got = raw(gateway, "GET", "/server_info", None, AUTH)
+    assert got["internal_states"] == [] and got["version"]
+    assert KEY not in json.dumps(got)

@@ -78,6 +78,7 @@ class BatchTurns(TurnServer):
                    for i, p in enumerate(turns)]
         for reply in replies[1:]:  # one answer: one id and time
             reply.id, reply.created = replies[0].id, replies[0].created
+        replies[0].sglext = batch[0].cached_details
         if batch[0].stream:
             return await self._stream_choices(request, tenant, session, turns, replies, n,
                                               width)
@@ -146,6 +147,8 @@ class BatchTurns(TurnServer):
             async def all_chunks():
                 async for chunk in self._merged(chunks, ended):
                     yield chunk
+                if replies[0].sglext and done[0]:
+                    yield replies[0].sglext_chunk(done[0][0])
                 if turns[0].include_usage:
                     summaries = [d[0] for d in done]
                     yield replies[0].usage_chunk(summaries, summaries[::n])

@@ -28,14 +28,20 @@ from services.gateway.logprobs import PromptSteps
 from services.gateway.prompt_size import check_prompt_size
 from services.gateway.protocol import Parsed, check_model, min_tokens
 from services.runtime.turn_bounds import MAX_STOPS
-from services.gateway.responses import LiveUsage, extension
+from services.gateway.responses import VERSION, LiveUsage, cached_details, extension
 from services.gateway.sampling_params import parse_sampling
 from services.gateway.turns import TurnServer, sse
 
 SGLANG_MAX_NEW_TOKENS = 128  # SGLang's default when sampling_params names none
 # top-level fields that are accepted only at their neutral value (None is always neutral)
-TOP_NEUTRAL = {"lora_path": ("",), "image_data": ("", []), "return_hidden_states": (False,)}
-TOP_IGNORED = ("rid",)  # no effect here
+TOP_NEUTRAL = {"lora_path": ("",), "image_data": ("", []), "return_hidden_states": (False,),
+               # SGLang's bench_serving sends return_routed_experts: false with every request
+               "return_routed_experts": (False,), "routed_experts_start_len": (0,),
+               "return_indexer_topk": (False,), "return_entropy": (False,),
+               "return_bytes": (False,), "return_prompt_token_ids": (False,),
+               "token_ids_logprob": ([],), "video_data": ("", []), "audio_data": ("", []),
+               "modalities": ([],), "background": (False,), "require_reasoning": (False,)}
+TOP_IGNORED = ("rid", "log_metrics", "no_logs", "custom_labels")  # no effect on the answer
 TOP_READ = ("text", "input_ids", "sampling_params", "stream", "model", "return_logprob",
             "top_logprobs_num", "logprob_start_len", "return_text_in_logprobs")
 # sampling_params read by parse_sampling or here; then those refused unless neutral
@@ -176,7 +182,8 @@ class NativeReply:
         return {"text": text, "meta_info": {
             "id": self.id, "finish_reason": finish, "prompt_tokens": summary.prompt_tokens,
             "completion_tokens": summary.completion_tokens,
-            "cached_tokens": summary.cached_tokens, "e2e_latency": summary.latency_s,
+            "cached_tokens": summary.cached_tokens,
+            "cached_tokens_details": cached_details(summary), "e2e_latency": summary.latency_s,
             **logprobs, "bidaw": extension(summary)}}
 
     def complete(self, text: str, summary, steps=(), prompt: PromptSteps | None = None) -> dict:
@@ -234,6 +241,9 @@ class NativeApi:
     def routes(self) -> list:
         return [web.post("/generate", self.generate), web.post("/flush_cache", self.flush_cache),
                 web.get("/get_model_info", self.model_info),
+                web.get("/model_info", self.model_info),  # SGLang's newer names
+                web.get("/server_info", self.server_info),
+                web.get("/get_server_info", self.server_info),
                 web.get("/health_generate", self.gateway.health)]
 
     def _prepare(self, request: web.Request, tenant: str, body: dict):
@@ -251,7 +261,22 @@ class NativeApi:
         return web.json_response({"flushed": False, "message": "bidaw keeps stored "
                                   "conversations: a client's flush is accepted and ignored"})
 
+    def _model(self) -> dict:
+        """SGLang's model info. tokenizer_path: a served name spelt as a Hugging Face id (what
+        SGLang's benchmark loads a tokenizer from when given none), else null."""
+        names = self.gateway.config.served_model_name
+        return {"model_path": names[0], "is_generation": True,
+                "tokenizer_path": next((n for n in names if "/" in n), None)}
+
     async def model_info(self, request: web.Request) -> web.Response:
         self.gateway._tenant(request)
-        return web.json_response({"model_path": self.gateway.config.served_model_name[0],
-                                  "is_generation": True, "tokenizer_path": None})
+        return web.json_response(self._model())
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        """SGLang's server info, what its benchmark reads at the end of a run: the model, and
+        no internal states (no speculative decoding here). Nothing of the configuration."""
+        self.gateway._tenant(request)
+        return web.json_response({**self._model(), "version": VERSION,
+                                  "served_model_name": list(self.gateway.config.served_model_name),
+                                  "max_model_len": self.gateway.config.max_model_len or None,
+                                  "internal_states": []})

@@ -44,6 +44,7 @@ class Parsed(Sampling):
     conversation_id: str = ""  # vLLM's multi-turn proxy's session key (a body field)
     cache_salt: str = ""  # vLLM's: KV shared only among requests with the same salt
     add_special_tokens: bool | None = None  # vLLM's; None: the endpoint's default
+    cached_details: bool = False  # SGLang's return_cached_tokens_details
     n: int = 1  # answers to the prompt (choices), each its own turn (completion_batch.py)
     logprobs: bool = False  # each token's logprob in the answer
     top_logprobs: int = 0  # and this many most likely alternatives per token
@@ -130,6 +131,7 @@ def _common(body: dict, parsed: Parsed, config: GatewayConfig,
     parsed.conversation_id = typed(body, "conversation_id", (str,), "")
     parsed.cache_salt = cache_salt(body)
     parsed.add_special_tokens = typed(body, "add_special_tokens", (bool,))
+    parsed.cached_details = typed(body, "return_cached_tokens_details", (bool,), False)
 
 
 def _content(message: dict, i: int) -> str:

@@ -16,7 +16,8 @@ _SHARED = {"model", "max_tokens", "max_completion_tokens", "temperature", "seed"
            "conversation_id",  # vLLM's multi-turn proxy (benchmark --send-conversation-id)
            "cache_salt",  # vLLM's: KV shared only among requests with the same salt
            "top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens",  # vLLM's
-           "add_special_tokens"}  # vLLM's too: the tokenizer's BOS before the prompt or not
+           "add_special_tokens",  # vLLM's too: the tokenizer's BOS before the prompt or not
+           "return_cached_tokens_details"}  # SGLang's: the tier the cached tokens came from
 CHAT_READ = _SHARED | {"messages", "tools", "continue_final_message", "add_generation_prompt",
                        "top_logprobs", "chat_template_kwargs"}
 COMPLETION_READ = _SHARED | {"prompt", "echo", "suffix", "best_of"}

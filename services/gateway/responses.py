@@ -32,6 +32,7 @@ class Reply:
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.object = "chat.completion" if chat else "text_completion"
+        self.sglext = False  # SGLang's return_cached_tokens_details: where cached tokens were
 
     def _head(self, chunk: bool) -> dict:
         obj = self.object + (".chunk" if chunk and self.chat else "")
@@ -65,7 +66,7 @@ class Reply:
         """The whole non-streamed answer; `steps`: every token's logprobs, when asked;
         `prompt`: the prompt's (logprobs.PromptSteps), shown when echoed."""
         return {**self._head(False), "choices": [self.choice(text, summary, steps, prompt)],
-                "usage": usage(summary), "bidaw": extension(summary)}
+                "usage": usage(summary), "bidaw": extension(summary), **self._sglext(summary)}
 
     def choice(self, text: str, summary, steps=(), prompt=None) -> dict:
         """One finished choice (a batch's responses gather them)."""
@@ -76,7 +77,15 @@ class Reply:
         prompts of `prompted` (one summary per prompt); `bidaw`: the first's."""
         return {**self._head(False), "choices": choices, "usage": usage(*summaries,
                                                                         prompted=prompted),
-                "bidaw": extension(summaries[0])}
+                "bidaw": extension(summaries[0]), **self._sglext(summaries[0])}
+
+    def sglext_chunk(self, summary) -> dict:
+        """SGLang's chunk of its extension, after the choices' (before any usage chunk)."""
+        return {**self._head(True), "choices": [], **self._sglext(summary)}
+
+    def _sglext(self, summary) -> dict:
+        return {"sglext": {"cached_tokens_details": cached_details(summary)}} \
+            if self.sglext else {}
 
     def echo_chunk(self, prompt) -> dict:
         """A stream's first chunk when echoing: the prompt's text and logprobs."""
@@ -138,6 +147,16 @@ def usage_of(prompt: int, completion: int, cached: int) -> dict:
     return {"prompt_tokens": prompt, "completion_tokens": completion,
             "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": cached}}
+
+
+def cached_details(summary) -> dict:
+    """SGLang's cached_tokens_details (its benchmark's --cache-report): where the reused prompt
+    tokens were read from. Host memory is the DRAM tier, storage the SSD tier; no KV stays on
+    the device between turns."""
+    cached = summary.cached_tokens
+    if TIER_NAMES.get(summary.kv_tier) == "ssd":
+        return {"device": 0, "host": 0, "storage": cached, "storage_backend": "bidaw-ssd"}
+    return {"device": 0, "host": cached}
 
 
 def extension(summary) -> dict:

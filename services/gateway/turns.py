@@ -114,6 +114,7 @@ class TurnServer:
                                stream=parsed.stream, max_tokens=parsed.max_tokens,
                                messages=len(parsed.messages) or None)
         call = self.backend.submit(turn_request(parsed, tenant, session))
+        reply.sglext = parsed.cached_details
         try:
             first = await self._first(call)
             headers = session_headers(first, tenant, session)
@@ -211,6 +212,8 @@ class TurnServer:
             async for chunk in self._chunks(request, call, first, reply, done,
                                             parsed.continuous_usage):
                 yield chunk
+            if reply.sglext and done:
+                yield reply.sglext_chunk(done[0])
             if parsed.include_usage and done:
                 yield reply.usage_chunk(done)
         return await self._streamed(request, response, chunks())
