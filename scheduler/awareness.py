@@ -89,6 +89,11 @@ class AwarenessClient:
         with self._lock:
             self._gone.pop(session_id, None)
 
+    def sessions_under(self, prefix: str) -> list[str]:
+        """The sessions this store says it holds KV of whose ids begin with `prefix`."""
+        with self._lock:
+            return [s for s in self.locations if s.startswith(prefix)]
+
     def tier(self, session_id: str) -> int:
         with self._lock:
             loc = self.locations.get(session_id)

@@ -143,6 +143,11 @@ class ConversationIndex:
             if not entry.path:
                 del self._sessions[session]
 
+    def sessions_under(self, prefix: str) -> list[str]:
+        """The sessions it knows whose ids begin with `prefix` (a tenant's: "tenant/")."""
+        with self._lock:
+            return [s for s in self._sessions if s.startswith(prefix)]
+
     def forget(self, session: str) -> bool:
         """The store holds no KV for it any more, or it ended; whether it was known."""
         with self._lock:

@@ -121,6 +121,9 @@ class Recognition:
         return self._count(RecognisedTurn(turn, match.recognised, self.index,
                                           history, plain, self.clock, self.journal))
 
+    def sessions_under(self, prefix: str) -> list[str]:
+        return [] if self.index is None else self.index.sessions_under(prefix)
+
     def end(self, session: str) -> bool:
         """`session` ended: the index (and its journal) forget it; whether it was known."""
         if self.index is None or not self.index.forget(session):

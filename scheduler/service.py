@@ -36,7 +36,8 @@ from scheduler.response_store import MissingResponse, ResponseStore, StoredRespo
 from scheduler.restore_chooser import LiveRestoreChooser
 from scheduler.session_locks import SessionLocks
 from scheduler.tokenize_relay import relay_tokenize
-from scheduler.validation import response_problem, session_problem, turn_problem
+from scheduler.validation import (response_problem, session_problem, tenant_problem,
+                                  turn_problem)
 from scheduler.workers import WorkerPool
 
 END_CONFIRM_S = 5.0  # how long an EndSession waits for the store to say the session's KV is gone
@@ -126,6 +127,28 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                           "a turn of this session is still running")
         metrics.SESSION_ENDS.labels("ended" if known else "unknown").inc()
         return scheduler_pb2.EndSessionReply(known=known)
+
+    def FlushSessions(self, request, context):
+        problem = tenant_problem(request.tenant) or ("" if request.tenant else "tenant is empty")
+        if problem:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        self._settle(context)
+        prefix = request.tenant + "/"
+        stored = self.stores.sessions_under(prefix)
+        # the KV is gone before the caller hears so, as for EndSession (bounded in all)
+        deadline = time.monotonic() + min(END_CONFIRM_S, context.time_remaining() or END_CONFIRM_S)
+        ended = busy = 0
+        for session in sorted(stored | set(self.recognition.sessions_under(prefix))):
+            try:
+                with self._session_locks.hold(session, 0.0):
+                    self.recognition.end(session)
+                    self.stores.session_end(session, max(deadline - time.monotonic(), 0.0)
+                                            if session in stored else 0.0)
+                    ended += 1
+            except TimeoutError:  # a turn of it is running: left as it is
+                busy += 1
+        metrics.SESSION_ENDS.labels("flushed").inc(ended)
+        return scheduler_pb2.FlushSessionsReply(ended=ended, busy=busy)
 
     def _settle(self, context) -> None:
         """Wait, right after the start, for the members to have registered again."""

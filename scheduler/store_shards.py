@@ -154,6 +154,12 @@ class StoreShards:
                 if a.target not in told and (a.target in holding or gone is not None)}
         self.ends.ended(session_id, owed | (set(self.ends.shards()) - reached - told))
 
+    def sessions_under(self, prefix: str) -> set[str]:
+        """Every session whose id begins with `prefix` that a shard says it holds KV of."""
+        with self._lock:
+            streams = [a for _, a in self._shards.values()]
+        return {s for a in streams for s in a.sessions_under(prefix)}
+
     def sessions_known(self) -> int:
         with self._lock:
             return sum(len(a.locations) for _, a in self._shards.values())

@@ -102,6 +102,13 @@ class Backend:
             timeout=timeout)
         return reply.known
 
+    async def flush_sessions(self, tenant: str, timeout: float
+                             ) -> scheduler_pb2.FlushSessionsReply:
+        """The scheduler ends every session of the tenant that has no turn running."""
+        self._open()
+        return await self._stub.FlushSessions(
+            scheduler_pb2.FlushSessionsRequest(tenant=tenant), timeout=timeout)
+
     async def prepare_session(self, tenant: str, session_id: str,
                               timeout: float) -> scheduler_pb2.PrepareSessionReply:
         """The scheduler starts promoting the session's KV to DRAM (see SessionsApi)."""

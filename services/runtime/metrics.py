@@ -43,7 +43,8 @@ RECOGNISED = Counter("bidaw_session_recognition", "Turns by how their session wa
 
 # -- scheduler ---------------------------------------------------------------------------------
 SESSION_ENDS = Counter("bidaw_scheduler_session_ends", "Conversations their client ended (EndSession, "
-                       "DELETE /v1/sessions): ended, or unknown (nothing knew the id)",
+                       "DELETE /v1/sessions): ended, or unknown (nothing knew the id); flushed: "
+                       "ended by a tenant's flush (FlushSessions, /flush_cache)",
                        ["outcome"])
 SESSION_PREPARES = Counter("bidaw_scheduler_session_prepares", "Conversations their client "
                            "said would continue soon (PrepareSession, POST /v1/sessions/{id}/"
