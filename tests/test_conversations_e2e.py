@@ -154,7 +154,9 @@ def test_a_first_message_that_begins_as_another_conversations_reuses_its_kv(depl
 
 def test_named_users_sharing_a_system_prompt_read_it_from_each_other(deployment):
     """LMCache's multi-round-qa: every user named (x-user-id), each first message opening with
-    one system prompt: a new user's first turn reads it from an earlier user's KV."""
+    one system prompt: a new user's first turn reads it from an earlier user's KV. A user's id
+    names no conversation (a user may hold several): the conversation is recognised by its
+    messages, and the new user's branches from the earlier user's."""
     c = client(deployment.gateway_url)
     shared = "Hi, here's some system prompt: " + "You answer briefly and politely. " * 12
     u1 = [{"role": "user", "content": shared + "For user 1: what is a river?"}]
@@ -167,7 +169,7 @@ def test_named_users_sharing_a_system_prompt_read_it_from_each_other(deployment)
         model=MODEL, messages=u2, max_tokens=8, temperature=0,
         extra_headers={"x-user-id": f"lmc-{uuid.uuid4().hex}"})
     reply = raw2.parse()
-    assert raw2.headers["x-bidaw-session-recognised"] == "id"
+    assert raw2.headers["x-bidaw-session-recognised"] == "branch"
     tokens = len(tokenize(deployment, shared))
     assert tokens - 2 <= reply.usage.prompt_tokens_details.cached_tokens \
         < reply.usage.prompt_tokens - 3

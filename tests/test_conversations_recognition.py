@@ -108,8 +108,8 @@ def test_a_first_message_that_begins_as_another_conversations_branches_from_its_
 
 
 def test_a_named_session_with_no_kv_reads_a_common_beginning_and_is_never_continued():
-    """LMCache's multi-round benchmark names every user (x-user-id) and opens each with one
-    system prompt: a new user's first turn reads it from another user's KV."""
+    """Clients that name every conversation (X-Session-Id) and open each with one system
+    prompt: a new conversation's first turn reads it from another's KV."""
     held = set()  # sessions the store holds KV of
     rec = Recognition(ConversationIndex(), alive=lambda s: s in held)
     first = rec.resolve(request([("user", DOCUMENT + "Question one?")], session="acme/u1"))

@@ -70,8 +70,8 @@ def assert_error(status: int, body: dict, expected: int, message: str = "") -> N
 def test_chat_non_streaming_maps_usage_and_cached_tokens(gateway, fake):
     c = client(gateway)
     messages = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}]
-    first = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=8, user="u1",
-                                      temperature=0)
+    first = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=8,
+                                      temperature=0, extra_headers={"X-Session-Id": "u1"})
     assert first.object == "chat.completion" and first.id.startswith("chatcmpl-")
     assert first.choices[0].message.role == "assistant"
     assert first.choices[0].message.content == "echo: hi there"
@@ -80,7 +80,8 @@ def test_chat_non_streaming_maps_usage_and_cached_tokens(gateway, fake):
     assert first.usage.prompt_tokens_details.cached_tokens == 0
     messages += [{"role": "assistant", "content": first.choices[0].message.content},
                  {"role": "user", "content": "more"}]
-    second = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=8, user="u1")
+    second = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=8,
+                                       extra_headers={"X-Session-Id": "u1"})
     assert second.usage.prompt_tokens_details.cached_tokens > 0
     sent = fake[1].requests[-1]
     assert sent.session_id == "default/u1" and sent.tenant == "default"
@@ -136,18 +137,19 @@ def test_sampling_parameters_reach_the_scheduler(gateway, fake):
     assert list(sent.stop) == ["STOP"] and sent.max_tokens == 0 and sent.temperature == 1.0
 
 
-def test_session_from_headers_then_user_else_fresh(gateway, fake):
+def test_session_from_the_header_then_conversation_id_never_a_user(gateway, fake):
     requests = fake[1].requests
-    post(gateway, "/v1/chat/completions", chat_body("a", user="body"),
+    post(gateway, "/v1/chat/completions", chat_body("a", user="body", conversation_id="conv"),
          {"X-Session-Id": "hdr", "x-user-id": "uid"})
     assert requests[-1].session_id == "default/hdr"
-    post(gateway, "/v1/chat/completions", chat_body("a", user="body"), {"x-user-id": "uid"})
-    assert requests[-1].session_id == "default/uid"
-    post(gateway, "/v1/chat/completions", chat_body("a", user="body"))
-    assert requests[-1].session_id == "default/body"
-    post(gateway, "/v1/chat/completions", chat_body("a"))
-    # none named: the scheduler recognises the conversation from its messages, per tenant
-    assert (requests[-1].session_id, requests[-1].tenant) == ("", "default")
+    post(gateway, "/v1/chat/completions", chat_body("a", user="body", conversation_id="conv"))
+    assert requests[-1].session_id == "default/conv"
+    # a user's id names no conversation (a user may hold several): the scheduler recognises
+    # the conversation from its messages, per tenant, as when nothing is named
+    for headers, body in (({"x-user-id": "uid"}, chat_body("a", user="body")),
+                          ({}, chat_body("a"))):
+        post(gateway, "/v1/chat/completions", body, headers)
+        assert (requests[-1].session_id, requests[-1].tenant) == ("", "default")
 
 
 def test_completions_text_and_token_prompts(gateway, fake):

@@ -105,7 +105,7 @@ def test_lone_surrogates_in_the_body_get_400_naming_the_field(gateway, fake, log
     assert len(fake.requests) == before
 
 
-@pytest.mark.parametrize("header", [b"X-Session-Id", b"x-user-id", b"Authorization"])
+@pytest.mark.parametrize("header", [b"X-Session-Id", b"Authorization"])
 @pytest.mark.parametrize("value", [b"\xed\xa0\x80", b"ab\xff\xfe"])
 def test_undecodable_header_bytes_get_400_naming_the_header(gateway, fake, log_records, header,
                                                             value):

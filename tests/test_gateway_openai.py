@@ -94,7 +94,7 @@ def test_tenants_cannot_continue_each_others_sessions(keyed_gateway):
                                           temperature=0, user="shared-id")
     messages += [{"role": "assistant", "content": first.choices[0].message.content},
                  {"role": "user", "content": "What is my secret word?"}]
-    # Bob names Alice's session and sends her exact history: he reaches his own, empty session.
+    # Bob sends her exact history and her user id: he reaches a session of his own, empty.
     stolen = bob.chat.completions.create(model=MODEL, messages=messages, max_tokens=4,
                                          temperature=0, user="shared-id")
     assert stolen.usage.prompt_tokens_details.cached_tokens == 0
@@ -112,3 +112,28 @@ def test_api_keys_are_required(keyed_gateway):
         client(keyed_gateway.url, "key-alice-12").chat.completions.create(
             model=MODEL, messages=[{"role": "user", "content": "hi"}])
     assert client(keyed_gateway.url, "key-bob-456").models.list().data[0].id == MODEL
+
+
+def test_two_conversations_of_one_user_each_keep_their_kv(deployment):
+    """OpenAI's `user` is the end user, who may hold several conversations (two tabs of a chat
+    app). It used to name the session: the two conversations then overwrote each other's KV at
+    every turn and each turn reused only the system prompt (21 of 114 tokens)."""
+    c = client(deployment.gateway_url)
+    system = {"role": "system", "content": "You are a helpful assistant (two tabs)."}
+    tabs = [[system, {"role": "user", "content": "Name a fruit and say why it is healthy."}],
+            [system, {"role": "user", "content": "Name a city and say why people visit it."}]]
+    usages = {0: [], 1: []}
+    for follow_up in ("Tell me more.", "And one more thing?", None):
+        for i, messages in enumerate(tabs):
+            raw = c.chat.completions.with_raw_response.create(
+                model=MODEL, messages=messages, max_tokens=16, temperature=0, user="one-user")
+            reply = raw.parse()
+            usages[i].append((reply.usage, raw.headers["x-bidaw-session-recognised"]))
+            if follow_up:
+                messages += [{"role": "assistant", "content": reply.choices[0].message.content},
+                             {"role": "user", "content": follow_up}]
+    for turns in usages.values():
+        assert [how for _, how in turns[1:]] == ["content", "content"]
+        for (before, _), (after, _) in zip(turns, turns[1:]):  # the whole previous turn
+            assert after.prompt_tokens_details.cached_tokens >= \
+                before.prompt_tokens + before.completion_tokens - 1

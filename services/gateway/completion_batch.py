@@ -28,7 +28,7 @@ from services.gateway.fields import UINT64_MAX
 from services.gateway.logprobs import PromptSteps
 from services.gateway.protocol import Parsed
 from services.gateway.responses import Reply
-from services.gateway.turns import (SESSION_HEADERS, TurnServer, session_headers, session_of,
+from services.gateway.turns import (SESSION_HEADER, TurnServer, session_headers, session_of,
                                     turn_request)
 
 # Turns of one request in flight at once: one worker's default batch (--max-batch 16), so a
@@ -62,13 +62,11 @@ class BatchTurns(TurnServer):
         """`batch`: the prompts (one for a chat), each answered `n` times, `width` at once."""
         n, session = batch[0].n, ""
         if len(batch) > 1:
-            named = next((h for h in SESSION_HEADERS if request.headers.get(h)),
-                         "conversation_id" if batch[0].conversation_id else
-                         "user" if batch[0].user else None)
+            named = (SESSION_HEADER if request.headers.get(SESSION_HEADER) else
+                     "conversation_id" if batch[0].conversation_id else None)
             if named:  # one session cannot hold several conversations at once
                 raise bad_request("a batch of prompts runs each prompt as a conversation of "
-                                  "its own: name no session (X-Session-Id, x-user-id, conversation_id, "
-                                  "user) or "
+                                  "its own: name no session (X-Session-Id, conversation_id) or "
                                   "send one prompt per request", named)
         else:
             session, _ = session_of(request, batch[0], self.max_session_id)

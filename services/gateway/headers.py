@@ -7,7 +7,7 @@ import re
 
 from services.gateway.errors import ApiError
 
-READ_HEADERS = ("Authorization", "X-Session-Id", "x-user-id", "traceparent", "tracestate")
+READ_HEADERS = ("Authorization", "X-Session-Id", "traceparent", "tracestate")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 

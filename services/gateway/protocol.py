@@ -40,7 +40,6 @@ class Parsed(Sampling):
     stream: bool = False
     include_usage: bool = False
     continuous_usage: bool = False  # vLLM's continuous_usage_stats: usage in every chunk
-    user: str = ""
     conversation_id: str = ""  # vLLM's multi-turn proxy's session key (a body field)
     cache_salt: str = ""  # vLLM's: KV shared only among requests with the same salt
     add_special_tokens: bool | None = None  # vLLM's; None: the endpoint's default
@@ -127,7 +126,7 @@ def _common(body: dict, parsed: Parsed, config: GatewayConfig,
     # n answers are n turns of the same prompt, answered together (completion_batch.py);
     # at most MAX_PROMPTS choices per request, as for a batch of prompts
     parsed.n = integer(body, "n", 1, MAX_PROMPTS, 1)
-    parsed.user = typed(body, "user", (str,), "")
+    typed(body, "user", (str,), "")  # OpenAI's end-user id: checked, names no conversation
     parsed.conversation_id = typed(body, "conversation_id", (str,), "")
     parsed.cache_salt = cache_salt(body)
     parsed.add_special_tokens = typed(body, "add_special_tokens", (bool,))

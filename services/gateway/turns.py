@@ -21,24 +21,24 @@ from services.gateway.responses import LiveUsage, Reply, usage
 from services.gateway.session_ids import from_header, to_header
 
 log = logging.getLogger("bidaw.gateway")
-SESSION_HEADERS = ("X-Session-Id", "x-user-id")
+SESSION_HEADER = "X-Session-Id"
 # request key: the turn's summary came, so a client that hangs up now (after the last chunk,
 # before [DONE] or the stream's end) cancelled nothing: logged 200, counted ok only
 ANSWERED = getattr(web, "RequestKey", lambda name, kind: name)("bidaw_answered", bool)
 
 
 def session_of(request: web.Request, parsed: Parsed, limit: int) -> tuple[str, bool]:
-    """The client's session id (X-Session-Id, x-user-id, percent-decoded: session_ids.py;
-    then the body's `conversation_id`, vLLM's multi-turn proxy's, then `user`), or "" when it
-    named none (the scheduler then recognises the conversation from its messages); and
-    whether the client named it."""
-    for name in SESSION_HEADERS:
-        if request.headers.get(name):
-            session, source = from_header(request.headers[name], name), name
-            break
+    """The conversation the client names (X-Session-Id, percent-decoded: session_ids.py; else
+    the body's `conversation_id`, vLLM's multi-turn proxy's), or "" when it names none (the
+    scheduler then recognises the conversation from its messages); and whether it named one.
+    A user's id (OpenAI's `user`, LMCache's `x-user-id`) names no conversation: one user may
+    hold several, and one session for all of them would overwrite each one's KV with the
+    other's at every turn."""
+    if request.headers.get(SESSION_HEADER):
+        session = from_header(request.headers[SESSION_HEADER], SESSION_HEADER)
+        source = SESSION_HEADER
     else:
-        session, source = ((parsed.conversation_id, "conversation_id") if parsed.conversation_id
-                           else (parsed.user, "user"))
+        session, source = parsed.conversation_id, "conversation_id"
     if not session:
         return "", False
     check_session_id(session, limit, source, f"the session id ({source})")
