@@ -29,6 +29,7 @@ def test_a_service_exports_its_own_metrics_only(service):
         if other != service:
             assert name not in exported, (service, name)
     assert ("bidaw_ttft_seconds" in exported) == (service in ("gateway", "scheduler"))
+    assert ("vllm:prefix_cache_hits_total" in exported) == (service in ("gateway", "scheduler"))
     assert any(f.startswith("process_") or f.startswith("python_") for f in exported)
 
 

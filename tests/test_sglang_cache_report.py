@@ -71,3 +71,26 @@ def test_a_non_boolean_is_refused(gateway):
                           chat("x", return_cached_tokens_details="yes"))
     assert_error(status, got, 400)
     assert got["error"]["param"] == "return_cached_tokens_details"
+
+
+def vllm_counts(gw) -> tuple[float, float]:
+    conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=30)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+              if line.startswith("vllm:")}
+    return values["vllm:prefix_cache_queries_total"], values["vllm:prefix_cache_hits_total"]
+
+
+def test_vllms_prefix_cache_counters_count_the_same_tokens(gateway):
+    """Tools that compute a hit rate from a vLLM server's /metrics (ClawPerf) read these."""
+    queries, hits = vllm_counts(gateway)
+    post(gateway, "/v1/chat/completions", chat("p q r"), {"X-Session-Id": "vllm-counters"})
+    _, _, got = post(gateway, "/v1/chat/completions", chat("p q r s"),
+                     {"X-Session-Id": "vllm-counters"})
+    usage = got["usage"]
+    after_queries, after_hits = vllm_counts(gateway)
+    assert usage["prompt_tokens_details"]["cached_tokens"] > 0
+    assert after_hits - hits == usage["prompt_tokens_details"]["cached_tokens"]
+    assert after_queries - queries >= usage["prompt_tokens"]

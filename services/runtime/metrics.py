@@ -31,6 +31,12 @@ KV_LOAD = Histogram("bidaw_kv_load_seconds", "Time a turn spent reading (and con
                     "stored KV, by tier", ["tier"], buckets=LATENCY_BUCKETS)
 TOKENS = Counter("bidaw_tokens", "Tokens of finished turns: prompt, cached (restored instead of "
                  "computed), computed (prompt - cached) and completion", ["kind"])
+# vLLM's names of the same two counts: tools that compute a hit rate from a vLLM server's
+# /metrics (ClawPerf, cache-pressure's cross-check) read these
+VLLM_PREFIX_QUERIES = Counter("vllm:prefix_cache_queries", "vLLM's name for the prompt tokens "
+                              "of finished turns (bidaw_tokens_total{kind=\"prompt\"})")
+VLLM_PREFIX_HITS = Counter("vllm:prefix_cache_hits", "vLLM's name for the prompt tokens "
+                           "restored from stored KV (bidaw_tokens_total{kind=\"cached\"})")
 DECODE_RATE = Histogram("bidaw_decode_tokens_per_second", "Per turn: completion tokens / time "
                         "from first to last token", buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500,
                                                              1000, 2000, 5000))
@@ -111,6 +117,8 @@ def observe_turn(summary) -> None:
     TOKENS.labels("cached").inc(summary.cached_tokens)
     TOKENS.labels("computed").inc(summary.prompt_tokens - summary.cached_tokens)
     TOKENS.labels("completion").inc(summary.completion_tokens)
+    VLLM_PREFIX_QUERIES.inc(summary.prompt_tokens)
+    VLLM_PREFIX_HITS.inc(summary.cached_tokens)
     decode_s = summary.latency_s - summary.ttft_s
     if summary.completion_tokens > 1 and decode_s > 0:
         DECODE_RATE.observe((summary.completion_tokens - 1) / decode_s)
@@ -126,6 +134,8 @@ SERVICE_PREFIXES = {"gateway": "bidaw_gateway_", "scheduler": "bidaw_scheduler_"
 
 def owned(name: str, service: str) -> bool:
     """Whether `service` exports the metric family `name` (process_*/python_*: every one)."""
+    if name.startswith("vllm:"):  # the turn counts' vLLM names
+        return service in ("gateway", "scheduler")
     if not name.startswith("bidaw_"):
         return True
     if name in TURN_METRICS:
