@@ -42,11 +42,12 @@ def call(gw, method: str, path: str, body: dict | None = None,
         conn.close()
 
 
-def turn(gw, text: str, user: str | None = None, header: str | bytes | None = None):
-    """(status, x-bidaw-session, cached tokens, body) of one chat turn."""
+def turn(gw, text: str, named: str | None = None, header: str | bytes | None = None):
+    """(status, x-bidaw-session, cached tokens, body) of one chat turn; `named`: the session
+    named in the body (`conversation_id`: JSON text, any character)."""
     body = {"model": "smollm2-135m", "messages": [{"role": "user", "content": text}]}
-    if user is not None:
-        body["user"] = user
+    if named is not None:
+        body["conversation_id"] = named
     status, headers, reply = call(gw, "POST", "/v1/chat/completions", body,
                                   {"X-Session-Id": header} if header is not None else None)
     cached = reply.get("usage", {}).get("prompt_tokens_details", {}).get("cached_tokens")
@@ -62,7 +63,7 @@ def turn(gw, text: str, user: str | None = None, header: str | bytes | None = No
     ("plain-id_1.2~x/y:z@w a", "plain-id_1.2~x/y:z@w a"),  # visible ASCII: as it is
 ])
 def test_the_header_sent_back_names_the_same_session(gateway, fake, session, shown):
-    status, header, cached, _ = turn(gateway, "one two three", user=session)
+    status, header, cached, _ = turn(gateway, "one two three", named=session)
     assert status == 200 and header == shown
     assert fake.requests[-1].session_id == f"{TENANT}/{session}"
     status, again, cached, _ = turn(gateway, "four five", header=header)
@@ -73,7 +74,7 @@ def test_the_header_sent_back_names_the_same_session(gateway, fake, session, sho
 
 def test_ids_that_differ_never_share_a_header_value(gateway):
     ids = ["café-7", "caf%C3%A9-7", "caf%c3%a9-7", "x ", "x%20", "x", "%", "%25", "a%2"]
-    headers = [turn(gateway, "hi", user=i)[1] for i in ids]
+    headers = [turn(gateway, "hi", named=i)[1] for i in ids]
     assert len(set(headers)) == len(ids), dict(zip(ids, headers))
 
 
@@ -102,7 +103,7 @@ def test_escapes_that_name_no_printable_text_are_a_400(gateway, fake, header, pr
 
 
 def test_a_session_is_ended_and_prepared_by_its_header_value(gateway, fake):
-    _, header, _, _ = turn(gateway, "one two", user="fin-é%")
+    _, header, _, _ = turn(gateway, "one two", named="fin-é%")
     assert header == "fin-%C3%A9%25"
     path = "/v1/sessions/" + urllib.parse.quote(header, safe="")  # as docs/gateway.md shows
     status, _, body = call(gateway, "POST", path + "/prepare")
