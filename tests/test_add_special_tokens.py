@@ -3,10 +3,6 @@ the tokenizer's BOS before the prompt or not, with a real tokenizer that adds on
 SmolLM2's (which adds none), and through the live gateway."""
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
-
 import pytest
 
 from compute_worker.loaders.gguf_file import GGUFFile
@@ -15,6 +11,7 @@ from compute_worker.prompt import prompt_ids
 from compute_worker.respell import history_ids
 from compute_worker.tokenizer import ChatTokenizer
 from services.runtime.gen import common_pb2
+from tests.test_prompt_bound import post
 
 TEXT = "<|im_start|>user\nName a planet.<|im_end|>\n<|im_start|>assistant\n"
 QUESTION = [("user", "Name a planet.")]
@@ -73,31 +70,21 @@ def test_the_next_turns_spelling_keeps_the_choice(tokenizers):
         assert spelt[:len(prompt)] == prompt and (spelt[0] == 0) == flag
 
 
-def post(url, body):
-    request = urllib.request.Request(url, json.dumps(body).encode(),
-                                     {"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=300) as reply:
-            return reply.status, json.loads(reply.read())
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read())
-
-
 def test_the_gateway_takes_it_on_completions_and_chat(deployment):
     base = deployment.gateway_url
     answers = set()
     for flag in (None, False, True):
         extra = {} if flag is None else {"add_special_tokens": flag}
-        status, got = post(f"{base}/completions", {
+        status, got = post(base, "/v1/completions", {
             "model": "smollm2-135m", "prompt": TEXT, "max_tokens": 6, "temperature": 0,
             "cache_salt": f"bos-{flag}", **extra})
         assert status == 200, got
         answers.add((got["choices"][0]["text"], got["usage"]["prompt_tokens"]))
-        status, got = post(f"{base}/chat/completions", {
+        status, got = post(base, "/v1/chat/completions", {
             "model": "smollm2-135m", "messages": [{"role": "user", "content": "Name a planet."}],
             "max_tokens": 6, "temperature": 0, "cache_salt": f"bos-{flag}", **extra})
         assert status == 200, got
     assert len(answers) == 1  # SmolLM2 adds no BOS: the same prompt and answer every way
-    status, got = post(f"{base}/completions", {"model": "smollm2-135m", "prompt": "x",
-                                               "add_special_tokens": "no"})
+    status, got = post(base, "/v1/completions", {"model": "smollm2-135m", "prompt": "x",
+                                                 "add_special_tokens": "no"})
     assert status == 400 and got["error"]["param"] == "add_special_tokens"
