@@ -69,17 +69,22 @@ class ConversationIndex:
             # A session whose whole history this one extends goes on, even where another
             # recorded more of it (the same messages sent with an id, or twice): a branch there
             # would start a new session, a new copy of the KV, at every turn.
+            # A revision only where nothing shares more: the deepest prompt it extends, as deep
+            # as the longest prefix recorded (an answer regenerated deep in a conversation
+            # branches, never revises an old session whose prompt was its first message).
+            parent, depth = self._longest_recorded(keys, "", now, alive)
             prompted, at = "", 0  # the deepest session whose last prompt this one extends
-            for depth in range(len(keys) - 1, -1, -1):
-                for session, whole in self._ending_at(keys[depth], now, alive, head):
+            for d in range(len(keys) - 1, -1, -1):
+                for session, whole in self._ending_at(keys[d], now, alive, head):
                     entry = self._sessions[session]
-                    if not entry.in_flight and not entry.named and (
-                            whole or extent > entry.extent):
+                    if not entry.in_flight and not entry.named and (whole or (
+                            not prompted and d >= depth and extent > entry.extent)):
                         self._touch(session, now).in_flight = True
                         return Match(CONTENT if whole else REVISED, session)
                     if not whole and not prompted:
-                        prompted, at = session, depth
-            parent, depth = self._longest_recorded(keys, "", now, alive)
+                        prompted, at = session, d
+            if parent and parent not in self._sessions:  # forgotten since (gone)
+                parent, depth = self._longest_recorded(keys, "", now, alive)
             if prompted and prompted in self._sessions and at >= depth:
                 parent, depth = prompted, at  # all of its prompt, not a chunk boundary's share
                 self._touch(parent, now)

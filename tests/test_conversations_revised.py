@@ -136,3 +136,29 @@ def test_prompts_are_journaled_and_forgetting_leaves_nothing(tmp_path):
         assert restored.forget(session)
     assert (restored._keys, restored._heads, restored._prompts, restored._lengths) == \
         ({}, {}, {}, {})
+
+
+def test_a_regenerated_answer_deep_in_a_conversation_never_revises_a_shallower_session():
+    """Open WebUI's regenerate, after an earlier regenerate of the first answer: the old
+    one-turn session's prompt (the first message) is extended too, and it used to be revised
+    (40 of 191 tokens reused); the turn branches from the conversation's own session."""
+    rec = Recognition(ConversationIndex(), alive=lambda s: True)
+    first = [("system", SYSTEM), ("user", "Q1?")]
+    old, _ = run(rec, "A1.", messages=first)
+    again, how = run(rec, "A1 again.", messages=first)  # regenerate turn 1
+    assert (how.recognised, again.request.parent_session_id) == ("branch", old.session_id)
+    history = first + [("assistant", "A1 again."), ("user", "Q2?")]
+    two, how = run(rec, "A2.", messages=history)
+    assert (two.session_id, how.recognised) == (again.session_id, "content")
+    history += [("assistant", "A2."), ("user", "Q3?")]
+    three, how = run(rec, "A3.", messages=history)
+    assert (three.session_id, how.recognised) == (again.session_id, "content")
+    regenerated = rec.resolve(request(messages=history))  # turn 3 again, the same request
+    assert (regenerated.recognised, regenerated.request.parent_session_id) == \
+        ("branch", again.session_id)
+    regenerated.relay(iter(())).close()
+    # and a turn after a continued answer the client merged (Stop, Continue): it extends the
+    # conversation's last prompt, deeper than anything else: revised there
+    merged = history + [("assistant", "A3. And more."), ("user", "Q4?")]
+    four = rec.resolve(request(messages=merged))
+    assert (four.session_id, four.recognised) == (again.session_id, "revised")
