@@ -137,3 +137,24 @@ def test_two_conversations_of_one_user_each_keep_their_kv(deployment):
         for (before, _), (after, _) in zip(turns, turns[1:]):  # the whole previous turn
             assert after.prompt_tokens_details.cached_tokens >= \
                 before.prompt_tokens + before.completion_tokens - 1
+
+
+def test_tools_are_accepted_and_the_answer_is_text(deployment):
+    """Open WebUI sends its built-in tools with every chat turn (no tool_choice): every turn
+    was a 400. The tools are left unused: the answer is the one without them, in text."""
+    c = client(deployment.gateway_url)
+    tool = {"type": "function", "function": {
+        "name": "get_current_timestamp", "description": "Now, as an ISO timestamp.",
+        "parameters": {"type": "object", "properties": {}}}}
+    messages = [{"role": "user", "content": "Name a colour (tools)."}]
+    with_tools = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=8,
+                                           temperature=0, tools=[tool] * 3)
+    plain = c.chat.completions.create(model=MODEL, messages=messages, max_tokens=8,
+                                      temperature=0)
+    choice = with_tools.choices[0]
+    assert choice.message.tool_calls is None and choice.finish_reason in ("stop", "length")
+    assert choice.message.content == plain.choices[0].message.content
+    with pytest.raises(openai.BadRequestError) as refused:
+        c.chat.completions.create(model=MODEL, messages=messages, max_tokens=8, tools=[tool],
+                                  tool_choice="required")
+    assert refused.value.body["param"] == "tool_choice"

@@ -50,10 +50,14 @@ REFUSED = [  # (route, body, the param the 400 names)
     ("chat", chat(tool_choice="required"), "tool_choice"),
     ("chat", chat(tool_choice={"type": "function", "function": {"name": "add"}}),
      "tool_choice"),
-    ("chat", chat(tools=[TOOL]), "tools"),
-    # inference-perf's agentic workload: the tools are what is missing, not that tool_choice
+    # inference-perf's agentic workload forces a call: never made here
     ("chat", chat(tools=[TOOL], tool_choice={"type": "function", "function": {"name": "add"}}),
-     "tools"),
+     "tool_choice"),
+    ("chat", chat(tools=[TOOL], tool_choice="required"), "tool_choice"),
+    ("chat", chat(tools="add"), "tools"),
+    ("chat", chat(tools=[{"type": "web_search"}]), "tools[0]"),
+    ("chat", chat(tools=[TOOL, {"type": "function", "function": {"name": 7}}]), "tools[1]"),
+    ("chat", chat(tools=[TOOL] * 129), "tools"),
     ("chat", chat(functions=[TOOL["function"]]), "functions"),
     ("chat", chat(function_call="auto"), "function_call"),
     ("chat", chat(function_call={"name": "add"}), "function_call"),
@@ -108,6 +112,10 @@ ACCEPTED = [  # metadata, neutral values, and the project's own clients' bodies
     ("chat", chat(store=True, parallel_tool_calls=True)),
     ("chat", chat(tool_choice="none", tools=[])),
     ("chat", chat(tool_choice="auto")),
+    # Open WebUI sends its built-in tools with every turn (no tool_choice): answered in text
+    ("chat", chat(tools=[TOOL] * 28)),
+    ("chat", chat(tools=[TOOL], tool_choice="auto", parallel_tool_calls=False)),
+    ("chat", chat(tools=[TOOL], tool_choice="none")),
     ("chat", chat(functions=[], function_call="none")),
     ("chat", chat(modalities=["text"], audio=None, prediction=None, web_search_options=None)),
     ("chat", chat(logprobs=False, top_logprobs=0, reasoning_effort=None, echo=False)),
@@ -183,5 +191,5 @@ def test_an_unknown_field_is_refused_in_openais_words(gateway):
     assert_error(status, reply, 400, "Unrecognized request argument supplied: foo")
     assert reply["error"]["code"] == "unknown_parameter"
     status, _, reply = post(gateway, "/v1/chat/completions", chat(tool_choice="required"))
-    assert_error(status, reply, 400, "tools are not supported")
+    assert_error(status, reply, 400, "never calls a tool")
     assert reply["error"]["code"] == "unsupported_parameter"

@@ -23,7 +23,8 @@ CHAT_READ = _SHARED | {"messages", "tools", "continue_final_message", "add_gener
 COMPLETION_READ = _SHARED | {"prompt", "echo", "suffix", "best_of"}
 # OpenAI's metadata: stored, billed or routed differently there, the same answer here
 CHAT_IGNORED = {"metadata", "store", "service_tier", "prompt_cache_key", "safety_identifier",
-                "parallel_tool_calls"}  # (no tools: nothing to call in parallel)
+                "parallel_tool_calls"}  # (no tool is ever called: nothing in parallel)
+MAX_TOOLS = 128  # OpenAI's bound
 # fields accepted only at these values (null always); others ask for what this server lacks
 _VLLM_NEUTRAL = {"skip_special_tokens": (True,), "spaces_between_special_tokens": (True,),
                  "include_stop_str_in_output": (False,),
@@ -42,7 +43,7 @@ MESSAGE_NEUTRAL = {"tool_calls": ([],), "function_call": (), "tool_call_id": (),
                    "reasoning_content": ("",)}
 _WHY = {"tool_calls": "tool calls are not supported", "function_call": "function calling is "
         "not supported", "functions": "function calling is not supported",
-        "tool_choice": "tools are not supported",
+        "tool_choice": "this server never calls a tool (tools are accepted, the answer is text)",
         "modalities": "only text output is supported", "audio": "audio output is not "
         "supported", "reasoning_effort": "this model does not reason"}
 
@@ -75,13 +76,28 @@ def check_fields(obj: dict, read: set, neutral: dict) -> None:
 
 def check_chat_fields(body: dict) -> None:
     """400 naming the first chat field or message key this server would otherwise ignore
-    (tools first: with tools, no value of tool_choice is served)."""
-    if body.get("tools"):
-        raise ApiError(400, "'tools' is not supported: this server does not call functions "
-                       "(send the request without tools)", "tools", "unsupported_parameter")
+    (tools first: what tool_choice may say depends on them)."""
+    _tools(body.get("tools"))
     _check(body, CHAT_READ | CHAT_IGNORED, CHAT_NEUTRAL)
     _stream_options(body)
     check_message_fields(body)
+
+
+def _tools(tools) -> None:
+    """Function tools are accepted and left unused, as a model that never calls one would
+    (Open WebUI sends its built-in tools with every turn): the answer is text, with no tool
+    calls, so only tool_choice "none" or "auto" can be served."""
+    if tools is None:
+        return
+    if not isinstance(tools, list) or len(tools) > MAX_TOOLS:
+        raise ApiError(400, f"'tools' must be an array of at most {MAX_TOOLS} tools", "tools",
+                       "invalid_value")
+    for i, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or tool.get("type") != "function" or \
+                not isinstance(function.get("name"), str):
+            raise ApiError(400, "each tool must be {\"type\": \"function\", \"function\": "
+                           "{\"name\": ...}}", f"tools[{i}]", "invalid_value")
 
 
 def check_message_fields(body: dict) -> None:
