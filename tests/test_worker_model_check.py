@@ -116,7 +116,9 @@ def test_a_worker_of_another_model_waits_then_joins_once_the_first_model_has_lef
             # its model first, then (once it answers Info) counted as a healthy worker
             assert eventually(lambda: stats().model == f"{model}:int8"
                               and stats().workers == 1, timeout=15)
-            assert "accepted this member after refusing it" in other.log()
+            # (its own log line follows the scheduler's answer: read it once written)
+            assert eventually(lambda: "accepted this member after refusing it" in other.log(),
+                              timeout=10)
         finally:
             other.stop()
     finally:
