@@ -38,7 +38,7 @@ def prompt_ids(turn, tokenizer, vocab_size: int, max_context: int) -> list[int]:
             raise TurnError(f"prompt_token_ids must lie in [0, {vocab_size})")
     elif turn.raw_prompt:
         # As OpenAI and vLLM do: the text itself, with BOS only where the tokenizer wants one.
-        ids = tokenizer.encode(turn.raw_prompt, add_bos=adds_bos(turn, tokenizer))
+        ids = bos_ids(turn, tokenizer) + tokenizer.encode(turn.raw_prompt)
     else:
         ids = chat_ids(turn, tokenizer)
     if len(ids) >= max_context:
@@ -46,12 +46,13 @@ def prompt_ids(turn, tokenizer, vocab_size: int, max_context: int) -> list[int]:
     return ids
 
 
-def adds_bos(turn, tokenizer) -> bool:
+def bos_ids(turn, tokenizer) -> list[int]:
     """vLLM's add_special_tokens: the tokenizer's BOS before the prompt (where it wants one);
     by default before a raw prompt, not before a chat template's text, which writes its own."""
     wanted = (turn.add_special_tokens if turn.HasField("add_special_tokens")
               else not turn.messages)
-    return wanted and tokenizer.add_bos and tokenizer.bos_token_id is not None
+    add = wanted and tokenizer.add_bos and tokenizer.bos_token_id is not None
+    return [tokenizer.bos_token_id] if add else []
 
 
 def template_messages(turn) -> list[dict[str, str]]:
@@ -88,7 +89,7 @@ def chat_ids(turn, tokenizer) -> list[int]:
     if not any(m.content for m in turn.messages):
         raise TurnError("every message of the turn is empty")
     messages = template_messages(turn)
-    bos = [tokenizer.bos_token_id] if adds_bos(turn, tokenizer) else []
+    bos = bos_ids(turn, tokenizer)
     if not turn.continue_final_message:
         return bos + tokenizer.apply_chat_template(
             messages, add_generation_prompt=not turn.no_generation_prompt,

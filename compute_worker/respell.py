@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 
 from compute_worker.models.kv_blocks import whole_blocks
-from compute_worker.prompt import adds_bos, template_kwargs, template_messages
+from compute_worker.prompt import bos_ids, template_kwargs, template_messages
 from compute_worker.sequence import DONE, Sequence, drop_rows
 
 
@@ -41,11 +41,11 @@ def history_ids(turn, tokenizer, prompt: list[int], text: str) -> list[int] | No
             messages[-1] = {"role": "assistant", "content": messages[-1]["content"] + text}
         else:
             messages.append({"role": "assistant", "content": text})
-        ids = ([tokenizer.bos_token_id] if adds_bos(turn, tokenizer) else []) + \
-            tokenizer.apply_chat_template(messages, add_generation_prompt=False,
-                                          **template_kwargs(turn))
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=False,
+                                            **template_kwargs(turn))
     else:
-        ids = tokenizer.encode(turn.raw_prompt + text, add_bos=adds_bos(turn, tokenizer))
+        ids = tokenizer.encode(turn.raw_prompt + text)
+    ids = bos_ids(turn, tokenizer) + ids
     return ids if ids[:len(prompt)] == prompt else None
 
 
