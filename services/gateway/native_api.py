@@ -239,8 +239,7 @@ class NativeApi:
                                  gateway.config.max_session_id)
 
     def routes(self) -> list:
-        return [web.post("/generate", self.generate), web.post("/flush_cache", self.flush_cache),
-                web.post("/reset_prefix_cache", self.flush_cache),  # vLLM's name
+        return [web.post("/generate", self.generate),  # (/flush_cache: sessions_api.py)
                 web.get("/get_model_info", self.model_info),
                 web.get("/model_info", self.model_info),  # SGLang's newer names
                 web.get("/server_info", self.server_info),
@@ -254,27 +253,6 @@ class NativeApi:
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         return await self.gateway._turn(request, self._prepare)
-
-    async def flush_cache(self, request: web.Request) -> web.Response:
-        """A benchmark's flush before it measures: every conversation of the caller's tenant
-        ends (its KV freed from DRAM and SSD), never another tenant's. Those with a turn
-        running are left: then 409, as SGLang answers a flush it could not do, so a client
-        does not measure a cache it believes cold."""
-        tenant = self.gateway._tenant(request)
-        try:
-            reply = await self.gateway.backend.flush_sessions(
-                tenant, self.gateway.config.request_timeout_s)
-        except grpc.RpcError as exc:
-            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:  # an older scheduler behind us
-                raise ApiError(501, "the scheduler behind this gateway cannot flush (an older "
-                               "version)", None, "not_implemented") from None
-            raise from_grpc(exc, self.gateway.config.retry_after_s) from None
-        body = {"flushed": not reply.busy, "sessions_ended": reply.ended,
-                "sessions_busy": reply.busy}
-        if reply.busy:
-            body["message"] = (f"{reply.busy} conversations had a turn running and were kept; "
-                               "flush again once they have finished")
-        return web.json_response(body, status=409 if reply.busy else 200)
 
     def _model(self) -> dict:
         """SGLang's model info. tokenizer_path: a served name spelt as a Hugging Face id (what

@@ -85,8 +85,8 @@ def turn_request(parsed: Parsed, tenant: str, session: str) -> common_pb2.TurnRe
 
 def session_headers(first: common_pb2.TurnEvent, tenant: str, session: str) -> dict:
     """x-bidaw-session (the session the turn ran in, without the tenant's prefix) and
-    x-bidaw-session-recognised (id, content, revised, branch or new), from the scheduler's first event;
-    counted in the gateway's metrics too."""
+    x-bidaw-session-recognised (id, content, revised, branch or new), from the scheduler's
+    first event; counted in the gateway's metrics too."""
     recognised = first.recognised or ("id" if session else "new")
     scoped = first.session_id or scoped_session(tenant, session)
     prefix = scoped_session(tenant, "")

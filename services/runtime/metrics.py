@@ -42,10 +42,10 @@ DECODE_RATE = Histogram("bidaw_decode_tokens_per_second", "Per turn: completion 
                                                              1000, 2000, 5000))
 TURNS = Counter("bidaw_turns", "Turns by outcome (ok, error, cancelled, rejected)", ["outcome"])
 RECOGNISED = Counter("bidaw_session_recognition", "Turns by how their session was found: id "
-                     "(named by the client), content (continues a stored conversation), revised (continues "
-                     "one from its last prompt: the client resent another answer), branch "
-                     "(reuses a stored conversation's common prefix in a new session), new",
-                     ["how"])
+                     "(named by the client), content (continues a stored conversation), "
+                     "revised (continues one from its last prompt: the client resent another "
+                     "answer), branch (reuses a stored conversation's common prefix in a new "
+                     "session), new", ["how"])
 
 # -- scheduler ---------------------------------------------------------------------------------
 SESSION_ENDS = Counter("bidaw_scheduler_session_ends", "Conversations their client ended (EndSession, "
