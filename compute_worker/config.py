@@ -34,7 +34,9 @@ class WorkerConfig(SecurityConfig):
         "help": "model and KV dtype: auto (bfloat16 on CUDA, and on a CPU with AMX-BF16 whose "
                 "bfloat16 matmuls give a row the same bits in any batch; else float32), float32 "
                 "or bfloat16"})
-    default_max_tokens: int = field(default=256, metadata={"help": "max_tokens when unset"})
+    default_max_tokens: int = field(default=0, metadata={
+        "help": "answer length of a turn that sets none; 0: until the model ends it or the "
+                "context is full, as vLLM and OpenAI (completions still default to 16)"})
     max_batch: int = field(default=16, metadata={"help": "turns decoded together in one batch"})
     prefill_chunk_tokens: int = field(default=512, metadata={
         "help": "prompt tokens one batch step prefills at most, across its turns (a long "
@@ -79,6 +81,6 @@ class WorkerConfig(SecurityConfig):
         if not _DEVICE.fullmatch(self.device):
             raise ValueError(f"--device must be cpu, cuda or cuda:N, not {self.device!r}")
         # The engine actor takes one CPU of the local Ray (a Ray without one waits forever).
-        check_bounds(self, at_least={"default_max_tokens": 1, "max_batch": 1, "threads": 0,
+        check_bounds(self, at_least={"default_max_tokens": 0, "max_batch": 1, "threads": 0,
                                      "ray_num_cpus": 1, "min_step_ms": 0,
                                      "ray_object_store_bytes": RAY_MIN_OBJECT_STORE_BYTES})

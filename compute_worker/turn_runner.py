@@ -30,7 +30,7 @@ _CANCELLED = object()  # TurnRunner._turns_by_key: the turn was cancelled before
 
 class TurnRunner:
     def __init__(self, engine: Engine, connector: KVConnector, tokenizer,
-                 default_max_tokens: int = 256, respell_answers: bool = True):
+                 default_max_tokens: int = 0, respell_answers: bool = True):
         self.engine = engine
         self.connector = connector
         self.tokenizer = tokenizer
@@ -202,15 +202,20 @@ class TurnRunner:
             pending=prompt[restored.tokens:],
             sampler=Sampler.for_turn(turn, cfg.vocab_size, cfg.eos_token_ids, prompt),
             detok=Detokenizer(self.tokenizer),
-            max_new=0 if turn.prompt_only else min(
-                turn.max_tokens or max(self.default_max_tokens, turn.min_tokens),
-                self.max_context - len(prompt)),
+            max_new=0 if turn.prompt_only else self._answer_room(turn, len(prompt)),
             min_new=turn.min_tokens,
             prompt_top=turn.top_logprobs if turn.prompt_logprobs else None,
             eos=set() if turn.ignore_eos else set(cfg.eos_token_ids),
             stops=[s for s in turn.stop if s], arrived=arrived,
             want_hidden6=self.connector.kv_format == TENSOR6,
             block=self.engine.model.kv_block)
+
+    def _answer_room(self, turn, prompt_tokens: int) -> int:
+        """The answer's bound: the turn's max_tokens, else the default (raised to min_tokens),
+        else the context's end, as vLLM; never past the context (vLLM clamps too)."""
+        room = self.max_context - prompt_tokens
+        default = self.default_max_tokens and max(self.default_max_tokens, turn.min_tokens)
+        return min(turn.max_tokens or default or room, room)
 
     def _run(self, turn, since_arrival_s: float, queue_s: float, kv_stores, key: str,
              limit: int | None, suffix_from: int):

@@ -45,8 +45,9 @@ class SchedulerConfig(SecurityConfig):
                 "running + 32 for Stats, health and heartbeats. Calls beyond it are refused "
                 "(RESOURCE_EXHAUSTED), never queued unseen"})
     max_tokens_limit: int = field(default=0, metadata={
-        "help": "largest max_tokens (and min_tokens) accepted; 0: no limit but the model's "
-                "context, as the gateway advertises it (the worker clamps to what is left)"})
+        "help": "largest max_tokens (and min_tokens) accepted, and the answer length of a turn "
+                "that sets none; 0: no limit but the model's context, as the gateway "
+                "advertises it (the worker clamps to what is left)"})
     scheduler_id: str = field(default="scheduler", metadata={"help": "id on the Awareness stream"})
     conversation_keys: int = field(default=1_000_000, metadata={
         "help": "turns sent without a session id are recognised by their history: the most "

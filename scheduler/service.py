@@ -101,6 +101,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         problem = turn_problem(request, self.config.max_tokens_limit)
         if problem:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, problem)
+        if self.config.max_tokens_limit and not request.max_tokens and not request.prompt_only:
+            request.max_tokens = self.config.max_tokens_limit  # the bound holds for unset too
         self._settle(context)
         arrival = time.monotonic()
         turn = self.recognition.resolve(request)

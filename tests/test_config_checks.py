@@ -184,7 +184,7 @@ def test_configs_refuse_names_they_cannot_run(make, error):
     (["--eviction", "nope"], "bidaw up: --eviction must be one of fifo, lru"),
     (["--dram-bytes", "abc"], "bidaw up: --dram-bytes abc: not a size: 'abc'"),
     (["--default-max-tokens", "x"], "bidaw up: --default-max-tokens x: not an integer: 'x'"),
-    (["--default-max-tokens", "0"], "bidaw up: --default-max-tokens must be >= 1, got 0"),
+    (["--default-max-tokens", "-1"], "bidaw up: --default-max-tokens must be >= 0, got -1"),
     (["--host", "nohost.invalid"],  # "no free port in 20000-32000" before
      "bidaw up: --host nohost.invalid: the host 'nohost.invalid' does not resolve"),
     (["--scheduler-port", "8000", "--port", "8000"],  # an http.client traceback before

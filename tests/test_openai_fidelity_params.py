@@ -141,6 +141,17 @@ def test_max_completion_tokens_wins_over_max_tokens(gateway, fake):
     assert fake.requests[-1].max_tokens == 8192
 
 
+def test_an_unset_answer_length_is_left_to_the_deployment(gateway, fake):
+    """Chat and Responses send none (the worker's default: the context's end, unless the
+    operator bounds it); completions send OpenAI's 16."""
+    post(gateway, "/v1/chat/completions", chat_body("x"))
+    assert fake.requests[-1].max_tokens == 0
+    post(gateway, "/v1/responses", {"model": MODEL, "input": "x"})
+    assert fake.requests[-1].max_tokens == 0
+    post(gateway, "/v1/completions", completion("x"))
+    assert fake.requests[-1].max_tokens == 16
+
+
 def test_prefill_flags_reach_the_scheduler(gateway, fake):
     history = [{"role": "user", "content": "Capital of France?"},
                {"role": "assistant", "content": "The capital is"}]

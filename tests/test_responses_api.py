@@ -65,14 +65,15 @@ def test_previous_response_id_continues_with_kv_reused_and_the_full_history_answ
     assert r3.usage.output_tokens == 3
 
 
-def test_without_max_output_tokens_the_answer_runs_to_its_end(client):
-    """Not the worker's default length (32 in this deployment, as chat's): OpenAI's and vLLM's
-    rule, which the Agents SDK relies on (it raises on an incomplete response)."""
+def test_without_max_output_tokens_the_deployments_bound_applies(client):
+    """The worker's default length, as chat's: to the context's end unless the operator bounds
+    it (tests/test_default_answer_length.py); this deployment bounds it at 32, and a response
+    cut there says so as one cut at max_output_tokens does."""
     ask = "Count from 1 to 20, separated by commas."  # greedy: 122 tokens, then its end
     reply = client.responses.create(model=MODEL, input=ask, temperature=0)
-    assert reply.status == "completed" and reply.incomplete_details is None
-    assert reply.usage.output_tokens > 32
-    assert reply.output_text == recompute(client, [{"role": "user", "content": ask}], 1000)
+    assert reply.status == "incomplete" and reply.usage.output_tokens == 32
+    assert reply.incomplete_details.reason == "max_output_tokens"
+    assert reply.output_text == recompute(client, [{"role": "user", "content": ask}], 32)
 
 
 def test_a_stream_carries_openais_events_in_order_and_the_plain_answer(client):

@@ -161,10 +161,9 @@ def parse_response_request(body: dict, config: GatewayConfig, tenant: str) -> Re
         raise bad_request(f"'max_output_tokens' is {ask.max_output_tokens}, more than the "
                           f"model's context of {config.max_model_len} tokens",
                           "max_output_tokens")
-    # Absent: until the answer ends or the context is full, as OpenAI and vLLM do (the worker
-    # clamps to what the prompt leaves). Not chat's 256-token default: clients of this API
-    # (the Agents SDK) take a response cut short, status "incomplete", for an error.
-    ask.parsed.max_tokens = ask.max_output_tokens or config.max_model_len  # 0: worker's default
+    # Absent: the worker's default, until the answer ends or the context is full unless the
+    # operator bounds it (the Agents SDK takes a response cut short, "incomplete", for an error)
+    ask.parsed.max_tokens = ask.max_output_tokens or 0
     ask.parsed.min_tokens = min_tokens(body, ask.max_output_tokens or 0, config.max_model_len,
                                        limit="max_output_tokens")
     parse_sampling(body, ask.parsed, config.vocab_size)
