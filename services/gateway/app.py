@@ -14,6 +14,7 @@ from services.runtime import metrics
 
 from services.runtime import tracing
 
+from services.gateway import turn_note
 from services.gateway.admission import FairQueue
 from services.gateway.auth import Tenants
 from services.gateway.backend import Backend
@@ -107,8 +108,7 @@ class Gateway:
         request counters and an access log line carrying the trace id."""
         resource = request.match_info.route.resource
         route = resource.canonical if resource is not None else "unmatched"
-        start = time.perf_counter()
-        status = 500
+        start, status, note = time.perf_counter(), 500, turn_note.begin()
         parent = propagate.extract(request.headers) if tracing.enabled() else None
         with tracing.span(f"{request.method} {route}", parent=parent, kind=tracing.SERVER,
                           **{"http.request.method": request.method, "http.route": route}) as sp:
@@ -130,8 +130,8 @@ class Gateway:
                     metrics.HTTP_REQUESTS.labels(route, str(status)).inc()
                     metrics.HTTP_LATENCY.labels(route).observe(elapsed)
                 if route in TURN_ROUTES or status >= 400:  # a refusal says why: code, field
-                    log.info("%s %s %d %.1f ms%s", request.method, request.path, status,
-                             elapsed * 1000, request.get(REFUSED, ""))
+                    log.info("%s %s %d %.1f ms%s%s", request.method, request.path, status,
+                             elapsed * 1000, note, request.get(REFUSED, ""))
 
     @web.middleware
     async def _errors(self, request: web.Request, handler):

@@ -12,6 +12,7 @@ from services.runtime import metrics
 from services.runtime import tracing
 from services.runtime.gen import common_pb2
 
+from services.gateway import turn_note
 from services.gateway.auth import scoped_session
 from services.gateway.backend import Backend
 from services.gateway.errors import ApiError, bad_request, from_grpc
@@ -93,6 +94,7 @@ def session_headers(first: common_pb2.TurnEvent, tenant: str, session: str) -> d
     named = scoped[len(prefix):] if scoped.startswith(prefix) else scoped
     metrics.RECOGNISED.labels(recognised).inc()
     tracing.set_attributes(session=named, session_recognised=recognised)
+    turn_note.found(recognised, scoped)
     return {"x-bidaw-session": to_header(named), "x-bidaw-session-recognised": recognised}
 
 
@@ -249,6 +251,7 @@ class TurnServer:
         if request is not None:
             request[ANSWERED] = True
         metrics.observe_turn(summary)
+        turn_note.finished(summary)
         tracing.set_attributes(prompt_tokens=summary.prompt_tokens,
                                cached_tokens=summary.cached_tokens,
                                completion_tokens=summary.completion_tokens,
