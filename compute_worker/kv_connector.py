@@ -65,19 +65,21 @@ class KVConnector(abc.ABC):
 
     @abc.abstractmethod
     def restore(self, session_id: str, prompt: list[int], parent: str = "",
-                shards: list[str] | None = None) -> Restored:
+                shards: list[str] | None = None, salt: str = "") -> Restored:
         """The KV of the longest prefix of `prompt` stored for the session (or its `parent`
-        branch). `shards`: the store shards the scheduler sent (None: the connector's own)."""
+        branch). `shards`: the store shards the scheduler sent (None: the connector's own).
+        `salt`: the turn's cache_salt; KV saved under another salt (or none) is not read."""
 
     def read_suffix(self, session_id: str, prompt: list[int], start_token: int,
-                    shards: list[str] | None = None) -> Suffix | None:
+                    shards: list[str] | None = None, salt: str = "") -> Suffix | None:
         """The stored K/V of the prompt's tokens from `start_token` on (None: none; a
         connector that cannot read a suffix recomputes it)."""
         return None
 
     @abc.abstractmethod
     def save(self, session_id: str, tokens: list[int], cache, hidden6: list[torch.Tensor],
-             restored: Restored | None = None, shards: list[str] | None = None) -> None:
+             restored: Restored | None = None, shards: list[str] | None = None,
+             salt: str = "") -> None:
         """Save the KV of `tokens` held in `cache` (and, for tensor 6, `hidden6`: that of the
         tokens fed to the model), past what `restored` brought (None: nothing)."""
 
@@ -85,8 +87,9 @@ class KVConnector(abc.ABC):
 class Recompute(KVConnector):
     """No store (`--store ''`, the baseline): every prompt is computed in full, nothing kept."""
 
-    def restore(self, session_id, prompt, parent="", shards=None) -> Restored:
+    def restore(self, session_id, prompt, parent="", shards=None, salt="") -> Restored:
         return Restored(fresh_cache(self.model, prompt))
 
-    def save(self, session_id, tokens, cache, hidden6, restored=None, shards=None) -> None:
+    def save(self, session_id, tokens, cache, hidden6, restored=None, shards=None,
+             salt="") -> None:
         pass

@@ -3,7 +3,10 @@
 Reuse: a prompt reuses stored KV only for the longest prefix whose token ids match what the KV
 was computed from, of the same model and format; everything after it is recomputed. KV of
 another dtype is converted or recomputed (dtype_reuse.py), counted in `dtype_actions` and
-logged. Any store failure degrades to recomputation.
+logged. Any store failure degrades to recomputation. KV is labelled with its model and, for a
+turn with a cache_salt, the salt's digest (kv_label): a turn reads only KV of its own label, so
+a session named again under another salt (or none) reads nothing of it, as vLLM's salted
+prefix cache shares no block across salts.
 
 A branch (TurnRequest.parent_session_id: a regenerated answer, an edited history, another
 conversation with the same beginning) may restore from its parent's KV when that matches more of
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import hashlib
 import logging
 import time
 from dataclasses import dataclass
@@ -38,6 +42,14 @@ class _Candidate:
     session_id: str
     store: KVClient
     reuse: int  # prompt tokens its stored KV matches
+
+
+def kv_label(model_name: str, salt: str) -> str:
+    """What the store keys KV by: the model's name, and the cache salt's digest when there is
+    one (never the salt itself: the store's catalog and logs need not hold it)."""
+    if not salt:
+        return model_name
+    return f"{model_name}#salt-{hashlib.sha256(salt.encode()).hexdigest()[:16]}"
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -79,8 +91,8 @@ class StoreConnector(KVConnector):
             return self.store.client_for(session_id, shards)
         return self.store
 
-    def _candidate(self, session_id: str, prompt: list[int],
-                   shards: list[str] | None) -> _Candidate | None:
+    def _candidate(self, session_id: str, prompt: list[int], shards: list[str] | None,
+                   label: str) -> _Candidate | None:
         """How much of `prompt` the KV stored for `session_id` matches (None: nothing)."""
         store = self._client(session_id, shards)
         if store is None:
@@ -90,7 +102,7 @@ class StoreConnector(KVConnector):
         except grpc.RpcError as exc:
             log.warning("store lookup failed for %r (%s): recomputing", session_id, exc.code())
             return None
-        if (info.tier == kv_codec.TIER_NONE or info.model != self.model_name
+        if (info.tier == kv_codec.TIER_NONE or info.model != label
                 or info.format != self.kv_format):
             return None
         if reuse_action(info.dtype, self.kv_dtype) == RECOMPUTE:
@@ -107,11 +119,12 @@ class StoreConnector(KVConnector):
         return kv_codec.bytes_per_token(self.model.config, self.kv_format, known) if known else 0
 
     def restore(self, session_id: str, prompt: list[int], parent: str = "",
-                shards: list[str] | None = None) -> Restored:
+                shards: list[str] | None = None, salt: str = "") -> Restored:
         """The session's own KV, or `parent`'s when that matches more (a tie keeps the own)."""
         fresh = Restored(fresh_cache(self.model, prompt))
         start = time.monotonic()
-        got = self._read_matching((session_id, parent), prompt, shards)
+        got = self._read_matching((session_id, parent), prompt, shards,
+                                  kv_label(self.model_name, salt))
         if got is None:
             return fresh
         best, stored, reuse = got
@@ -128,13 +141,14 @@ class StoreConnector(KVConnector):
                         convert_s, from_parent, converted, prefix6)
 
     def read_suffix(self, session_id: str, prompt: list[int], start_token: int,
-                    shards: list[str] | None = None) -> Suffix | None:
+                    shards: list[str] | None = None, salt: str = "") -> Suffix | None:
         """K/V of the prompt's tokens from `start_token` to the end of the session's own stored
         match, the store reading nothing before (a reversed split: the caller computes the
         beginning meanwhile). None when the match does not reach past `start_token`, or the
         KV is in another dtype (a converted session is rewritten from token 0)."""
         start = time.monotonic()
-        got = self._read_matching((session_id,), prompt, shards, start_token)
+        got = self._read_matching((session_id,), prompt, shards,
+                                  kv_label(self.model_name, salt), start_token)
         if got is None or got[1].dtype != self.kv_dtype:
             return None
         _, stored, reuse = got
@@ -143,11 +157,11 @@ class StoreConnector(KVConnector):
                       time.monotonic() - start, convert_s)
 
     def _read_matching(self, sessions, prompt: list[int], shards: list[str] | None,
-                       start_token: int = 0) -> tuple[_Candidate, StoredKV, int] | None:
+                       label: str, start_token: int = 0) -> tuple[_Candidate, StoredKV, int] | None:
         """The stored KV (from `start_token` on) of whichever of `sessions` matches the most of
         `prompt` (the first of equals), with how many prompt tokens it matches; None if none
         matches past `start_token`, or a read fails (recompute)."""
-        found = [c for c in (self._candidate(s, prompt, shards)
+        found = [c for c in (self._candidate(s, prompt, shards, label)
                              for s in dict.fromkeys(filter(None, sessions))) if c]
         if not found:
             return None
@@ -163,7 +177,7 @@ class StoreConnector(KVConnector):
         # The session may have changed between lookup and read: trust only what was read.
         reuse = min(common_prefix(stored.token_ids, prompt[:best.reuse]), len(stored.token_ids))
         if (reuse <= start_token or stored.start_token != start_token
-                or stored.format != self.kv_format or stored.model != self.model_name
+                or stored.format != self.kv_format or stored.model != label
                 or stored.bytes_per_token != self._bytes_per_token(stored.dtype)
                 or self._dtype_action(best.session_id, stored.dtype) == RECOMPUTE):
             return None
@@ -182,17 +196,19 @@ class StoreConnector(KVConnector):
         return kv, data, time.monotonic() - convert_start if tensor6 else 0.0
 
     def save(self, session_id: str, tokens: list[int], cache, hidden6: list[torch.Tensor],
-             restored: Restored | None = None, shards: list[str] | None = None) -> None:
+             restored: Restored | None = None, shards: list[str] | None = None,
+             salt: str = "") -> None:
         """What the turn computed; for a turn restored from its parent, the session's whole KV
         (the restored prefix too), and for one restored from KV of another dtype."""
+        label = kv_label(self.model_name, salt)
         if restored is None or restored.rewrites:
             prefix6 = restored.prefix6 if restored is not None else b""
-            self._write(session_id, tokens, 0, cache, hidden6, shards, prefix6)
+            self._write(session_id, tokens, 0, cache, hidden6, shards, label, prefix6)
         else:
-            self._write(session_id, tokens, restored.tokens, cache, hidden6, shards)
+            self._write(session_id, tokens, restored.tokens, cache, hidden6, shards, label)
 
     def _write(self, session_id: str, tokens: list[int], start: int, cache,
-               hidden6: list[torch.Tensor], shards: list[str] | None,
+               hidden6: list[torch.Tensor], shards: list[str] | None, label: str,
                prefix6: bytes = b"") -> None:
         """Write the KV of tokens [start, len(cache)) of `tokens` to the store. Tensor 6:
         `hidden6` holds the fed tokens only; `prefix6`, the bytes of those before them that
@@ -210,7 +226,7 @@ class StoreConnector(KVConnector):
             # Not durable: the reply comes once the KV is in DRAM (pinned there until its SSD
             # copy lands), so the turn's completion does not wait for an fsync.
             store.write(session_id, start, tokens[start:end], self.kv_format,
-                        self.bytes_per_token, self.model_name, data, durable=False,
+                        self.bytes_per_token, label, data, durable=False,
                         dtype=self.kv_dtype)
         except grpc.RpcError as exc:  # the answer stands; the next turn recomputes
             held = self._write_failure_said.due()  # (a store refusing all: not a line a turn)

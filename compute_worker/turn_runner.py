@@ -112,7 +112,7 @@ class TurnRunner:
         shown = prompt if limit is None or limit >= len(prompt) else prompt[:limit + 1]
         with self.engine.gate.restoring():
             restored = self.connector.restore(turn.session_id, shown, turn.parent_session_id,
-                                              kv_stores)
+                                              kv_stores, turn.cache_salt)
         if shown is not prompt:
             restored.cache.reserve(len(prompt) + 64 - restored.cache.length)
         return self._whole_blocks(restored)
@@ -156,7 +156,8 @@ class TurnRunner:
                           recomputed_tokens=begin) as span:
             self.engine.add(first)
             with self.engine.gate.restoring():
-                suffix = self.connector.read_suffix(turn.session_id, prompt, begin, kv_stores)
+                suffix = self.connector.read_suffix(turn.session_id, prompt, begin, kv_stores,
+                                                    turn.cache_salt)
             while first.out.get() is not DONE:
                 pass  # the one token sampled after the beginning is not the turn's
             if first.error is not None:
@@ -193,7 +194,7 @@ class TurnRunner:
         seq.cache.truncate(keep)
         with tracing.span("worker.kv_save", tokens=keep - saved_from.tokens, stopped=True):
             self.connector.save(turn.session_id, prompt[:keep], seq.cache, [], saved_from,
-                                kv_stores)
+                                kv_stores, turn.cache_salt)
 
     def _sequence(self, turn, prompt: list[int], restored: Restored, arrived: float) -> Sequence:
         cfg = self.engine.model.config
@@ -268,7 +269,7 @@ class TurnRunner:
                 span.set_attribute("bidaw.recomputed_tokens", respelt)
         with tracing.span("worker.kv_save", tokens=len(seq.cache) - restored.tokens):
             self.connector.save(turn.session_id, saved, seq.cache, seq.hidden6,
-                                self._saved_from(restored, limit), kv_stores)
+                                self._saved_from(restored, limit), kv_stores, turn.cache_salt)
         yield [], "", TurnSummary(
             prompt_tokens=len(prompt), cached_tokens=restored.tokens - restored.recomputed,
             recomputed_tokens=restored.recomputed, respelt_tokens=respelt,
