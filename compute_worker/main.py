@@ -40,21 +40,24 @@ def actor_env(environ=os.environ) -> dict[str, str]:
     return {k: v for k, v in environ.items() if k.startswith(ACTOR_ENV_PREFIXES)}
 
 
-def ray_auth_env(config: WorkerConfig) -> None:
-    """Ray's GCS, raylet and workers listen on every interface, and a caller Ray lets in runs
-    any code: a worker that starts its own cluster turns on Ray's token auth with a token made
-    here, kept in this process's environment (which Ray's processes inherit), never on disk.
-    Joining a cluster, its own RAY_AUTH_MODE rules. Call before Ray is imported: it reads its
-    auth mode then."""
+def ray_env(config: WorkerConfig) -> None:
+    """A caller Ray lets in runs any code. A worker that starts its own cluster keeps it on
+    loopback (else its GCS, raylet, workers and the autoscaler's metrics port, which asks no
+    token, listen on every interface) and turns on Ray's token auth with a token made here,
+    kept in this process's environment (which Ray's processes inherit), never on disk.
+    Joining a cluster, its own settings rule. Call before Ray is imported: it reads them then."""
     if config.ray_address:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # else Ray writes a token to $HOME
-    elif os.environ.get("RAY_AUTH_MODE") != "token" or not os.environ.get("RAY_AUTH_TOKEN"):
+        return
+    # Ray's switch for platforms without clusters: the node's address is then 127.0.0.1
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    if os.environ.get("RAY_AUTH_MODE") != "token" or not os.environ.get("RAY_AUTH_TOKEN"):
         os.environ["RAY_AUTH_MODE"] = "token"
         os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
 
 
 def init_ray(config: WorkerConfig) -> None:
-    ray_auth_env(config)
+    ray_env(config)
     import ray
 
     if ray.is_initialized():
@@ -92,7 +95,7 @@ def sweep_ray_temp_dirs(base: str = "/tmp") -> None:
 
 
 def start(config: WorkerConfig):
-    ray_auth_env(config)  # before Ray is imported (by the actor's module)
+    ray_env(config)  # before Ray is imported (by the actor's module)
     from compute_worker.actor import EngineActor
     from compute_worker.service import ComputeWorkerService
 
