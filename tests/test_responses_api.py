@@ -137,7 +137,9 @@ def test_stored_responses_are_read_listed_and_deleted(client):
 
 
 @pytest.mark.parametrize("extra, param", [
-    ({"tools": [{"type": "function", "name": "f", "parameters": {}}]}, "tools"),
+    ({"tools": [{"type": "function", "parameters": {}}]}, "tools[0]"),  # no name
+    ({"tools": [{"name": "f"}]}, "tools[0]"),  # no type
+    ({"tools": [{"type": "web_search"}], "tool_choice": "required"}, "tool_choice"),
     ({"truncation": "oldest"}, "truncation"),
     ({"reasoning": {"effort": "high"}}, "reasoning"),
     ({"text": {"format": {"type": "json_object"}}}, "text.format"),
@@ -159,6 +161,37 @@ def test_what_this_server_lacks_is_refused_naming_the_field(client, extra, param
     assert err.value.status_code == 400 and err.value.body["param"] == param
 
 
+# The Codex CLI 0.171's every turn (recorded at the wire, descriptions and ids shortened): tools of
+# three types that it cannot be told not to send, and its own client_metadata
+CODEX = {"stream": False, "tool_choice": "auto", "parallel_tool_calls": True,
+         "reasoning": {"summary": "auto"}, "store": False,
+         "include": ["reasoning.encrypted_content"], "prompt_cache_key": "01a24ad0",
+         "client_metadata": {"session_id": "01a24ad0", "turn_id": "01a24ad0-b0f7"},
+         "tools": [{"type": "function", "name": "exec_command", "description": "Runs a command.",
+                    "strict": False, "parameters": {"type": "object", "properties": {
+                        "cmd": {"type": "string"}}}},
+                   {"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents.",
+                    "tools": [{"type": "function", "name": "close_agent", "parameters": {}}]},
+                   {"type": "web_search", "external_web_access": False}]}
+
+
+def test_the_codex_clis_turn_is_answered_as_without_its_tools(client):
+    """It used to be a 400 (client_metadata, then tools), which Codex shows and exits on."""
+    ask = {"model": MODEL, "input": tagged("Name a colour."), "temperature": 0,
+           "max_output_tokens": 8}
+    with_tools = client.post("/responses", body={**ask, **CODEX}, cast_to=object)
+    assert [item["type"] for item in with_tools["output"]] == ["message"]  # no tool call
+    plain = client.responses.create(**ask, store=False)
+    assert with_tools["output"][0]["content"][0]["text"] == plain.output_text
+    assert with_tools["status"] == plain.status and plain.output_text
+
+
+def test_a_reasoning_effort_is_refused_saying_what_is_accepted(client):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.responses.create(model=MODEL, input="Hi", reasoning={"effort": "low"})
+    assert 'reasoning.effort must be null or "none"' in err.value.message
+
+
 def _parse(body: dict):
     return parse_response_request({"model": MODEL, "input": "Hi", **body}, GatewayConfig(),
                                   "t").parsed
@@ -174,6 +207,7 @@ def _parse(body: dict):
     {"include": [], "tools": [], "text": {"verbosity": "medium"}},
     {"include": [], "tools": [], "prompt_cache_retention": "24h"},
     {"include": ["reasoning.encrypted_content"], "store": False, "reasoning": {"summary": "auto"}},
+    CODEX,
 ])
 def test_neutral_fields_third_party_clients_send_are_accepted(extra):
     assert not _parse(extra).logprobs

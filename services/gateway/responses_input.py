@@ -3,8 +3,9 @@
 The context is `instructions` (a system message, never carried over from an earlier response,
 as OpenAI says), then the conversation that `previous_response_id` ends (each stored response's
 input and answer), then `input`. Text messages only: every other item or content type, and every
-option this server lacks (tools, reasoning, JSON output, a verbosity), is refused with a 400
-naming it, as on the chat route. Accepted since they ask for nothing it lacks: `include` values
+option this server lacks (a forced tool call, reasoning, JSON output, a verbosity), is refused
+with a 400 naming it, as on the chat route. Accepted since they ask for nothing it lacks: tools
+(never called: the answer is text, as on chat), `include` values
 naming items it never produces (reasoning, tool calls, images), truncation "auto" (nothing is
 ever cut: a conversation past the context is refused with or without it), cache retention.
 `include` "message.output_text.logprobs" with `top_logprobs` gives the answer's logprobs.
@@ -20,7 +21,7 @@ from services.gateway.fields import UINT32_MAX, cache_salt, integer, typed
 from services.gateway.logprobs import MAX_TOP_LOGPROBS
 from services.gateway.prompt_size import check_prompt_size
 from services.gateway.protocol import ROLES, Parsed, min_tokens, parse_ending
-from services.gateway.request_fields import check_fields
+from services.gateway.request_fields import MAX_TOOLS, check_fields
 from services.gateway.sampling_params import parse_sampling
 from services.runtime.gen import common_pb2, scheduler_pb2
 
@@ -32,7 +33,8 @@ READ = {"model", "input", "instructions", "previous_response_id", "max_output_to
         "cache_salt"}  # on the chat route (vLLM's ResponsesRequest takes them too)
 IGNORED = {"user", "safety_identifier", "prompt_cache_key", "service_tier",
            "parallel_tool_calls", "max_tool_calls", "stream_options",
-           "prompt_cache_retention"}  # same answer here
+           "prompt_cache_retention",
+           "client_metadata"}  # same answer here (the last: the Codex CLI's, with every turn)
 NEUTRAL = {"background": (False,), "conversation": (), "prompt": ()}
 LOGPROBS = "message.output_text.logprobs"
 # OpenAI's other includables: extra fields of items this server never produces
@@ -97,17 +99,35 @@ def _input(body: dict) -> list[tuple[str, str]]:
     return out
 
 
+def _tools(tools) -> None:
+    """Tools of any type are accepted and left unused, as on chat: the answer is text, with no
+    tool calls (the Codex CLI sends its function, namespace and web_search tools with every
+    turn, and cannot be told not to)."""
+    if tools is None:
+        return
+    if not isinstance(tools, list) or len(tools) > MAX_TOOLS:
+        raise bad_request(f"'tools' must be an array of at most {MAX_TOOLS} tools", "tools")
+    for i, tool in enumerate(tools):
+        kind = tool.get("type") if isinstance(tool, dict) else None
+        if not isinstance(kind, str) or (kind == "function"
+                                         and not isinstance(tool.get("name"), str)):
+            raise bad_request("each tool must be an object with a 'type' (a function tool: "
+                              "{\"type\": \"function\", \"name\": ...})", f"tools[{i}]")
+
+
 def _refuse_options(body: dict) -> None:
-    if body.get("tools"):
-        raise bad_request("tools are not supported", "tools")
+    _tools(body.get("tools"))
     if body.get("tool_choice") not in (None, "none", "auto"):
-        raise bad_request("tool_choice needs tools, which are not supported", "tool_choice")
+        raise bad_request("'tool_choice' must be null, \"none\" or \"auto\": this server "
+                          "never calls a tool (tools are accepted, the answer is text)",
+                          "tool_choice")
     if body.get("truncation") not in (None, "disabled", "auto"):
         raise bad_request("truncation must be \"disabled\" or \"auto\" (nothing is ever cut: "
                           "a conversation past the context is refused)", "truncation")
     if body.get("reasoning") not in (None, {}) and typed(body, "reasoning", (dict,)).get(
             "effort") not in (None, "none"):
-        raise bad_request("this model does not reason: only reasoning null is supported",
+        raise bad_request("this model does not reason: reasoning.effort must be null or "
+                          "\"none\" (reasoning.summary is accepted, and no summary comes)",
                           "reasoning")
     text = typed(body, "text", (dict,), {})
     for key in text:
