@@ -90,6 +90,8 @@ def _encode(r: Recorded, at: float) -> bytes:
         row["q"], row["e"] = r.prompt.key.hex(), r.extent
         if r.prompt.length >= 0:
             row["qb"], row["qn"] = r.prompt.boundary.hex(), r.prompt.length
+        if r.prompt.trims:
+            row["qt"] = [k.hex() for k in r.prompt.trims]
     return json.dumps(row, separators=(",", ":")).encode() + b"\n"
 
 
@@ -110,7 +112,8 @@ def _decode(line: bytes) -> tuple[Recorded | str, float]:
     if not isinstance(row["s"], str) or not row["s"] or not path:
         raise ValueError("no session or no keys")
     prompt = (Prompt(bytes.fromhex(row["q"]), bytes.fromhex(row.get("qb", "")),
-                     int(row.get("qn", -1))) if "q" in row else None)
+                     int(row.get("qn", -1)), tuple(bytes.fromhex(k) for k in row.get("qt", ())))
+              if "q" in row else None)
     recorded = Recorded(row["s"], path, bytes.fromhex(row.get("b", "")), int(row.get("n", -1)),
                         str(row.get("p", "")), int(row.get("c", 0)), row.get("m") == 1,
                         prompt, int(row.get("e", 0)))

@@ -31,6 +31,7 @@ _PERSON = b"bidaw-conv-v1"  # domain separation (and the version of this scheme)
 _ROLES = {"developer": "system"}
 TEXT_CHUNK = 256  # characters: a 100 KB history is ~400 hashes
 IDS_CHUNK = 64  # token ids
+TRIMS = 16  # paragraph breaks of a question tried as where an appended reminder began
 
 
 def _h(*parts: bytes) -> bytes:
@@ -71,6 +72,16 @@ def prefix_keys(tenant: str, messages: Iterable[tuple[str, str]], salt: str = ""
     return keys
 
 
+def trimmed_keys(stem: bytes, role: str, content: str, most: int = TRIMS) -> tuple[bytes, ...]:
+    """Keys of a message after `stem` cut at each of its last `most` paragraph breaks."""
+    text = content.strip()
+    cuts, at = [], text.rfind("\n\n")
+    while at > 0 and len(cuts) < most:
+        cuts.append(next_key(stem, role, text[:at]))
+        at = text.rfind("\n\n", 0, at)
+    return tuple(cuts)
+
+
 class MessageHistory:
     """A chat history: one key per message; its key after the answer is recorded."""
     head = None  # a message session's head is one of `keys` itself
@@ -79,9 +90,15 @@ class MessageHistory:
         messages = list(messages)
         self.keys = prefix_keys(tenant, messages, salt)
         self.extent = len(messages)  # what "longer" compares (conversations.py: REVISED)
+        self._last = messages[-1] if messages else ("", "")
 
     def prompt(self) -> Prompt:
-        return Prompt(self.keys[-1])
+        role, content = self._last
+        if role.strip().lower() != "user":
+            return Prompt(self.keys[-1])
+        # the key before the last message's: its whole chunks' keys and its own come after
+        stem = self.keys[-2 - len(content.strip()) // TEXT_CHUNK]
+        return Prompt(self.keys[-1], trims=trimmed_keys(stem, role, content))
 
     def after(self, text: str, ids: Sequence[int]) -> tuple[list[bytes], int]:
         """(prefix keys of the history with the answer appended, -1: heads are exact keys)."""

@@ -24,10 +24,14 @@ class SessionEntry:
 @dataclass(frozen=True)
 class Prompt:
     """A recorded turn's prompt: its key (chunked: `head(length)`), and for a chunked history
-    its last chunk boundary's key and its length."""
+    its last chunk boundary's key and its length. `trims`: chat whose last message is the
+    user's, the keys of the prompt with that message cut at each paragraph break (its last
+    few): the history a client sends back having dropped what it appended to the question (a
+    reminder, aider's format rules) before it goes on."""
     key: bytes
     boundary: bytes = b""
     length: int = -1
+    trims: tuple[bytes, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -1,28 +1,25 @@
 """The conversation index: which stored session a history continues, or branches from.
 
-Pure (the clock is passed in) and guarded by one lock. It maps the key of every prefix of a
-recorded history (scheduler/conversation_keys.py) to the session that holds its KV, and each
-session to its head (the key of its whole history, answer included), its last prompt's key and
-whether a turn of it is in flight. A history continues an idle session when its longest known
-prefix is exactly that session's head (`CONTENT`), or when it extends that session's last
-prompt but not the answer recorded after it and is longer than the recorded history
-(`REVISED`): the client re-spelt or edited our answer and went on (inference-perf and guidellm
-join a raw history's turns with spaces), so the session goes on from its prompt instead of a
-new copy of its KV each turn. A regenerated answer (the prompt again, or no longer than the
-recorded history) branches, so both answers live on. A raw text or token ids: the heads and
-prompts tried are the history's own keys `head(length)` at the lengths recorded from the
-boundary where a known prefix ends (at most one chunk's worth of lengths, however many sessions
-share it). Any shorter match is a branch: a new session that reads the common prefix from the
-matched one (its parent): the session whose whole last prompt it extends if one does, else the
-one that last recorded its longest known prefix. A session its client names is recorded too,
-but `named`: never continued by another turn's content (its client names it), only a branch's
-parent; and a named session that holds no KV yet may read a common beginning from any other
-(`branch_source`: other users' shared system prompt, a shared document).
+Pure (the clock is passed in), one lock. It maps the key of every prefix of a recorded history
+(conversation_keys.py) to the session that holds its KV, and each session to its head (its
+whole history's key, answer included), its last prompt's key and whether a turn of it is in
+flight. A history continues an idle session when its longest known prefix is that session's
+head (`CONTENT`), or when it extends that session's last prompt but not the answer recorded
+after it and is longer than the recorded history (`REVISED`): the client re-spelt our answer
+(inference-perf joins raw turns with spaces) or dropped a reminder it had appended to its
+question (aider: `Prompt.trims`) and went on, so the session goes on from its prompt, not a
+new copy of its KV each turn. A regenerated answer (the prompt again, or a history no longer
+than the recorded one) branches: both answers live on. Raw text or token ids: the heads and
+prompts tried are `head(length)` at the lengths recorded from the boundary where a known
+prefix ends. Any shorter match is a branch, a new session reading the common prefix from its
+parent: the session whose whole last prompt it extends if one does, else the one that last
+recorded its longest known prefix. A session its client names is recorded `named`: never
+continued by another's content, only a parent; while it holds no KV it may read a common
+beginning from any other (`branch_source`: a shared system prompt or document).
 
-Bounded: at most `max_keys` prefix keys, least recently used idle sessions forgotten first;
-a session idle for `ttl_s` is forgotten; so is one the caller reports gone (no KV left).
-`record` returns what it linked (a `Recorded`), and `restore` links it again: the journal
-(conversation_journal.py) keeps the index across a restart with them.
+Bounded: at most `max_keys` prefix keys, least recently used idle sessions forgotten first, and
+those idle for `ttl_s` or reported gone. `record` returns what it linked (a `Recorded`) and
+`restore` links it again: the journal (conversation_journal.py) keeps the index over a restart.
 """
 from __future__ import annotations
 
@@ -36,15 +33,13 @@ from scheduler.conversation_records import (BRANCH, CONTENT, NEW, REVISED, Match
 
 class ConversationIndex:
     def __init__(self, max_keys: int = 1_000_000, ttl_s: float = 3600.0, grace_s: float = 10.0):
-        self.max_keys = max_keys
-        self.ttl_s = ttl_s
-        self.grace_s = grace_s
+        self.max_keys, self.ttl_s, self.grace_s = max_keys, ttl_s, grace_s
         self._sessions: OrderedDict[str, SessionEntry] = OrderedDict()  # least recently used first
         self._keys: dict[bytes, str] = {}  # prefix key -> the session that last recorded it
         self._heads: dict[bytes, dict[str, None]] = {}  # head key -> sessions at that head
         self._prompts: dict[bytes, dict[str, None]] = {}  # last prompt's key -> its sessions
-        # chunked histories: boundary key -> {recorded length (of a history or a prompt):
-        # how many end there}
+        self._trims: dict[bytes, dict[str, None]] = {}  # Prompt.trims' keys -> their sessions
+        # chunked: boundary key -> {recorded length (a history's or prompt's): how many end there}
         self._lengths: dict[bytes, dict[int, int]] = {}
         self._lock = threading.Lock()
 
@@ -193,6 +188,8 @@ class ConversationIndex:
             self._heads.setdefault(entry.path[-1], {})[session] = None
         if prompt is not None:  # (a named session's too: a parent, never revised)
             self._prompts.setdefault(prompt.key, {})[session] = None
+            for trim in prompt.trims:
+                self._trims.setdefault(trim, {})[session] = None
         if length >= 0:
             entry.boundary = boundary
             self._count_length(boundary, length, 1)
@@ -220,7 +217,8 @@ class ConversationIndex:
             found = [h for h in map(head, lengths) if h is not None]
         ending = []
         for key_ in found:
-            for sessions, whole in ((self._heads, True), (self._prompts, False)):
+            for sessions, whole in ((self._heads, True), (self._prompts, False),
+                                    (self._trims, False)):
                 for session in list(sessions.get(key_, ())):
                     if self._gone(session, now, alive):
                         self._forget(session)
@@ -261,6 +259,8 @@ class ConversationIndex:
             _drop(self._heads, entry.path[-1], session)
         if entry.prompt is not None:
             _drop(self._prompts, entry.prompt.key, session)
+            for trim in entry.prompt.trims:
+                _drop(self._trims, trim, session)
             if entry.prompt.length >= 0:
                 self._count_length(entry.prompt.boundary, entry.prompt.length, -1)
             entry.prompt = None

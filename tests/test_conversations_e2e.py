@@ -259,3 +259,23 @@ def test_scheduler_and_gateway_count_how_sessions_were_found(deployment):
         after = recognised_counts(urls[name])
         grew = {how: after.get(how, 0) - before[name].get(how, 0) for how in after}
         assert grew["new"] >= 1 and grew["content"] >= 1 and grew["id"] >= 1, (name, grew)
+
+
+def test_a_question_sent_back_without_its_appended_rules_goes_on_in_its_session(deployment):
+    """aider appends its format rules to the latest question and drops them when it sends that
+    question back: each turn used to be a branch, a new session holding a new copy of the
+    whole KV; it now goes on in its session, reading all it shares, with the answer a
+    recompute gives."""
+    c = client(deployment.gateway_url)
+    rules = "\n\nAnswer in one short line.\n\nNever use a list."
+    history, seen = [system("aider")], []
+    for question in ("Name a fruit.", "And a vegetable?", "And a colour?"):
+        asked = history + [{"role": "user", "content": question + rules}]
+        answer, usage, session, recognised = chat(c, asked)
+        seen.append((session, recognised, usage.prompt_tokens_details.cached_tokens))
+        assert answer == recompute(c, asked)
+        history += [{"role": "user", "content": question},
+                    {"role": "assistant", "content": answer}]
+    assert [r for _, r, _ in seen[1:]] == ["revised", "revised"]
+    assert len({s for s, _, _ in seen}) == 1
+    assert seen[1][2] > 0 and seen[2][2] > seen[1][2]  # all that it shares: more each turn

@@ -134,8 +134,8 @@ def test_prompts_are_journaled_and_forgetting_leaves_nothing(tmp_path):
     for session in (one.session_id, chat.session_id):
         restored.abandon(session)
         assert restored.forget(session)
-    assert (restored._keys, restored._heads, restored._prompts, restored._lengths) == \
-        ({}, {}, {}, {})
+    assert (restored._keys, restored._heads, restored._prompts, restored._lengths,
+            restored._trims) == ({}, {}, {}, {}, {})
 
 
 def test_a_regenerated_answer_deep_in_a_conversation_never_revises_a_shallower_session():
@@ -162,3 +162,56 @@ def test_a_regenerated_answer_deep_in_a_conversation_never_revises_a_shallower_s
     merged = history + [("assistant", "A3. And more."), ("user", "Q4?")]
     four = rec.resolve(request(messages=merged))
     assert (four.session_id, four.recognised) == (again.session_id, "revised")
+
+
+# aider's every turn: its format rules appended to the user's question, and dropped from that
+# question when the next turn sends it back in the history
+RULES = "\n\nTo suggest changes to a file you MUST return the entire content.\n\n" \
+        "Every *file listing* MUST use this format:\n- First line: the filename"
+
+
+def test_a_question_sent_back_without_the_reminder_appended_to_it_is_revised():
+    """aider: each turn used to branch (a new session, a whole new copy of the KV) since its
+    previous question comes back without the rules; it now goes on in its session."""
+    rec = Recognition(ConversationIndex(), alive=lambda s: True)
+    stem = [("system", SYSTEM), ("user", "Files: hello.py"), ("assistant", "Ok.")]
+    one, first = run(rec, "Done one.", messages=stem + [("user", "Add a docstring." + RULES)])
+    assert first.recognised == "new"
+    history = stem + [("user", "Add a docstring."), ("assistant", "Done one.")]
+    two, first = run(rec, "Done two.", messages=history + [("user", "Rename it." + RULES)])
+    assert (two.session_id, first.recognised) == (one.session_id, "revised")
+    history += [("user", "Rename it."), ("assistant", "Done two.")]
+    three, first = run(rec, "x", messages=history + [("user", "Now a test." + RULES)])
+    assert (three.session_id, first.recognised) == (one.session_id, "revised")
+
+
+def test_a_question_cut_elsewhere_or_another_conversations_is_a_branch():
+    rec = Recognition(ConversationIndex(), alive=lambda s: True)
+    stem = [("system", SYSTEM)]
+    one, _ = run(rec, "Done.", messages=stem + [("user", "Add a docstring." + RULES)])
+    # another conversation sharing the system prompt, longer: it is not the first one's
+    other = stem + [("user", "Something else."), ("assistant", "Ok."), ("user", "More" + RULES)]
+    turn, first = run(rec, "x", messages=other)
+    assert (first.recognised, turn.request.parent_session_id) == ("branch", one.session_id)
+    # the question cut mid-paragraph, not where a paragraph ends
+    cut = stem + [("user", "Add a doc"), ("assistant", "Done."), ("user", "More?")]
+    turn, first = run(rec, "x", messages=cut)
+    assert first.recognised == "branch" and turn.session_id != one.session_id
+    # the question trimmed and sent again with no answer after it: an edit, a branch
+    edit = rec.resolve(request(messages=stem + [("user", "Add a docstring.")]))
+    assert edit.recognised == "branch"
+    edit.relay(iter(())).close()
+
+
+def test_the_trimmed_prompts_survive_the_journal(tmp_path):
+    index = ConversationIndex()
+    journal = ConversationJournal(str(tmp_path))
+    journal.load(index)
+    rec = Recognition(index, alive=lambda s: True, journal=journal)
+    one, _ = run(rec, "Done.", messages=[("system", SYSTEM), ("user", "Add it." + RULES)])
+    journal.close()
+    restored = ConversationIndex()
+    ConversationJournal(str(tmp_path)).load(restored)
+    turn = Recognition(restored, alive=lambda s: True).resolve(request(messages=[
+        ("system", SYSTEM), ("user", "Add it."), ("assistant", "Done."), ("user", "Next.")]))
+    assert (turn.session_id, turn.recognised) == (one.session_id, "revised")
