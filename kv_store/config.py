@@ -17,7 +17,9 @@ class StoreConfig(SecurityConfig):
     data_dir: str = field(default="./data/kv", metadata={"help": "directory of the SSD tier"})
     dram_bytes: int = field(default=2 << 30, metadata={
         "help": "DRAM tier capacity (counted in whole 4 KiB pages)"})
-    ssd_bytes: int = field(default=64 << 30, metadata={"help": "SSD tier capacity"})
+    ssd_bytes: int = field(default=64 << 30, metadata={
+        "help": "SSD tier capacity (left at this default: at most 90%% of what the disk has "
+                "room for, its files' bytes plus its free space)"})
     eviction: str = field(default="bidaw-size", metadata={
         "help": "DRAM eviction policy: bidaw-size, bidaw, lru, fifo, queue-aware, or "
                 "bidaw-prefetch (bidaw-size, and SSD->DRAM promotion of the sessions it expects "

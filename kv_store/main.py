@@ -31,7 +31,7 @@ def start(config: StoreConfig, gate: DrainGate | None = None) -> tuple[Server, K
         store.close()
         raise
     log.info("KV store on port %d: DRAM %d B, SSD %d B at %s, eviction %s%s", server.port,
-             config.dram_bytes, config.ssd_bytes, config.data_dir, config.eviction,
+             config.dram_bytes, store.ssd_bytes, config.data_dir, config.eviction,
              ", promoting ahead of predicted returns" if store.prefetcher else "")
     return server, store
 

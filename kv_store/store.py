@@ -21,7 +21,6 @@ the rest. Otherwise, and whenever DRAM cannot hold the KV, the reply waits for t
 from __future__ import annotations
 
 import logging
-import shutil
 import threading
 import time
 
@@ -43,6 +42,7 @@ from kv_store.promotions import Promotions
 from kv_store.path_parts import PathParts
 from kv_store.read_path import ReadPath
 from kv_store.session_index import SessionIndex
+from kv_store.ssd_capacity import ssd_capacity
 from kv_store.store_state import SessionLocks, StoreCounters, Tier, check_session_id
 from kv_store.tier_space import TierSpace
 from kv_store.tiers.bandwidth import BandwidthCap, BandwidthMeter
@@ -85,11 +85,12 @@ class KVStore:
         locks = SessionLocks()
         self.writer = OrderedWriter(config.ssd_write_concurrency)
         self.promoter = Promoter(config.promote_concurrency, self.meter, cap.rate)
-        self.index = SessionIndex(self.dram, self.ssd, config.ssd_bytes, self.catalog,
+        self.ssd_bytes = ssd_capacity(config, self.ssd.root)
+        self.index = SessionIndex(self.dram, self.ssd, self.ssd_bytes, self.catalog,
                                   self.writer, self.promoter, self.events, self._lock)
         self.signals = ComputeSignals(self.policy, self.index, self.leases, self.writer,
                                       self.counters, self._lock, config.lease_seconds)
-        space = TierSpace(self.dram, self.ssd, config.ssd_bytes, self.index, self.signals,
+        space = TierSpace(self.dram, self.ssd, self.ssd_bytes, self.index, self.signals,
                           self.leases, self.writer, self.promoter, self.counters, self.events,
                           self._lock)
         persister = Persister(self.ssd, self.catalog, self.index, space, self.counters,
@@ -110,10 +111,6 @@ class KVStore:
             self.index.adopt(entry)
         log.info("index (%s) holds %d sessions, %d bytes on SSD; DRAM regions in %s",
                  self.catalog.kind, len(self.index.metas), self.ssd.used_bytes, self.arena.dir)
-        room = self.ssd.used_bytes + shutil.disk_usage(self.ssd.root).free
-        if room < config.ssd_bytes:  # each write past it would meet a full disk, evict, retry
-            log.warning("%s can hold %d bytes of KV (free plus held), less than --ssd-bytes %d",
-                        config.data_dir, room, config.ssd_bytes)
         self._stop = threading.Event()
         self._housekeeper = threading.Thread(target=self._housekeep, name="store-housekeeping",
                                              daemon=True)
@@ -121,7 +118,7 @@ class KVStore:
         if self.prefetcher is not None:
             self.prefetcher.start()
         for tier, used, size in (("dram", lambda: self.arena.used, config.dram_bytes),
-                                 ("ssd", lambda: self.ssd.used_bytes, config.ssd_bytes)):
+                                 ("ssd", lambda: self.ssd.used_bytes, self.ssd_bytes)):
             metrics.TIER_BYTES.labels(tier).set_function(used)
             metrics.TIER_CAPACITY.labels(tier).set(size)
         metrics.TIER_SESSIONS.labels("dram").set_function(lambda: len(self.dram))
@@ -161,7 +158,7 @@ class KVStore:
         with self._lock:
             return dict(dram_bytes=self.dram.used, dram_capacity=self.dram.capacity,
                         dram_sessions=len(self.dram), ssd_bytes=self.ssd.used_bytes,
-                        ssd_capacity=self.config.ssd_bytes, ssd_sessions=len(self.ssd.file_bytes),
+                        ssd_capacity=self.ssd_bytes, ssd_sessions=len(self.ssd.file_bytes),
                         promotions_pending=queued + running, promotions_running=running,
                         promotion_bytes_pending=queued_bytes,
                         dram_bytes_outside_entries=self.dram.used - self.dram.ledger.used,
