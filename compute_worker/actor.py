@@ -65,7 +65,6 @@ class EngineHost:
         from compute_worker.kv_shards import KVShards
         from compute_worker.loaders.device import pick_device, resolve_dtype
         from compute_worker.loaders.registry import load_model
-        from compute_worker.logprobs import TokenSpeller
         from compute_worker.models.prepare import prepare_model  # fused projections, format
         from compute_worker.models.quant import weights_label
         from compute_worker.prompt_bound import prompt_byte_bound
@@ -91,7 +90,7 @@ class EngineHost:
                         restore_in_step=config.restore_in_step,
                         small_step_threads=config.small_step_threads)
         self.runner = TurnRunner(engine, connector, tokenizer, config.default_max_tokens)
-        self.speller = TokenSpeller(tokenizer)  # logprobs' token bytes
+        self.speller = self.runner.speller  # logprobs' token bytes
         self.max_prompt_bytes = prompt_byte_bound(tokenizer, self.runner.max_context)
 
     def info(self) -> dict:

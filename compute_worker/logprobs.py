@@ -61,6 +61,10 @@ class TokenSpeller:
             spelled = self._cache[token] = self._spell(token)
         return spelled
 
+    def is_added(self, token: int) -> bool:
+        """An added token (special or not: the chat template's markers), not the vocabulary's."""
+        return token in self._added
+
     def _spell(self, token: int) -> bytes:
         if self.tokenizer is None:
             return b""

@@ -1,6 +1,7 @@
 """Next-token choice: logit_bias, vLLM's repetition_penalty and OpenAI's penalties on the
 logits, the end-of-sequence tokens barred until min_tokens, then greedy (temperature 0,
-reproducible) or seeded sampling from what min_p, top_k and top_p keep.
+reproducible) or seeded sampling from what min_p, top_k and top_p keep; in JSON mode only a
+token the grammar allows (json_constraint.py).
 
 The logit rules are pure functions over one step's logits so that they can be checked on
 hand-made tensors; `Sampler` keeps the per-answer state (the generator, the tokens so far).
@@ -11,10 +12,12 @@ from collections import Counter
 
 import torch
 
+from compute_worker.json_constraint import JsonConstraint
 from compute_worker.logprobs import MAX_TOP_LOGPROBS, StepLogprobs, step_logprobs
 from compute_worker.prompt import TurnError
 
 MAX_BIAS = 100.0  # OpenAI's logit_bias range
+REDRAWS = 64  # JSON mode: draws of a sampled token before the likeliest allowed one is taken
 
 
 def penalized(logits: torch.Tensor, counts: Counter, presence: float,
@@ -94,7 +97,7 @@ class Sampler:
                  logit_bias: dict[int, float] | None = None, min_tokens: int = 0,
                  eos: list[int] | tuple = (), repetition_penalty: float = 1.0,
                  min_p: float = 0.0, prompt: list[int] | tuple = (),
-                 logprobs: int | None = None):
+                 logprobs: int | None = None, constraint: JsonConstraint | None = None):
         if temperature < 0:
             raise ValueError("temperature must be >= 0")
         self.temperature = temperature
@@ -114,16 +117,18 @@ class Sampler:
         self._seen: torch.Tensor | None = None
         self.logprobs = logprobs  # None: off; else how many top tokens to give (logprobs.py)
         self.last_logprobs: StepLogprobs | None = None  # the last chosen token's, if asked
+        self.constraint = constraint  # JSON mode: tokens it refuses are never chosen
         self.generator = None
         if temperature > 0:
             self.generator = torch.Generator().manual_seed(seed)
 
     @classmethod
     def for_turn(cls, turn, vocab_size: int, eos: list[int] | tuple = (),
-                 prompt: list[int] | tuple = ()) -> "Sampler":
+                 prompt: list[int] | tuple = (), speller=None) -> "Sampler":
         """The turn's sampling knobs, checked; bad ones are the caller's error (TurnError).
         `eos`: the model's end-of-sequence ids, barred before the turn's min_tokens; `prompt`:
-        its token ids (the repetition penalty's first tokens)."""
+        its token ids (the repetition penalty's first tokens); `speller`: token ids to bytes
+        (logprobs.TokenSpeller), which JSON mode needs."""
         bad = [t for t in turn.logit_bias if not 0 <= t < vocab_size]
         if bad:
             raise TurnError(f"logit_bias token id {bad[0]} is outside the vocabulary "
@@ -138,12 +143,16 @@ class Sampler:
             raise TurnError(f"min_p {turn.min_p:g} is outside [0, 1]")
         if turn.top_logprobs > MAX_TOP_LOGPROBS:
             raise TurnError(f"top_logprobs {turn.top_logprobs} is above {MAX_TOP_LOGPROBS}")
+        if turn.json_object and (speller is None or speller.tokenizer is None):
+            raise TurnError("JSON mode needs the model's tokenizer (this worker has none)")
+        eos = [t for t in eos if t < vocab_size]
         return cls(turn.temperature, turn.seed, top_p=turn.top_p or 1.0, top_k=turn.top_k,
                    presence_penalty=turn.presence_penalty,
                    frequency_penalty=turn.frequency_penalty, logit_bias=dict(turn.logit_bias),
-                   min_tokens=turn.min_tokens, eos=[t for t in eos if t < vocab_size],
+                   min_tokens=turn.min_tokens, eos=eos,
                    repetition_penalty=turn.repetition_penalty or 1.0, min_p=turn.min_p,
-                   prompt=prompt, logprobs=turn.top_logprobs if turn.logprobs else None)
+                   prompt=prompt, logprobs=turn.top_logprobs if turn.logprobs else None,
+                   constraint=JsonConstraint(speller, eos) if turn.json_object else None)
 
     def adjusted(self, logits: torch.Tensor) -> torch.Tensor:
         """The logits after bias, penalties and the minimum length: what greedy and sampling
@@ -158,7 +167,12 @@ class Sampler:
 
     def __call__(self, logits: torch.Tensor) -> int:
         """logits [vocab] -> token id (and its logprobs in last_logprobs, when asked)."""
-        token = self._choose(self.adjusted(logits))
+        adjusted = self.adjusted(logits)
+        token = self._choose(adjusted)
+        if self.constraint is not None:
+            if not self.constraint.allows(token):
+                token = self._constrained(adjusted, token)
+            self.constraint.accept(token)
         if self.logprobs is not None:
             self.last_logprobs = step_logprobs(logits, token, self.logprobs)
         self.counts[token] += 1
@@ -173,6 +187,22 @@ class Sampler:
             if ids:
                 self._seen[torch.tensor(ids, device=logits.device)] = True
         return self._seen
+
+    def _constrained(self, logits: torch.Tensor, refused: int) -> int:
+        """A token the constraint allows: greedy, the likeliest; sampling, drawn again with each
+        refused token's logit at -inf (a bounded number of times, then the likeliest)."""
+        masked = logits.clone()
+        for _ in range(REDRAWS if self.temperature > 0 else 0):
+            masked[refused] = -torch.inf
+            if not torch.isfinite(masked).any():
+                break
+            refused = self._choose(masked)
+            if self.constraint.allows(refused):
+                return refused
+        for token in torch.argsort(logits, descending=True).tolist():
+            if self.constraint.allows(token):
+                return token
+        raise TurnError("JSON mode: no token of the vocabulary continues the answer")
 
     def _choose(self, logits: torch.Tensor) -> int:
         if self.temperature == 0:

@@ -18,6 +18,7 @@ from compute_worker.detokenizer import Detokenizer
 from compute_worker.engine import Engine
 from compute_worker.kv_codec import TENSOR6
 from compute_worker.kv_connector import KVConnector, Restored, fresh_cache
+from compute_worker.logprobs import TokenSpeller
 from compute_worker.models.kv_blocks import covering_blocks, whole_blocks
 from compute_worker.prompt import prompt_ids
 from compute_worker.respell import respell
@@ -34,6 +35,7 @@ class TurnRunner:
         self.engine = engine
         self.connector = connector
         self.tokenizer = tokenizer
+        self.speller = TokenSpeller(tokenizer)  # token bytes, for JSON mode's grammar
         self.default_max_tokens = default_max_tokens
         self.respell_answers = respell_answers  # off: `bidaw bench respell`'s baseline
         self._turns_by_key: dict[str, object] = {}  # cancellable turns (None: not yet)
@@ -147,7 +149,7 @@ class TurnRunner:
         cache = fresh_cache(model, prompt)
         first = Sequence(
             session_id=turn.session_id, prompt=prompt[:begin], cache=cache,
-            pending=prompt[:begin], sampler=Sampler.for_turn(turn, model.config.vocab_size),
+            pending=prompt[:begin], sampler=Sampler(),
             detok=Detokenizer(self.tokenizer), max_new=1, eos=set(), stops=[],
             arrived=time.monotonic(), block=model.kv_block)
         if not self._started(key, first):
@@ -201,7 +203,8 @@ class TurnRunner:
         return Sequence(
             session_id=turn.session_id, prompt=prompt, cache=restored.cache,
             pending=prompt[restored.tokens:],
-            sampler=Sampler.for_turn(turn, cfg.vocab_size, cfg.eos_token_ids, prompt),
+            sampler=Sampler.for_turn(turn, cfg.vocab_size, cfg.eos_token_ids, prompt,
+                                     self.speller),
             detok=Detokenizer(self.tokenizer),
             max_new=0 if turn.prompt_only else self._answer_room(turn, len(prompt)),
             min_new=turn.min_tokens,

@@ -56,7 +56,7 @@ def completion(prompt, **extra) -> dict:
     ("chat", chat_body("x", logit_bias={"9" * 5000: 1}), "logit_bias"),
     ("chat", chat_body("x", logit_bias={"5": 101}), "logit_bias"),
     ("chat", chat_body("x", logit_bias=[5]), "logit_bias"),
-    ("chat", chat_body("x", response_format={"type": "json_object"}), "response_format"),
+    ("chat", chat_body("x", response_format={"type": "yaml"}), "response_format"),
     ("chat", chat_body("x", response_format={"type": "json_schema", "json_schema": {
         "name": "a", "schema": {"type": "object"}}}), "response_format"),
     ("chat", chat_body("x", min_p=1.1), "min_p"),
@@ -150,6 +150,16 @@ def test_an_unset_answer_length_is_left_to_the_deployment(gateway, fake):
     assert fake.requests[-1].max_tokens == 0
     post(gateway, "/v1/completions", completion("x"))
     assert fake.requests[-1].max_tokens == 16
+
+
+def test_json_mode_reaches_the_scheduler(gateway, fake):
+    post(gateway, "/v1/chat/completions", chat_body("x", response_format={"type": "json_object"}))
+    assert fake.requests[-1].json_object
+    post(gateway, "/v1/chat/completions", chat_body("x", response_format={"type": "text"}))
+    assert not fake.requests[-1].json_object
+    post(gateway, "/v1/responses", {"model": MODEL, "input": "x",
+                                    "text": {"format": {"type": "json_object"}}})
+    assert fake.requests[-1].json_object
 
 
 def test_prefill_flags_reach_the_scheduler(gateway, fake):

@@ -142,7 +142,7 @@ def test_stored_responses_are_read_listed_and_deleted(client):
     ({"tools": [{"type": "web_search"}], "tool_choice": "required"}, "tool_choice"),
     ({"truncation": "oldest"}, "truncation"),
     ({"reasoning": {"effort": "high"}}, "reasoning"),
-    ({"text": {"format": {"type": "json_object"}}}, "text.format"),
+    ({"text": {"format": {"type": "json_schema", "name": "a", "schema": {}}}}, "text.format"),
     ({"input": [{"type": "function_call_output", "call_id": "c", "output": "x"}]},
      "input[0].type"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},

@@ -68,7 +68,8 @@ class ResponseReply:
                 "model": self.model, "output": output, "parallel_tool_calls": True,
                 "previous_response_id": ask.previous_id,
                 "reasoning": {"effort": None, "summary": None}, "store": ask.store,
-                "temperature": self.sampling[0], "text": {"format": {"type": "text"}},
+                "temperature": self.sampling[0], "text": {"format": {
+                    "type": "json_object" if ask.parsed.json_object else "text"}},
                 "tool_choice": "auto", "tools": [], "top_p": self.sampling[1],
                 "top_logprobs": ask.parsed.top_logprobs,
                 "truncation": "disabled", "metadata": ask.metadata,

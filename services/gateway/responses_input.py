@@ -138,8 +138,8 @@ def _refuse_options(body: dict) -> None:
         raise bad_request("this model has no verbosity setting: only text.verbosity null or "
                           "\"medium\" (the default) is supported", "text.verbosity")
     fmt = typed(text, "format", (dict,), {}, "text.format")
-    if fmt.get("type", "text") != "text":
-        raise bad_request("only text output is supported (no JSON mode or schema)",
+    if fmt.get("type", "text") not in ("text", "json_object"):
+        raise bad_request("text.format must be text or json_object (JSON mode; no schema)",
                           "text.format")
 
 
@@ -187,6 +187,8 @@ def parse_response_request(body: dict, config: GatewayConfig, tenant: str) -> Re
     ask.parsed.min_tokens = min_tokens(body, ask.max_output_tokens or 0, config.max_model_len,
                                        limit="max_output_tokens")
     parse_sampling(body, ask.parsed, config.vocab_size)
+    ask.parsed.json_object = (typed(body, "text", (dict,), {}).get("format") or {}).get(
+        "type") == "json_object"
     parse_ending(body, ask.parsed)
     _logprobs(body, ask.parsed)
     ask.parsed.stream = typed(body, "stream", (bool,), False)

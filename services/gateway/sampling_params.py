@@ -24,6 +24,7 @@ class Sampling:
     logit_bias: dict[int, float] = field(default_factory=dict)
     repetition_penalty: float = 1.0  # vLLM's: 1 is off
     min_p: float = 0.0  # vLLM's: 0 is off
+    json_object: bool = False  # JSON mode: the answer is one JSON object
 
 
 def parse_sampling(body: dict, s: Sampling, vocab_size: int) -> None:
@@ -42,7 +43,7 @@ def parse_sampling(body: dict, s: Sampling, vocab_size: int) -> None:
     # in [0, 1] (a fraction of the most likely token's probability)
     s.repetition_penalty = number(body, "repetition_penalty", 0.0, 2.0, 1.0, low_open=True)
     s.min_p = number(body, "min_p", 0.0, 1.0, 0.0)
-    _refuse_unsupported(body)
+    s.json_object = _json_mode(body)
 
 
 def _logit_bias(body: dict, vocab_size: int) -> dict[int, float]:
@@ -63,8 +64,11 @@ def _logit_bias(body: dict, vocab_size: int) -> dict[int, float]:
     return bias
 
 
-def _refuse_unsupported(body: dict) -> None:
-    response_format = typed(body, "response_format", (dict,))
-    if response_format is not None and response_format.get("type") != "text":
-        raise bad_request("only response_format {\"type\": \"text\"} is supported (no JSON "
-                          "mode or schema)", "response_format")
+def _json_mode(body: dict) -> bool:
+    """OpenAI's response_format: text, or JSON mode ({"type": "json_object"}: one JSON object,
+    the worker's grammar-constrained choice); a JSON schema is refused, never half-kept."""
+    kind = (typed(body, "response_format", (dict,)) or {}).get("type", "text")
+    if kind not in ("text", "json_object"):
+        raise bad_request(f"response_format {str(kind)[:40]!r} is not supported: only \"text\" "
+                          "and \"json_object\" (JSON mode; no schema)", "response_format")
+    return kind == "json_object"

@@ -67,6 +67,7 @@ def turn_request(parsed: Parsed, tenant: str, session: str) -> common_pb2.TurnRe
         temperature=parsed.temperature, ignore_eos=parsed.ignore_eos, stop=parsed.stop,
         seed=parsed.seed,
         raw_prompt=parsed.raw_prompt, cache_salt=parsed.cache_salt,
+        json_object=parsed.json_object,
         top_p=parsed.top_p,
         top_k=parsed.top_k,
         presence_penalty=parsed.presence_penalty,
