@@ -34,9 +34,11 @@ class WorkerConfig(SecurityConfig):
         "help": "model and KV dtype: auto (bfloat16 on CUDA, and on a CPU with AMX-BF16 whose "
                 "bfloat16 matmuls give a row the same bits in any batch; else float32), float32 "
                 "or bfloat16"})
-    default_max_tokens: int = field(default=0, metadata={
-        "help": "answer length of a turn that sets none; 0: until the model ends it or the "
-                "context is full, as vLLM and OpenAI (completions still default to 16)"})
+    # Not vLLM's 0 by default: a small model on a CPU that loops without an end would run for
+    # many minutes, past the gateway's request timeout (a 504, which clients retry).
+    default_max_tokens: int = field(default=1024, metadata={
+        "help": "answer length of a turn that sets none (completions' is OpenAI's 16); 0: until "
+                "the model ends it or the context is full, as vLLM"})
     max_batch: int = field(default=16, metadata={"help": "turns decoded together in one batch"})
     prefill_chunk_tokens: int = field(default=512, metadata={
         "help": "prompt tokens one batch step prefills at most, across its turns (a long "

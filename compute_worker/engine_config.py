@@ -17,7 +17,7 @@ class EngineConfig:
     store: str  # KV store shards, comma separated ("": no store, recompute every prompt)
     kv_format: str = "auto"  # auto | kv | tensor6
     dtype: str = "auto"  # auto | float32 | bfloat16 (loaders/dtype_choice.py)
-    default_max_tokens: int = 0  # 0: to the context's end
+    default_max_tokens: int = 1024  # 0: to the context's end
     max_batch: int = 16
     prefill_chunk_tokens: int = 512
     min_step_ms: float = 0.0

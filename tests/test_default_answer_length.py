@@ -1,7 +1,6 @@
-"""A turn that sets no max_tokens runs until the model ends it or the context is full, as in
-vLLM and OpenAI (it was cut at 256 tokens, so a chat front-end that sends none showed a cut
-answer); `--default-max-tokens N` bounds it again, raised to min_tokens, and an explicit
-max_tokens is clamped to the context. Through the worker's TurnRunner and a real forward pass
+"""The length of an answer that sets no max_tokens: the worker's `--default-max-tokens` (1024,
+raised to min_tokens; it was 256, which cut chat front-ends' answers), or with 0 until the model
+ends it or the context is full, as in vLLM; an explicit max_tokens is clamped to the context. Through the worker's TurnRunner and a real forward pass
 (a random-weight OPT whose context is 512 tokens, so that filling it is quick)."""
 from __future__ import annotations
 
@@ -38,8 +37,8 @@ def _answer(engine, default: int, **turn) -> tuple[int, str]:
     return tokens, last.finish_reason
 
 
-def test_the_worker_default_is_the_context():
-    assert WorkerConfig().default_max_tokens == 0
+def test_the_worker_default_is_bounded_and_0_is_the_context():
+    assert WorkerConfig().default_max_tokens == 1024  # a whole answer, not a CPU's 10 minutes
     WorkerConfig(default_max_tokens=0)  # accepted: 0 is "to the context's end"
     with pytest.raises(ValueError, match="--default-max-tokens must be >= 0, got -1"):
         WorkerConfig(default_max_tokens=-1)

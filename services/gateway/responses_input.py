@@ -181,8 +181,8 @@ def parse_response_request(body: dict, config: GatewayConfig, tenant: str) -> Re
         raise bad_request(f"'max_output_tokens' is {ask.max_output_tokens}, more than the "
                           f"model's context of {config.max_model_len} tokens",
                           "max_output_tokens")
-    # Absent: the worker's default, until the answer ends or the context is full unless the
-    # operator bounds it (the Agents SDK takes a response cut short, "incomplete", for an error)
+    # Absent: the worker's default, as chat's (1024; 0 to the context's end); the Agents SDK
+    # takes a response cut short ("incomplete") for an error
     ask.parsed.max_tokens = ask.max_output_tokens or 0
     ask.parsed.min_tokens = min_tokens(body, ask.max_output_tokens or 0, config.max_model_len,
                                        limit="max_output_tokens")
