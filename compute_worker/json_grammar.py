@@ -31,6 +31,7 @@ HEX = b"0123456789abcdefABCDEF"
 ESCAPES = b'"\\/bfnrt'
 LITERALS = {ord("t"): b"rue", ord("f"): b"alse", ord("n"): b"ull"}
 NUMBER_ENDS = {1, 2, 4, 7}  # parts after which a number may end
+DIGIT_STEP = {2: 2, 3: 4, 4: 4, 5: 7, 6: 7, 7: 7}  # a number's part after a digit (0: below)
 
 START = ((), VALUE, 0, 0)  # (stack, mode, extra, blanks in a row): the answer's first byte
 
@@ -110,7 +111,7 @@ def _in_string(stack, extra, b: int):
 
 def _in_number(stack, part: int, b: int):
     if b in DIGITS:
-        step = {0: 1 if b == ord("0") else 2, 2: 2, 3: 4, 4: 4, 5: 7, 6: 7, 7: 7}.get(part)
+        step = (1 if b == ord("0") else 2) if part == 0 else DIGIT_STEP.get(part)
         return (stack, NUMBER, step, 0) if step is not None else None
     if b == ord(".") and part in (1, 2):
         return (stack, NUMBER, 3, 0)

@@ -88,17 +88,18 @@ class MessageHistory:
 
     def __init__(self, tenant: str, messages: Iterable[tuple[str, str]], salt: str = ""):
         messages = list(messages)
-        self.keys = prefix_keys(tenant, messages, salt)
-        self.extent = len(messages)  # what "longer" compares (conversations.py: REVISED)
+        self.keys = prefix_keys(tenant, messages[:-1], salt)
+        self._stem = self.keys[-1]  # the key before the last message's (its trims' base)
         self._last = messages[-1] if messages else ("", "")
+        if messages:
+            self.keys += message_keys(self._stem, *self._last)
+        self.extent = len(messages)  # what "longer" compares (conversations.py: REVISED)
 
     def prompt(self) -> Prompt:
         role, content = self._last
         if role.strip().lower() != "user":
             return Prompt(self.keys[-1])
-        # the key before the last message's: its whole chunks' keys and its own come after
-        stem = self.keys[-2 - len(content.strip()) // TEXT_CHUNK]
-        return Prompt(self.keys[-1], trims=trimmed_keys(stem, role, content))
+        return Prompt(self.keys[-1], trims=trimmed_keys(self._stem, role, content))
 
     def after(self, text: str, ids: Sequence[int]) -> tuple[list[bytes], int]:
         """(prefix keys of the history with the answer appended, -1: heads are exact keys)."""

@@ -129,6 +129,11 @@ def _refuse_options(body: dict) -> None:
         raise bad_request("this model does not reason: reasoning.effort must be null or "
                           "\"none\" (reasoning.summary is accepted, and no summary comes)",
                           "reasoning")
+
+
+def _json_mode(body: dict) -> bool:
+    """`text`: its keys known, no verbosity but the default, and a format of text or JSON mode
+    (json_object: True)."""
     text = typed(body, "text", (dict,), {})
     for key in text:
         if key not in TEXT_KEYS:
@@ -141,6 +146,7 @@ def _refuse_options(body: dict) -> None:
     if fmt.get("type", "text") not in ("text", "json_object"):
         raise bad_request("text.format must be text or json_object (JSON mode; no schema)",
                           "text.format")
+    return fmt.get("type") == "json_object"
 
 
 def _logprobs(body: dict, parsed: Parsed) -> None:
@@ -172,6 +178,7 @@ def parse_response_request(body: dict, config: GatewayConfig, tenant: str) -> Re
     """Everything but the history (with_history adds it, from the stored responses)."""
     check_fields(body, READ | IGNORED, NEUTRAL)
     _refuse_options(body)
+    json_mode = _json_mode(body)
     ask = ResponseAsk(Parsed(), tenant, own=_input(body), metadata=_metadata(body))
     ask.instructions = typed(body, "instructions", (str,)) or None
     ask.previous_id = typed(body, "previous_response_id", (str,)) or None
@@ -187,8 +194,7 @@ def parse_response_request(body: dict, config: GatewayConfig, tenant: str) -> Re
     ask.parsed.min_tokens = min_tokens(body, ask.max_output_tokens or 0, config.max_model_len,
                                        limit="max_output_tokens")
     parse_sampling(body, ask.parsed, config.vocab_size)
-    ask.parsed.json_object = (typed(body, "text", (dict,), {}).get("format") or {}).get(
-        "type") == "json_object"
+    ask.parsed.json_object = json_mode
     parse_ending(body, ask.parsed)
     _logprobs(body, ask.parsed)
     ask.parsed.stream = typed(body, "stream", (bool,), False)

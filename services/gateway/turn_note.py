@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextvars
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 _NOTE: contextvars.ContextVar["TurnNote | None"] = contextvars.ContextVar("bidaw_turn_note",
                                                                           default=None)
@@ -15,17 +15,16 @@ _NOTE: contextvars.ContextVar["TurnNote | None"] = contextvars.ContextVar("bidaw
 
 @dataclass
 class TurnNote:
-    found: list[str] = field(default_factory=list)  # recognised, session digest: first turn's
+    recognised: str = ""  # how the (first) turn's conversation was found
+    session: str = ""  # its session's digest
     turns: int = 0
     cached: int = 0
     prompt: int = 0
 
     def __str__(self) -> str:
-        if not self.found and not self.turns:
-            return ""
-        many = f" turns={self.turns}" if self.turns > 1 else ""
+        found = f" {self.recognised} session={self.session}" if self.recognised else ""
         cached = f" cached={self.cached}/{self.prompt}" if self.turns else ""
-        return "".join(f" {part}" for part in self.found) + cached + many
+        return found + cached + (f" turns={self.turns}" if self.turns > 1 else "")
 
 
 def begin() -> TurnNote:
@@ -38,9 +37,9 @@ def begin() -> TurnNote:
 def found(recognised: str, scoped_session: str) -> None:
     """The scheduler's first event: how the conversation was found, and where it ran."""
     note = _NOTE.get()
-    if note is not None and not note.found:
-        digest = hashlib.sha256(scoped_session.encode()).hexdigest()[:8]
-        note.found = [recognised, f"session={digest}"]
+    if note is not None and not note.recognised:
+        note.recognised = recognised
+        note.session = hashlib.sha256(scoped_session.encode()).hexdigest()[:8]
 
 
 def finished(summary) -> None:
